@@ -1,0 +1,33 @@
+//! Types shared by every walnut crate: the identifier newtypes (`Lsn`, `BlockNumber`,
+//! `RelFileId`, `Xid`, `Tid`), the error type with its SQLSTATE mapping, SQL values with their
+//! on-disk and text encodings, and durable-file helpers.
+//!
+//! Nothing here knows about pages, the WAL or the wire protocol.
+#![forbid(unsafe_code)]
+
+pub mod error;
+pub mod fsutil;
+pub mod ids;
+pub mod schema;
+pub mod value;
+
+pub use error::{Error, ErrorKind, Result, SqlState};
+pub use ids::{BlockNumber, Lsn, RelFileId, Tid, Xid};
+pub use schema::{ColumnDef, TableDef};
+pub use value::{DataType, Value};
+
+/// Size of every data page and every block of a relation file, in bytes.
+pub const BLCKSZ: usize = 8192;
+const _: () = assert!(BLCKSZ % 4096 == 0);
+
+/// CRC-32C (Castagnoli) of `bytes`, the checksum of WAL records and pages.
+#[inline]
+pub fn crc32c(bytes: &[u8]) -> u32 {
+    crc32c::crc32c(bytes)
+}
+
+/// Continues a CRC-32C over more bytes (`crc` is the value so far).
+#[inline]
+pub fn crc32c_append(crc: u32, bytes: &[u8]) -> u32 {
+    crc32c::crc32c_append(crc, bytes)
+}

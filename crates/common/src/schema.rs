@@ -1,0 +1,39 @@
+//! Table definitions, shared by the catalog (storage) and the SQL layer.
+
+use crate::value::DataType;
+
+/// One column of a table.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ColumnDef {
+    /// Column name, lower-cased unless it was quoted.
+    pub name: String,
+    /// Column type.
+    pub ty: DataType,
+    /// NOT NULL constraint (always true for primary-key columns).
+    pub not_null: bool,
+}
+
+/// A table's definition as stored in the catalog.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TableDef {
+    /// Table name, lower-cased unless it was quoted.
+    pub name: String,
+    /// Columns in order.
+    pub columns: Vec<ColumnDef>,
+    /// Primary-key columns (indexes into `columns`), if the table has one.
+    pub primary_key: Option<Vec<usize>>,
+    /// `fillfactor` storage parameter, percent (10..=100); heap inserts leave the rest free.
+    pub fillfactor: u8,
+}
+
+impl TableDef {
+    /// Position of the column named `name`.
+    pub fn column_index(&self, name: &str) -> Option<usize> {
+        self.columns.iter().position(|c| c.name == name)
+    }
+
+    /// Column types in order.
+    pub fn types(&self) -> Vec<DataType> {
+        self.columns.iter().map(|c| c.ty.clone()).collect()
+    }
+}

@@ -1,0 +1,171 @@
+//! The storage engine as the SQL layer sees it. Implemented by walnut's storage crate and, for
+//! tests, by an in-memory model.
+//!
+//! All calls are blocking (they may wait on row locks and on WAL flushes); the caller runs them on
+//! a session's own OS thread, never on an async runtime worker.
+
+use std::ops::Bound;
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+use walnut_common::{Result, TableDef, Tid, Value};
+
+/// A row's physical identity within a statement: the TID of the version the scan returned.
+pub type RowId = Tid;
+
+/// What an update or delete of a row did.
+#[derive(Clone, Debug, PartialEq)]
+pub enum WriteOutcome {
+    /// The row was changed.
+    Done,
+    /// Another transaction updated the row and committed while we waited for its row lock
+    /// (or before we got to it). Here is the newest committed version: the executor re-checks
+    /// its WHERE clause on `values` and, if it still matches, retries the write on `row`
+    /// (PostgreSQL's EvalPlanQual under read committed).
+    Changed {
+        /// Identity of the newest version.
+        row: RowId,
+        /// Its column values.
+        values: Vec<Value>,
+    },
+    /// Another transaction deleted the row and committed; skip it.
+    Gone,
+}
+
+/// Whether a scan should go on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ScanControl {
+    /// Deliver the next row.
+    Continue,
+    /// Stop the scan.
+    Stop,
+}
+
+/// Options of a commit, from the committing session's GUCs.
+#[derive(Clone, Copy, Debug)]
+pub struct CommitOpts {
+    /// `synchronous_commit`: wait for the commit record to be flushed before returning.
+    pub synchronous: bool,
+    /// `commit_delay`, µs.
+    pub commit_delay_us: u32,
+    /// `commit_siblings`.
+    pub commit_siblings: u32,
+}
+
+impl Default for CommitOpts {
+    fn default() -> Self {
+        CommitOpts { synchronous: true, commit_delay_us: 0, commit_siblings: 5 }
+    }
+}
+
+/// The database: hands out transactions and runs utility commands.
+pub trait Engine: Send + Sync + 'static {
+    /// Starts a transaction. `cancel` is polled while waiting (row locks): when set, the wait
+    /// ends with a 57014 error.
+    ///
+    /// # Errors
+    /// Resource errors.
+    fn begin(&self, cancel: Arc<AtomicBool>) -> Result<Box<dyn Transaction>>;
+
+    /// Runs a checkpoint (the CHECKPOINT command) and returns when it is complete.
+    ///
+    /// # Errors
+    /// I/O errors.
+    fn checkpoint(&self) -> Result<()>;
+
+    /// Rows for a system view such as `pg_stat_wal`: (column names with types, rows).
+    /// `None` if the engine has no view of that name.
+    fn system_view(&self, name: &str) -> Option<(Vec<walnut_common::ColumnDef>, Vec<Vec<Value>>)>;
+}
+
+/// One transaction. Each statement calls [`Transaction::new_statement`] first, which takes a new
+/// read-committed snapshot. Dropping a transaction without commit rolls it back.
+pub trait Transaction: Send {
+    /// Starts a new statement: later reads see every transaction committed before now.
+    fn new_statement(&mut self);
+
+    /// The table named `name` as this transaction sees it, or `None`.
+    ///
+    /// # Errors
+    /// Corruption or I/O errors reading the catalog.
+    fn table(&mut self, name: &str) -> Result<Option<Arc<TableDef>>>;
+
+    /// CREATE TABLE. Creates the primary-key index too when `def.primary_key` is set.
+    ///
+    /// # Errors
+    /// 42P07 if a table of that name exists.
+    fn create_table(&mut self, def: TableDef) -> Result<()>;
+
+    /// DROP TABLE.
+    ///
+    /// # Errors
+    /// 42P01 if there is no such table.
+    fn drop_table(&mut self, name: &str) -> Result<()>;
+
+    /// TRUNCATE: the table (and its index) become empty; takes effect at commit.
+    ///
+    /// # Errors
+    /// 42P01 if there is no such table.
+    fn truncate(&mut self, name: &str) -> Result<()>;
+
+    /// ALTER TABLE ... ADD PRIMARY KEY (columns): builds a unique B-tree over the existing rows.
+    ///
+    /// # Errors
+    /// 23505 on duplicate keys, 23502 on NULLs in a key column, 42P16 if the table already has a
+    /// primary key.
+    fn add_primary_key(&mut self, name: &str, columns: Vec<usize>) -> Result<()>;
+
+    /// Inserts a row (values already cast to the column types, NOT NULL already checked).
+    ///
+    /// # Errors
+    /// 23505 if the primary key exists; waits first if the conflicting row's writer is still in
+    /// progress (then 23505 if it committed).
+    fn insert(&mut self, table: &str, row: Vec<Value>) -> Result<()>;
+
+    /// Full scan: calls `visit` with every row visible to this statement, in physical order.
+    ///
+    /// # Errors
+    /// Whatever `visit` returns; corruption and I/O errors.
+    fn scan(
+        &mut self,
+        table: &str,
+        visit: &mut dyn FnMut(RowId, Vec<Value>) -> Result<ScanControl>,
+    ) -> Result<()>;
+
+    /// Primary-key range scan in key order over keys in (`lo`, `hi`). Bounds are key prefixes:
+    /// values for the first n key columns (n >= 1), already cast to those columns' types.
+    /// `Included(k)` of a prefix includes every key that starts with it.
+    ///
+    /// # Errors
+    /// 0A000-free: the caller only calls this when the table has a primary key. Corruption and
+    /// I/O errors; whatever `visit` returns.
+    fn index_scan(
+        &mut self,
+        table: &str,
+        lo: Bound<&[Value]>,
+        hi: Bound<&[Value]>,
+        visit: &mut dyn FnMut(RowId, Vec<Value>) -> Result<ScanControl>,
+    ) -> Result<()>;
+
+    /// Replaces the row version `row` (returned by a scan of this statement) with `values`.
+    /// Waits for the row lock if another transaction holds it. The primary key must not change.
+    ///
+    /// # Errors
+    /// 40P01 on deadlock, 57014 when cancelled, 0A000 if the key changes.
+    fn update(&mut self, table: &str, row: RowId, values: Vec<Value>) -> Result<WriteOutcome>;
+
+    /// Deletes the row version `row`. Waits like [`Transaction::update`].
+    ///
+    /// # Errors
+    /// 40P01 on deadlock, 57014 when cancelled.
+    fn delete(&mut self, table: &str, row: RowId) -> Result<WriteOutcome>;
+
+    /// Commits. With `opts.synchronous`, returns only once the commit record is durable.
+    /// Afterwards the transaction's changes are visible to new statements of every session.
+    ///
+    /// # Errors
+    /// I/O errors (the server then PANICs), 53100 if the WAL disk is full.
+    fn commit(self: Box<Self>, opts: CommitOpts) -> Result<()>;
+
+    /// Rolls back: the transaction's changes are never visible.
+    fn rollback(self: Box<Self>);
+}
