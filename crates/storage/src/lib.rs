@@ -1,1 +1,353 @@
+//! walnut's storage engine: pages, the buffer pool, heap tables, the B-tree, transactions,
+//! the catalog, checkpoints and redo recovery. See DESIGN.md beside this crate.
+//!
+//! [`Storage`] is one open data directory. [`Storage::initdb`] creates one; [`Storage::open`]
+//! runs crash recovery and starts the background checkpointer. Transactions are
+//! [`txn::Txn`]s.
+#![forbid(unsafe_code)]
 
+pub mod btree;
+pub mod bufpool;
+pub mod catalog;
+pub mod control;
+pub mod heap;
+pub mod page;
+pub mod recovery;
+pub mod smgr;
+pub mod txn;
+pub mod xact;
+
+use bufpool::BufferPool;
+use control::{ControlFile, DbState};
+use parking_lot::{Condvar, Mutex};
+use smgr::Smgr;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+use walnut_common::{Error, Lsn, RelFileId, Result, Xid};
+use walnut_io::Vfs;
+use walnut_wal::{Record, RmgrId, Wal, WalConfig};
+use xact::XactManager;
+
+/// Resource manager of transaction records.
+pub const RM_XACT: RmgrId = RmgrId(1);
+/// Commit record: main data = u32 count, then u32 relation files to remove.
+pub const XACT_COMMIT: u8 = 0x00;
+/// Abort record: same layout (relation files the transaction created).
+pub const XACT_ABORT: u8 = 0x10;
+/// Resource manager of relation-file records.
+pub const RM_SMGR: RmgrId = RmgrId(4);
+/// Relation file created: main data = u32 relation file id.
+pub const SMGR_CREATE: u8 = 0x00;
+/// Resource manager of checkpoint records.
+pub const RM_XLOG: RmgrId = RmgrId(5);
+/// Checkpoint: main data = u64 redo LSN, u64 next xid, u32 next relation file.
+pub const XLOG_CHECKPOINT: u8 = 0x00;
+
+/// Server-level settings the storage engine uses.
+#[derive(Clone, Debug)]
+pub struct StorageConfig {
+    /// `shared_buffers`, in pages.
+    pub shared_buffers_pages: usize,
+    /// `full_page_writes`.
+    pub full_page_writes: bool,
+    /// `checkpoint_timeout`, seconds.
+    pub checkpoint_timeout_s: u64,
+    /// `max_wal_size`, MB: a checkpoint starts when WAL since the last redo point exceeds half.
+    pub max_wal_size_mb: u64,
+    /// `wal_writer_delay`, ms.
+    pub wal_writer_delay_ms: u64,
+    /// `wal_buffers`, bytes.
+    pub wal_buffers_bytes: usize,
+}
+
+impl Default for StorageConfig {
+    fn default() -> Self {
+        StorageConfig {
+            shared_buffers_pages: 16384,
+            full_page_writes: true,
+            checkpoint_timeout_s: 300,
+            max_wal_size_mb: 1024,
+            wal_writer_delay_ms: 200,
+            wal_buffers_bytes: 16 << 20,
+        }
+    }
+}
+
+#[derive(Default)]
+struct CheckpointState {
+    requested: u64,
+    completed: u64,
+    shutdown: bool,
+    last_error: Option<String>,
+}
+
+/// One open data directory.
+pub struct Storage {
+    /// Data directory.
+    pub dir: PathBuf,
+    /// File system.
+    pub vfs: Arc<dyn Vfs>,
+    /// Relation files.
+    pub smgr: Arc<Smgr>,
+    /// Buffer pool.
+    pub pool: BufferPool,
+    /// Transaction status and waits.
+    pub xact: XactManager,
+    /// `full_page_writes`.
+    pub full_page_writes: bool,
+    wal: OnceLock<Arc<Wal>>,
+    next_relfile: AtomicU32,
+    /// Committed catalog (table name -> info).
+    pub catalog: catalog::CatalogCache,
+    config: StorageConfig,
+    ckpt: Mutex<CheckpointState>,
+    ckpt_cond: Condvar,
+    ckpt_running: Mutex<()>,
+    last_redo: AtomicU64,
+    checkpoints_done: AtomicU64,
+    stopping: AtomicBool,
+}
+
+/// Aborts the process after a failure that makes continuing unsafe (PostgreSQL's PANIC): a
+/// failed fsync, or redo that cannot proceed. Restart runs crash recovery.
+pub fn panic_fatal(what: &str) -> ! {
+    tracing::error!("PANIC: {what}");
+    eprintln!("PANIC: {what}");
+    std::process::abort()
+}
+
+impl Storage {
+    /// The WAL (after recovery).
+    pub fn wal(&self) -> &Arc<Wal> {
+        self.wal.get().expect("WAL is attached once recovery has ended")
+    }
+
+    /// Allocates a new relation file id.
+    pub fn allocate_relfile(&self) -> RelFileId {
+        RelFileId(self.next_relfile.fetch_add(1, Ordering::AcqRel))
+    }
+
+    /// Creates a data directory: layout, first WAL segment, catalog relation, a checkpoint and
+    /// the control file.
+    ///
+    /// # Errors
+    /// Bad input if `dir` is a non-empty directory; I/O errors.
+    pub fn initdb(vfs: Arc<dyn Vfs>, dir: &Path) -> Result<()> {
+        if dir.exists() && std::fs::read_dir(dir).map(|mut d| d.next().is_some()).unwrap_or(false) {
+            return Err(Error::user(walnut_common::SqlState("42P04"), format!("directory \"{}\" exists but is not empty", dir.display())));
+        }
+        for sub in ["", "base", "wal", "global", "pg_xact"] {
+            vfs.create_dir_all(&dir.join(sub)).map_err(|e| Error::io(format!("could not create directory \"{}\"", dir.join(sub).display()), e))?;
+        }
+        let cfg = wal_config(dir, &StorageConfig::default());
+        Wal::create(vfs.clone(), &cfg)?;
+        let ctl = ControlFile { state: DbState::ShutDown, checkpoint_lsn: Lsn::INVALID, redo_lsn: Lsn::FIRST, next_xid: Xid::FIRST_NORMAL, next_relfile: RelFileId::FIRST_USER.0 };
+        let st = Storage::new(vfs.clone(), dir, StorageConfig { shared_buffers_pages: 64, ..Default::default() }, &ctl, &[]);
+        let wal = Wal::open(vfs.clone(), cfg, Lsn::FIRST, Lsn::FIRST, Arc::new(|| 0))?;
+        st.pool.attach_wal(wal.clone());
+        let _ = st.wal.set(wal);
+        st.log_smgr_create(RelFileId::CATALOG)?;
+        st.checkpoint_now(DbState::ShutDown)?;
+        st.wal().shutdown();
+        Ok(())
+    }
+
+    fn new(vfs: Arc<dyn Vfs>, dir: &Path, config: StorageConfig, ctl: &ControlFile, xact_status: &[u8]) -> Storage {
+        let smgr = Arc::new(Smgr::new(vfs.clone(), dir.join("base")));
+        Storage {
+            dir: dir.to_path_buf(),
+            vfs,
+            pool: BufferPool::new(config.shared_buffers_pages, smgr.clone()),
+            smgr,
+            xact: XactManager::new(ctl.next_xid, xact_status),
+            full_page_writes: config.full_page_writes,
+            wal: OnceLock::new(),
+            next_relfile: AtomicU32::new(ctl.next_relfile),
+            catalog: catalog::CatalogCache::default(),
+            config,
+            ckpt: Mutex::new(CheckpointState::default()),
+            ckpt_cond: Condvar::new(),
+            ckpt_running: Mutex::new(()),
+            last_redo: AtomicU64::new(ctl.redo_lsn.0),
+            checkpoints_done: AtomicU64::new(0),
+            stopping: AtomicBool::new(false),
+        }
+    }
+
+    /// Opens a data directory: crash recovery (redo from the last checkpoint's redo point), an
+    /// end-of-recovery checkpoint, the catalog, then the checkpointer and WAL writer threads.
+    ///
+    /// # Errors
+    /// Bad input if `dir` is not a data directory; corruption and I/O errors from recovery.
+    pub fn open(vfs: Arc<dyn Vfs>, dir: &Path, config: StorageConfig) -> Result<Arc<Storage>> {
+        let ctl = ControlFile::read(&*vfs, dir)?;
+        let status = control::read_xact_status(&*vfs, dir)?;
+        let st = Arc::new(Storage::new(vfs.clone(), dir, config.clone(), &ctl, &status));
+        let end = recovery::redo(&st, &ctl)?;
+        let st2 = st.clone();
+        let wal = Wal::open(vfs, wal_config(dir, &config), end.end_lsn, ctl.redo_lsn, Arc::new(move || st2.xact.active_count()))?;
+        st.pool.attach_wal(wal.clone());
+        let _ = st.wal.set(wal);
+        st.xact.abort_unresolved();
+        if end.records_replayed > 0 || ctl.state != DbState::ShutDown {
+            tracing::info!(records = end.records_replayed, redo = %ctl.redo_lsn, end = %end.end_lsn, "redo done");
+        }
+        st.checkpoint_now(DbState::InProduction)?;
+        st.catalog.reload(&st)?;
+        st.wal().start_wal_writer(config.wal_writer_delay_ms.max(1));
+        let weak = Arc::downgrade(&st);
+        std::thread::Builder::new()
+            .name("checkpointer".into())
+            .spawn(move || checkpointer(weak))
+            .map_err(|e| Error::io("could not start checkpointer", e))?;
+        Ok(st)
+    }
+
+    fn log_smgr_create(&self, rel: RelFileId) -> Result<()> {
+        self.wal().insert(&mut |_| Record { rmgr: RM_SMGR, info: SMGR_CREATE, xid: Xid::INVALID, flags: 0, blocks: vec![], main_data: rel.0.to_le_bytes().to_vec() })?;
+        self.smgr.create(rel)?;
+        Ok(())
+    }
+
+    /// Creates a relation file for transaction `xid`, WAL-logged so redo recreates it.
+    ///
+    /// # Errors
+    /// I/O errors.
+    pub fn create_relation(&self) -> Result<RelFileId> {
+        let rel = self.allocate_relfile();
+        self.log_smgr_create(rel)?;
+        Ok(rel)
+    }
+
+    /// Drops a relation's buffers and file (after the commit or abort that decided it).
+    ///
+    /// # Errors
+    /// I/O errors.
+    pub fn remove_relation(&self, rel: RelFileId) -> Result<()> {
+        self.pool.drop_relation(rel);
+        self.smgr.unlink(rel)
+    }
+
+    /// Runs a checkpoint now (PostgreSQL's `CreateCheckPoint`), serialized with any other:
+    /// 1. with commits held off (`commit_lock`) and all WAL insertion excluded, fix the redo
+    ///    point at the insert position;
+    /// 2. write every dirty buffer (each after flushing WAL to its page LSN);
+    /// 3. fsync every relation file written;
+    /// 4. flush WAL to the insert position, write the transaction status file;
+    /// 5. insert the checkpoint record and flush it;
+    /// 6. replace the control file (checkpoint LSN, redo point);
+    /// 7. recycle WAL segments before the redo point.
+    ///
+    /// # Errors
+    /// I/O errors. A failed fsync aborts the process (PANIC).
+    pub fn checkpoint_now(&self, state: DbState) -> Result<()> {
+        let _running = self.ckpt_running.lock();
+        let wal = self.wal();
+        let redo = {
+            let _c = self.xact.commit_lock.write();
+            wal.begin_checkpoint()
+        };
+        self.pool.flush_all()?;
+        if let Err(e) = self.smgr.sync_all() {
+            panic_fatal(&format!("checkpoint: {e}"));
+        }
+        let status = self.xact.durable_snapshot();
+        wal.flush(wal.insert_lsn(), Default::default())?;
+        control::write_xact_status(&*self.vfs, &self.dir, &status)?;
+        let next_xid = self.xact.next_xid();
+        let next_relfile = self.next_relfile.load(Ordering::Acquire);
+        let mut main = Vec::with_capacity(20);
+        main.extend_from_slice(&redo.0.to_le_bytes());
+        main.extend_from_slice(&next_xid.0.to_le_bytes());
+        main.extend_from_slice(&next_relfile.to_le_bytes());
+        let (start, end) = wal.insert(&mut |_| Record { rmgr: RM_XLOG, info: XLOG_CHECKPOINT, xid: Xid::INVALID, flags: 0, blocks: vec![], main_data: main.clone() })?;
+        wal.flush(end, Default::default())?;
+        ControlFile { state, checkpoint_lsn: start, redo_lsn: redo, next_xid, next_relfile }.write(&*self.vfs, &self.dir)?;
+        wal.remove_old_segments(redo)?;
+        self.last_redo.store(redo.0, Ordering::Release);
+        self.checkpoints_done.fetch_add(1, Ordering::AcqRel);
+        Ok(())
+    }
+
+    /// Requests a checkpoint from the checkpointer and waits for it (the CHECKPOINT command).
+    ///
+    /// # Errors
+    /// The checkpoint's error.
+    pub fn request_checkpoint(&self) -> Result<()> {
+        let mut s = self.ckpt.lock();
+        s.requested += 1;
+        let want = s.requested;
+        self.ckpt_cond.notify_all();
+        while s.completed < want && !s.shutdown {
+            self.ckpt_cond.wait(&mut s);
+        }
+        match s.last_error.take() {
+            Some(e) => Err(Error::internal(format!("checkpoint failed: {e}"))),
+            None => Ok(()),
+        }
+    }
+
+    /// Clean shutdown: stop the checkpointer, write a shutdown checkpoint, stop the WAL.
+    ///
+    /// # Errors
+    /// I/O errors from the final checkpoint.
+    pub fn shutdown(&self) -> Result<()> {
+        if self.stopping.swap(true, Ordering::AcqRel) {
+            return Ok(());
+        }
+        {
+            let mut s = self.ckpt.lock();
+            s.shutdown = true;
+            self.ckpt_cond.notify_all();
+        }
+        let r = self.checkpoint_now(DbState::ShutDown);
+        self.wal().shutdown();
+        r
+    }
+
+    /// Number of checkpoints completed since start.
+    pub fn checkpoints_done(&self) -> u64 {
+        self.checkpoints_done.load(Ordering::Acquire)
+    }
+}
+
+fn wal_config(dir: &Path, c: &StorageConfig) -> WalConfig {
+    WalConfig { dir: dir.join("wal"), wal_buffers_bytes: c.wal_buffers_bytes.next_power_of_two().max(1 << 20), prealloc_segments: 2 }
+}
+
+fn checkpointer(weak: std::sync::Weak<Storage>) {
+    let mut last = Instant::now();
+    loop {
+        let Some(st) = weak.upgrade() else { return };
+        let timeout = Duration::from_secs(st.config.checkpoint_timeout_s.max(1));
+        let wal_limit = st.config.max_wal_size_mb.max(2) * (1 << 20) / 2;
+        let requested = {
+            let mut s = st.ckpt.lock();
+            if s.shutdown {
+                return;
+            }
+            if s.requested == s.completed {
+                st.ckpt_cond.wait_for(&mut s, Duration::from_millis(200));
+            }
+            if s.shutdown {
+                return;
+            }
+            s.requested
+        };
+        let wal_since = st.wal().insert_lsn().0.saturating_sub(st.last_redo.load(Ordering::Acquire));
+        let due = requested > st.ckpt.lock().completed || last.elapsed() >= timeout || wal_since >= wal_limit;
+        if due {
+            let r = st.checkpoint_now(DbState::InProduction);
+            last = Instant::now();
+            let mut s = st.ckpt.lock();
+            if let Err(e) = &r {
+                tracing::error!("checkpoint failed: {e}");
+                s.last_error = Some(e.to_string());
+            }
+            s.completed = requested;
+            st.ckpt_cond.notify_all();
+        }
+    }
+}

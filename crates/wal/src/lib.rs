@@ -9,9 +9,23 @@
 //! add private modules, but keeps these public signatures):
 #![forbid(unsafe_code)]
 
+mod reader;
+mod record;
+mod ring;
+mod segment;
+#[cfg(test)]
+mod tests;
+mod wal;
+
+pub use record::{
+    align8, decode_record, encode_record, record_len, BLOCK_HEADER_LEN, MAX_RECORD_LEN,
+    RECORD_ALIGN, RECORD_HEADER_LEN,
+};
+pub use segment::{parse_segment_file_name, segment_file_name, segment_of, WAL_SEGMENT_SIZE};
+pub use wal::{Wal, WalReader, NUM_INSERT_SLOTS};
+
 use std::path::PathBuf;
-use std::sync::Arc;
-use walnut_common::{BlockNumber, Lsn, RelFileId, Result, Xid};
+use walnut_common::{BlockNumber, Lsn, RelFileId, Xid};
 
 /// Resource manager ids: which redo routine understands a record.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -112,148 +126,18 @@ pub struct WalStats {
     pub group_commits: u64,
 }
 
-/// The write-ahead log of one data directory.
-pub struct Wal {
-    _private: (),
-}
+impl WalConfig {
+    /// Default `wal_buffers_bytes`: 16 MiB (PostgreSQL's maximum automatic `wal_buffers`).
+    pub const DEFAULT_WAL_BUFFERS_BYTES: usize = 16 * 1024 * 1024;
+    /// Default `prealloc_segments`.
+    pub const DEFAULT_PREALLOC_SEGMENTS: u32 = 2;
 
-impl Wal {
-    /// Creates an empty WAL in `cfg.dir` (initdb): the directory, the first segment(s)
-    /// preallocated. The first record will be at `Lsn::FIRST`.
-    ///
-    /// # Errors
-    /// I/O errors.
-    pub fn create(_vfs: Arc<dyn walnut_io::Vfs>, _cfg: &WalConfig) -> Result<()> {
-        todo!()
+    /// A configuration for `dir` with the defaults above.
+    pub fn new(dir: impl Into<PathBuf>) -> WalConfig {
+        WalConfig {
+            dir: dir.into(),
+            wal_buffers_bytes: Self::DEFAULT_WAL_BUFFERS_BYTES,
+            prealloc_segments: Self::DEFAULT_PREALLOC_SEGMENTS,
+        }
     }
-
-    /// Opens the WAL for appending after recovery: the next record goes at `end_lsn` (the end of
-    /// the last valid record found by [`WalReader`]); bytes after it in the current segment are
-    /// overwritten. `redo_lsn` is the redo point of the last checkpoint (see [`Wal::redo_lsn`]).
-    /// `active_xacts` returns the number of transactions with an xid, for `commit_siblings`.
-    ///
-    /// # Errors
-    /// I/O errors.
-    pub fn open(
-        _vfs: Arc<dyn walnut_io::Vfs>,
-        _cfg: WalConfig,
-        _end_lsn: Lsn,
-        _redo_lsn: Lsn,
-        _active_xacts: Arc<dyn Fn() -> usize + Send + Sync>,
-    ) -> Result<Arc<Wal>> {
-        todo!()
-    }
-
-    /// Inserts one record, concurrently with other inserters (reserve space atomically, copy in
-    /// parallel; PostgreSQL's `XLogInsertRecord`). `assemble` builds the record given the current
-    /// redo point, so that the caller takes a full-page image of each block whose page LSN is
-    /// `<= redo_lsn`. If a checkpoint moves the redo point between assembly and reservation,
-    /// `assemble` is called again (PostgreSQL's `RedoRecPtr` recheck).
-    ///
-    /// Returns (start LSN, end LSN). The record is durable only after `flush(end)`.
-    ///
-    /// # Errors
-    /// I/O errors when the buffers were full and had to be written out.
-    pub fn insert(&self, _assemble: &mut dyn FnMut(Lsn) -> Record) -> Result<(Lsn, Lsn)> {
-        todo!()
-    }
-
-    /// Waits until all WAL up to `lsn` is durable, by group commit (PostgreSQL 9.3+'s
-    /// `XLogFlush`): one leader writes and syncs everything inserted so far; followers wait and
-    /// never sync again what is already synced. Returns at once if `lsn <= flush_lsn()`.
-    /// Blocks the calling OS thread: never call it from an async task.
-    ///
-    /// # Errors
-    /// A failed write or sync is fatal: the implementation panics (PANIC) rather than retry.
-    pub fn flush(&self, _lsn: Lsn, _opts: FlushOpts) -> Result<()> {
-        todo!()
-    }
-
-    /// End of the last reserved record (PostgreSQL's insert position), bytes.
-    pub fn insert_lsn(&self) -> Lsn {
-        todo!()
-    }
-
-    /// Everything before this is durable.
-    pub fn flush_lsn(&self) -> Lsn {
-        todo!()
-    }
-
-    /// The current checkpoint's redo point.
-    pub fn redo_lsn(&self) -> Lsn {
-        todo!()
-    }
-
-    /// Starts a checkpoint: with every insertion excluded, sets the redo point to the current
-    /// insert position and returns it (PostgreSQL's `CreateCheckPoint` holding all insertion
-    /// locks). Records inserted afterwards see the new redo point in `assemble`.
-    pub fn begin_checkpoint(&self) -> Lsn {
-        todo!()
-    }
-
-    /// Recycles or removes segments wholly before `lsn` (after a checkpoint whose redo point is
-    /// `lsn`), keeping `prealloc_segments` recycled for future use.
-    ///
-    /// # Errors
-    /// I/O errors.
-    pub fn remove_old_segments(&self, _lsn: Lsn) -> Result<()> {
-        todo!()
-    }
-
-    /// Starts the background WAL writer thread (for `synchronous_commit = off`): every
-    /// `delay_ms` it flushes what was inserted. Stops when the `Wal` is dropped or `shutdown`.
-    pub fn start_wal_writer(self: &Arc<Self>, _delay_ms: u64) {
-        todo!()
-    }
-
-    /// Flushes everything and stops background threads.
-    pub fn shutdown(&self) {
-        todo!()
-    }
-
-    /// A snapshot of the counters.
-    pub fn stats(&self) -> WalStats {
-        todo!()
-    }
-}
-
-/// Reads records sequentially from a start LSN (redo).
-pub struct WalReader {
-    _private: (),
-}
-
-impl WalReader {
-    /// Opens the WAL in `dir` for reading from `start` (which must be a record start).
-    ///
-    /// # Errors
-    /// I/O errors; a missing segment for `start` is a corruption error.
-    pub fn open(_vfs: Arc<dyn walnut_io::Vfs>, _dir: PathBuf, _start: Lsn) -> Result<WalReader> {
-        todo!()
-    }
-
-    /// The next valid record, or `None` at the end of valid WAL (zeroed, torn or stale tail).
-    ///
-    /// # Errors
-    /// I/O errors.
-    pub fn next_record(&mut self) -> Result<Option<DecodedRecord>> {
-        todo!()
-    }
-
-    /// End of the last record returned (where a new WAL would continue).
-    pub fn end_lsn(&self) -> Lsn {
-        todo!()
-    }
-}
-
-/// Encodes a record at `lsn` into its on-disk bytes (header, blocks, main data, padding to 8).
-pub fn encode_record(_lsn: Lsn, _rec: &Record) -> Vec<u8> {
-    todo!()
-}
-
-/// Decodes one record from `bytes` expected at `lsn`.
-///
-/// # Errors
-/// A corruption error for a bad CRC, a wrong LSN in the header, or malformed lengths.
-pub fn decode_record(_lsn: Lsn, _bytes: &[u8]) -> Result<DecodedRecord> {
-    todo!()
 }

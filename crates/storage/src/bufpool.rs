@@ -1,0 +1,363 @@
+//! The buffer pool: `shared_buffers` frames of one page each, with pins, content latches and
+//! clock-sweep eviction (after PostgreSQL's `src/backend/storage/buffer/bufmgr.c` and
+//! `freelist.c`).
+//!
+//! Rules (see DESIGN.md, "Buffer pool"):
+//! - A frame's page may be read or written only while the frame is **pinned**; a pinned frame is
+//!   never evicted.
+//! - Page bytes are read under the shared **content latch** and changed under the exclusive one.
+//! - The **WAL rule**: a dirty page is written out only after WAL is flushed up to its page LSN.
+//! - The page table maps (relation, block) to a frame; it is sharded, and a frame is pinned only
+//!   while its shard is locked, so eviction (which claims a frame with a 0 -> 1 pin transition
+//!   under the same shard lock) can never race with a new pin.
+
+use crate::page::{self, PageBuf};
+use crate::smgr::{Relation, Smgr};
+use parking_lot::{Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock};
+use walnut_common::{BlockNumber, Error, ErrorKind, Lsn, RelFileId, Result, SqlState, BLCKSZ};
+use walnut_wal::{FlushOpts, Wal};
+
+const SHARDS: usize = 64;
+const NO_TAG: u64 = u64::MAX;
+const USAGE_MAX: u8 = 5;
+
+/// Identifies a page: relation file and block.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct BufTag {
+    /// Relation file.
+    pub rel: RelFileId,
+    /// Block within it.
+    pub block: BlockNumber,
+}
+
+impl BufTag {
+    fn pack(self) -> u64 {
+        (self.rel.0 as u64) << 32 | self.block.0 as u64
+    }
+    fn unpack(v: u64) -> Option<BufTag> {
+        (v != NO_TAG).then(|| BufTag { rel: RelFileId((v >> 32) as u32), block: BlockNumber(v as u32) })
+    }
+}
+
+struct Frame {
+    tag: AtomicU64,
+    valid: AtomicBool,
+    dirty: AtomicBool,
+    pins: AtomicU32,
+    usage: AtomicU8,
+    io: Mutex<()>,
+    page: RwLock<Box<PageBuf>>,
+}
+
+/// How to obtain a page.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReadMode {
+    /// Read it from disk (validating the checksum) unless cached.
+    Normal,
+    /// The caller will initialize it: do not read, start from zeros (a newly allocated block,
+    /// or redo of a record with a full-page image or `will_init`).
+    Zero,
+}
+
+/// The buffer pool.
+pub struct BufferPool {
+    frames: Vec<Frame>,
+    shards: Vec<Mutex<HashMap<BufTag, usize>>>,
+    clock: AtomicUsize,
+    smgr: Arc<Smgr>,
+    wal: OnceLock<Arc<Wal>>,
+}
+
+/// A pinned page. Unpins on drop.
+pub struct Pinned<'a> {
+    pool: &'a BufferPool,
+    idx: usize,
+    /// The page's identity.
+    pub tag: BufTag,
+}
+
+impl Pinned<'_> {
+    /// Takes the shared content latch.
+    pub fn read(&self) -> RwLockReadGuard<'_, Box<PageBuf>> {
+        self.pool.frames[self.idx].page.read()
+    }
+
+    /// Takes the exclusive content latch.
+    pub fn write(&self) -> RwLockWriteGuard<'_, Box<PageBuf>> {
+        self.pool.frames[self.idx].page.write()
+    }
+
+    /// Marks the page dirty. Call while holding the exclusive latch, after the change.
+    pub fn mark_dirty(&self) {
+        self.pool.frames[self.idx].dirty.store(true, Ordering::Release);
+    }
+}
+
+impl Drop for Pinned<'_> {
+    fn drop(&mut self) {
+        let prev = self.pool.frames[self.idx].pins.fetch_sub(1, Ordering::AcqRel);
+        assert!(prev > 0, "unpinned a buffer that was not pinned");
+    }
+}
+
+impl BufferPool {
+    /// A pool of `nframes` frames (`shared_buffers` in pages, at least 16).
+    pub fn new(nframes: usize, smgr: Arc<Smgr>) -> BufferPool {
+        let nframes = nframes.max(16);
+        let frames = (0..nframes)
+            .map(|_| Frame {
+                tag: AtomicU64::new(NO_TAG),
+                valid: AtomicBool::new(false),
+                dirty: AtomicBool::new(false),
+                pins: AtomicU32::new(0),
+                usage: AtomicU8::new(0),
+                io: Mutex::new(()),
+                page: RwLock::new(
+                    vec![0u8; BLCKSZ].into_boxed_slice().try_into().expect("BLCKSZ bytes"),
+                ),
+            })
+            .collect();
+        BufferPool {
+            frames,
+            shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
+            clock: AtomicUsize::new(0),
+            smgr,
+            wal: OnceLock::new(),
+        }
+    }
+
+    /// Attaches the WAL once recovery has ended; from then on write-outs obey the WAL rule.
+    /// (During redo every record being replayed is already durable.)
+    pub fn attach_wal(&self, wal: Arc<Wal>) {
+        let _ = self.wal.set(wal);
+    }
+
+    /// The storage manager under the pool.
+    pub fn smgr(&self) -> &Arc<Smgr> {
+        &self.smgr
+    }
+
+    fn shard(&self, tag: BufTag) -> &Mutex<HashMap<BufTag, usize>> {
+        let h = (tag.rel.0 as usize).wrapping_mul(0x9E37_79B9) ^ (tag.block.0 as usize).wrapping_mul(0x85EB_CA6B);
+        &self.shards[h % SHARDS]
+    }
+
+    /// Pins page `block` of `rel`, reading it if needed.
+    ///
+    /// # Errors
+    /// I/O errors; a corruption error if the page fails its checksum; 53400-like resource error
+    /// if every frame is pinned.
+    pub fn pin(&self, rel: &Relation, block: BlockNumber, mode: ReadMode) -> Result<Pinned<'_>> {
+        let tag = BufTag { rel: rel.id, block };
+        loop {
+            {
+                let map = self.shard(tag).lock();
+                if let Some(&i) = map.get(&tag) {
+                    let f = &self.frames[i];
+                    f.pins.fetch_add(1, Ordering::AcqRel);
+                    drop(map);
+                    if f.usage.load(Ordering::Relaxed) < USAGE_MAX {
+                        f.usage.fetch_add(1, Ordering::Relaxed);
+                    }
+                    let pinned = Pinned { pool: self, idx: i, tag };
+                    if !f.valid.load(Ordering::Acquire) {
+                        // Someone is loading it: wait for their I/O to end.
+                        drop(f.io.lock());
+                        if !f.valid.load(Ordering::Acquire) {
+                            drop(pinned);
+                            continue;
+                        }
+                    }
+                    return Ok(pinned);
+                }
+            }
+            let v = self.find_victim()?;
+            let f = &self.frames[v];
+            let mut map = self.shard(tag).lock();
+            if map.contains_key(&tag) {
+                f.pins.fetch_sub(1, Ordering::AcqRel);
+                continue;
+            }
+            let io = f.io.lock();
+            f.valid.store(false, Ordering::Release);
+            f.tag.store(tag.pack(), Ordering::Release);
+            map.insert(tag, v);
+            drop(map);
+            let loaded = {
+                let mut page = f.page.write();
+                match mode {
+                    ReadMode::Zero => {
+                        page.fill(0);
+                        Ok(())
+                    }
+                    ReadMode::Normal => self.smgr.read(rel, block, &mut page[..]).and_then(|()| {
+                        page::check(&page).map_err(|e| {
+                            Error::corruption(format!("invalid page in block {} of relation base/{}: {}", block.0, rel.id.0, e.message))
+                        })
+                    }),
+                }
+            };
+            match loaded {
+                Ok(()) => {
+                    f.usage.store(1, Ordering::Relaxed);
+                    f.valid.store(true, Ordering::Release);
+                    drop(io);
+                    return Ok(Pinned { pool: self, idx: v, tag });
+                }
+                Err(e) => {
+                    let mut map = self.shard(tag).lock();
+                    map.remove(&tag);
+                    f.tag.store(NO_TAG, Ordering::Release);
+                    drop(map);
+                    drop(io);
+                    f.pins.fetch_sub(1, Ordering::AcqRel);
+                    return Err(e);
+                }
+            }
+        }
+    }
+
+    /// Finds a frame by clock sweep, writes it out if dirty, unmaps it, and returns it pinned
+    /// once (pins == 1) and unmapped.
+    fn find_victim(&self) -> Result<usize> {
+        let n = self.frames.len();
+        for _ in 0..n * (USAGE_MAX as usize + 2) {
+            let i = self.clock.fetch_add(1, Ordering::Relaxed) % n;
+            let f = &self.frames[i];
+            if f.pins.load(Ordering::Acquire) > 0 {
+                continue;
+            }
+            if f.usage.load(Ordering::Relaxed) > 0 {
+                f.usage.fetch_sub(1, Ordering::Relaxed);
+                continue;
+            }
+            let Some(tag) = BufTag::unpack(f.tag.load(Ordering::Acquire)) else {
+                if f.pins.compare_exchange(0, 1, Ordering::AcqRel, Ordering::Relaxed).is_ok() {
+                    if f.tag.load(Ordering::Acquire) == NO_TAG {
+                        return Ok(i);
+                    }
+                    f.pins.fetch_sub(1, Ordering::AcqRel);
+                }
+                continue;
+            };
+            {
+                let map = self.shard(tag).lock();
+                if map.get(&tag) != Some(&i)
+                    || f.pins.compare_exchange(0, 1, Ordering::AcqRel, Ordering::Relaxed).is_err()
+                {
+                    continue;
+                }
+            }
+            if f.dirty.load(Ordering::Acquire) {
+                if let Err(e) = self.write_frame(i, tag) {
+                    f.pins.fetch_sub(1, Ordering::AcqRel);
+                    return Err(e);
+                }
+            }
+            let mut map = self.shard(tag).lock();
+            if f.dirty.load(Ordering::Acquire) || f.pins.load(Ordering::Acquire) != 1 {
+                drop(map);
+                f.pins.fetch_sub(1, Ordering::AcqRel);
+                continue;
+            }
+            map.remove(&tag);
+            f.tag.store(NO_TAG, Ordering::Release);
+            f.valid.store(false, Ordering::Release);
+            return Ok(i);
+        }
+        Err(Error::new(ErrorKind::Resource, SqlState("53400"), "no unpinned buffers available"))
+    }
+
+    /// Writes frame `i` (pinned by the caller) out, obeying the WAL rule.
+    fn write_frame(&self, i: usize, tag: BufTag) -> Result<()> {
+        let f = &self.frames[i];
+        let mut copy: Box<PageBuf> = vec![0u8; BLCKSZ].into_boxed_slice().try_into().expect("BLCKSZ");
+        {
+            let page = f.page.read();
+            f.dirty.store(false, Ordering::Release);
+            copy.copy_from_slice(&page[..]);
+        }
+        let lsn = page::lsn(&copy);
+        if let Some(wal) = self.wal.get() {
+            if lsn > wal.flush_lsn() {
+                wal.flush(lsn, FlushOpts::default())?;
+            }
+        }
+        page::set_checksum(&mut copy);
+        let rel = self.smgr.open(tag.rel)?;
+        if let Err(e) = self.smgr.write(&rel, tag.block, &copy[..]) {
+            f.dirty.store(true, Ordering::Release);
+            return Err(e);
+        }
+        Ok(())
+    }
+
+    /// Writes out every dirty page (checkpoint step 2). Returns the number written.
+    ///
+    /// # Errors
+    /// The first I/O error.
+    pub fn flush_all(&self) -> Result<usize> {
+        let mut written = 0;
+        for (i, f) in self.frames.iter().enumerate() {
+            if !f.dirty.load(Ordering::Acquire) {
+                continue;
+            }
+            let Some(tag) = BufTag::unpack(f.tag.load(Ordering::Acquire)) else { continue };
+            {
+                let map = self.shard(tag).lock();
+                if map.get(&tag) != Some(&i) {
+                    continue;
+                }
+                f.pins.fetch_add(1, Ordering::AcqRel);
+            }
+            let pinned = Pinned { pool: self, idx: i, tag };
+            let r = if f.valid.load(Ordering::Acquire) && f.dirty.load(Ordering::Acquire) {
+                self.write_frame(i, tag).map(|()| written += 1)
+            } else {
+                Ok(())
+            };
+            drop(pinned);
+            r?;
+        }
+        Ok(written)
+    }
+
+    /// Forgets every page of `rel` without writing it (DROP/TRUNCATE at commit, or redo of them).
+    /// Nobody may hold a pin on them.
+    pub fn drop_relation(&self, rel: RelFileId) {
+        for (i, f) in self.frames.iter().enumerate() {
+            let Some(tag) = BufTag::unpack(f.tag.load(Ordering::Acquire)) else { continue };
+            if tag.rel != rel {
+                continue;
+            }
+            let mut map = self.shard(tag).lock();
+            if map.get(&tag) == Some(&i) && f.pins.load(Ordering::Acquire) == 0 {
+                map.remove(&tag);
+                f.tag.store(NO_TAG, Ordering::Release);
+                f.valid.store(false, Ordering::Release);
+                f.dirty.store(false, Ordering::Release);
+            }
+        }
+    }
+
+    /// Number of frames.
+    pub fn len(&self) -> usize {
+        self.frames.len()
+    }
+
+    /// True if the pool has no frames (never: at least 16).
+    pub fn is_empty(&self) -> bool {
+        self.frames.is_empty()
+    }
+
+    /// The lowest page LSN among dirty pages, for diagnostics.
+    pub fn dirty_count(&self) -> usize {
+        self.frames.iter().filter(|f| f.dirty.load(Ordering::Relaxed)).count()
+    }
+}
+
+/// LSN type re-exported for callers of `page::lsn`.
+pub type PageLsn = Lsn;

@@ -1,0 +1,146 @@
+//! The catalog: one heap relation (`RelFileId::CATALOG`) with a row per table, read and written
+//! with the same MVCC rules as user tables, so DDL is transactional and survives restarts.
+//!
+//! Catalog row (encode_row with these types):
+//! `name text, table_id int8, relfile int8, index_relfile int8 (0 = none), columns text,
+//! primary_key text, fillfactor int4`.
+//! `columns` is one line per column, `type<TAB>not_null(0|1)<TAB>name`; `primary_key` is the
+//! comma-separated column positions, empty if none.
+//!
+//! [`CatalogCache`] holds the committed catalog in memory; it is rebuilt after every commit that
+//! changed the catalog. A transaction's own uncommitted DDL lives in its overlay (crate::txn).
+
+use crate::heap;
+use crate::xact::Snapshot;
+use crate::Storage;
+use parking_lot::RwLock;
+use std::collections::HashMap;
+use std::sync::Arc;
+use walnut_common::value::{decode_row, encode_row};
+use walnut_common::{BlockNumber, ColumnDef, DataType, Error, RelFileId, Result, TableDef, Tid, Value, Xid};
+
+/// A table as the engine knows it.
+#[derive(Clone, Debug)]
+pub struct TableInfo {
+    /// Definition.
+    pub def: Arc<TableDef>,
+    /// Stable id (the first relation file it had).
+    pub table_id: u64,
+    /// Current heap relation file.
+    pub relfile: RelFileId,
+    /// Primary-key index relation file.
+    pub index: Option<RelFileId>,
+    /// TID of the catalog row version describing it.
+    pub catalog_tid: Tid,
+}
+
+impl TableInfo {
+    /// Name of the primary-key index (`<table>_pkey`).
+    pub fn index_name(&self) -> String {
+        format!("{}_pkey", self.def.name)
+    }
+}
+
+fn catalog_types() -> Vec<DataType> {
+    vec![DataType::Text, DataType::Int8, DataType::Int8, DataType::Int8, DataType::Text, DataType::Text, DataType::Int4]
+}
+
+/// Encodes a table's catalog row.
+pub fn encode(info: &TableInfo) -> Vec<u8> {
+    let cols: Vec<String> = info.def.columns.iter().map(|c| format!("{}\t{}\t{}", c.ty.to_catalog(), c.not_null as u8, c.name)).collect();
+    let pk = info.def.primary_key.as_ref().map(|k| k.iter().map(|i| i.to_string()).collect::<Vec<_>>().join(",")).unwrap_or_default();
+    let row = vec![
+        Value::Text(info.def.name.clone()),
+        Value::Int8(info.table_id as i64),
+        Value::Int8(info.relfile.0 as i64),
+        Value::Int8(info.index.map_or(0, |r| r.0 as i64)),
+        Value::Text(cols.join("\n")),
+        Value::Text(pk),
+        Value::Int4(info.def.fillfactor as i32),
+    ];
+    let mut out = Vec::new();
+    encode_row(&row, &mut out);
+    out
+}
+
+/// Decodes a catalog row.
+///
+/// # Errors
+/// Corruption if malformed.
+pub fn decode(tid: Tid, bytes: &[u8]) -> Result<TableInfo> {
+    let bad = || Error::corruption("catalog row is malformed");
+    let v = decode_row(&catalog_types(), bytes)?;
+    let text = |i: usize| match &v[i] {
+        Value::Text(s) => Ok(s.clone()),
+        _ => Err(bad()),
+    };
+    let int = |i: usize| v[i].as_i64().ok_or_else(bad);
+    let mut columns = Vec::new();
+    for line in text(4)?.split('\n').filter(|l| !l.is_empty()) {
+        let mut parts = line.splitn(3, '\t');
+        let ty = DataType::from_catalog(parts.next().ok_or_else(bad)?).ok_or_else(bad)?;
+        let not_null = parts.next().ok_or_else(bad)? == "1";
+        let name = parts.next().ok_or_else(bad)?.to_string();
+        columns.push(ColumnDef { name, ty, not_null });
+    }
+    let pk_text = text(5)?;
+    let primary_key = if pk_text.is_empty() {
+        None
+    } else {
+        Some(pk_text.split(',').map(|s| s.parse::<usize>().map_err(|_| bad())).collect::<Result<Vec<_>>>()?)
+    };
+    if primary_key.as_ref().is_some_and(|k| k.iter().any(|&i| i >= columns.len())) {
+        return Err(bad());
+    }
+    let index = int(3)?;
+    Ok(TableInfo {
+        def: Arc::new(TableDef { name: text(0)?, columns, primary_key, fillfactor: int(6)? as u8 }),
+        table_id: int(1)? as u64,
+        relfile: RelFileId(int(2)? as u32),
+        index: (index != 0).then_some(RelFileId(index as u32)),
+        catalog_tid: tid,
+    })
+}
+
+/// Scans the catalog with `snap`.
+///
+/// # Errors
+/// Corruption and I/O errors.
+pub fn scan(st: &Storage, snap: &Snapshot) -> Result<Vec<TableInfo>> {
+    let rel = st.smgr.open(RelFileId::CATALOG)?;
+    let n = rel.nblocks.load(std::sync::atomic::Ordering::Acquire);
+    let mut rows = Vec::new();
+    for b in 0..n {
+        heap::scan_block(st, &rel, BlockNumber(b), snap, &mut rows)?;
+    }
+    rows.iter().map(|(tid, bytes)| decode(*tid, bytes)).collect()
+}
+
+/// The committed catalog, by table name.
+#[derive(Default)]
+pub struct CatalogCache {
+    tables: RwLock<HashMap<String, Arc<TableInfo>>>,
+}
+
+impl CatalogCache {
+    /// The committed definition of `name`.
+    pub fn get(&self, name: &str) -> Option<Arc<TableInfo>> {
+        self.tables.read().get(name).cloned()
+    }
+
+    /// Rebuilds from the catalog heap with a fresh snapshot.
+    ///
+    /// # Errors
+    /// Corruption and I/O errors.
+    pub fn reload(&self, st: &Storage) -> Result<()> {
+        let snap = st.xact.snapshot(Xid::INVALID);
+        let map = scan(st, &snap)?.into_iter().map(|t| (t.def.name.clone(), Arc::new(t))).collect();
+        *self.tables.write() = map;
+        Ok(())
+    }
+
+    /// All committed tables.
+    pub fn all(&self) -> Vec<Arc<TableInfo>> {
+        self.tables.read().values().cloned().collect()
+    }
+}

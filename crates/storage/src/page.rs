@@ -1,0 +1,276 @@
+//! The 8 KiB slotted page shared by heap and B-tree pages (after PostgreSQL's
+//! `src/include/storage/bufpage.h`).
+//!
+//! ```text
+//! offset  size  field
+//!  0      8     page_lsn   end LSN of the last WAL record that changed the page
+//!  8      4     checksum   CRC-32C of the page with this field zeroed (set on write-out)
+//! 12      2     kind       0 = new (all zero), 1 = heap, 2 = B-tree, 3 = B-tree meta
+//! 14      2     lower      end of the line-pointer array
+//! 16      2     upper      start of item space (items grow down from `special`)
+//! 18      2     special    start of the kind-specific trailer (BLCKSZ for heap pages)
+//! 20      4     reserved   zero
+//! 24      4*n   line pointers: u16 item offset, u16 item length (offset 0 = unused slot)
+//! ...           free space
+//! upper..       items
+//! special..     trailer
+//! ```
+//! Slots are 1-based in TIDs: line pointer `i` (0-based) is slot `i + 1`.
+//! All integers are little-endian. Bytes read from disk are validated (`Page::check`) before
+//! any accessor trusts `lower`/`upper`/`special`; accessors on a validated page then only index
+//! within bounds they have checked.
+
+use walnut_common::{Error, Lsn, Result, BLCKSZ};
+
+/// Size of the fixed page header, bytes.
+pub const PAGE_HEADER_SIZE: usize = 24;
+/// Size of one line pointer, bytes.
+pub const LINE_POINTER_SIZE: usize = 4;
+
+/// Page kinds (the `kind` header field).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u16)]
+pub enum PageKind {
+    /// An all-zero page that was never initialized (PostgreSQL's `PageIsNew`).
+    New = 0,
+    /// Heap page.
+    Heap = 1,
+    /// B-tree page (leaf or internal).
+    BTree = 2,
+    /// B-tree meta page (block 0 of an index).
+    BTreeMeta = 3,
+}
+
+/// A page image: exactly `BLCKSZ` bytes.
+pub type PageBuf = [u8; BLCKSZ];
+
+fn rd16(p: &[u8], at: usize) -> u16 {
+    u16::from_le_bytes([p[at], p[at + 1]])
+}
+fn wr16(p: &mut [u8], at: usize, v: u16) {
+    p[at..at + 2].copy_from_slice(&v.to_le_bytes());
+}
+
+/// Page LSN.
+pub fn lsn(p: &PageBuf) -> Lsn {
+    Lsn(u64::from_le_bytes(p[0..8].try_into().expect("8 bytes")))
+}
+
+/// Sets the page LSN (step 6 of the write protocol: after the WAL record is inserted).
+pub fn set_lsn(p: &mut PageBuf, lsn: Lsn) {
+    p[0..8].copy_from_slice(&lsn.0.to_le_bytes());
+}
+
+/// Page kind, or `None` if the field holds an unknown value.
+pub fn kind(p: &PageBuf) -> Option<PageKind> {
+    Some(match rd16(p, 12) {
+        0 => PageKind::New,
+        1 => PageKind::Heap,
+        2 => PageKind::BTree,
+        3 => PageKind::BTreeMeta,
+        _ => return None,
+    })
+}
+
+/// True for an all-zero (never initialized) page.
+pub fn is_new(p: &PageBuf) -> bool {
+    rd16(p, 12) == 0 && rd16(p, 18) == 0
+}
+
+/// Initializes an empty page of `kind` with `special_size` bytes of trailer.
+pub fn init(p: &mut PageBuf, kind: PageKind, special_size: usize) {
+    p.fill(0);
+    wr16(p, 12, kind as u16);
+    wr16(p, 14, PAGE_HEADER_SIZE as u16);
+    let special = (BLCKSZ - special_size) as u16;
+    wr16(p, 16, special);
+    wr16(p, 18, special);
+}
+
+/// Computes the checksum of a page image (CRC-32C with the checksum field taken as zero).
+pub fn compute_checksum(p: &PageBuf) -> u32 {
+    let c = walnut_common::crc32c(&p[0..8]);
+    let c = walnut_common::crc32c_append(c, &[0u8; 4]);
+    walnut_common::crc32c_append(c, &p[12..])
+}
+
+/// Stores the checksum (done on every write-out).
+pub fn set_checksum(p: &mut PageBuf) {
+    let c = compute_checksum(p);
+    p[8..12].copy_from_slice(&c.to_le_bytes());
+}
+
+/// Validates a page read from disk: an all-zero page is accepted as new; otherwise the
+/// checksum must match and the header fields must be consistent.
+///
+/// # Errors
+/// A corruption error naming what is wrong.
+pub fn check(p: &PageBuf) -> Result<()> {
+    if p.iter().all(|&b| b == 0) {
+        return Ok(());
+    }
+    let stored = u32::from_le_bytes(p[8..12].try_into().expect("4 bytes"));
+    let computed = compute_checksum(p);
+    if stored != computed {
+        return Err(Error::corruption(format!(
+            "page verification failed, calculated checksum {computed:08X} but expected {stored:08X}"
+        )));
+    }
+    check_header(p)
+}
+
+/// Validates header consistency without the checksum (used on full-page images from WAL,
+/// whose CRC was already checked).
+///
+/// # Errors
+/// A corruption error.
+pub fn check_header(p: &PageBuf) -> Result<()> {
+    let (lower, upper, special) = (rd16(p, 14) as usize, rd16(p, 16) as usize, rd16(p, 18) as usize);
+    if kind(p).is_none()
+        || lower < PAGE_HEADER_SIZE
+        || (lower - PAGE_HEADER_SIZE) % LINE_POINTER_SIZE != 0
+        || lower > upper
+        || upper > special
+        || special > BLCKSZ
+    {
+        return Err(Error::corruption(format!(
+            "page header is corrupt: lower {lower}, upper {upper}, special {special}"
+        )));
+    }
+    for i in 0..slot_count(p) {
+        let (off, len) = line_pointer(p, i);
+        if off != 0 && (off < upper || off + len > special) {
+            return Err(Error::corruption(format!("line pointer {i} is corrupt: offset {off}, length {len}")));
+        }
+    }
+    Ok(())
+}
+
+/// Number of line pointers.
+pub fn slot_count(p: &PageBuf) -> usize {
+    (rd16(p, 14) as usize).saturating_sub(PAGE_HEADER_SIZE) / LINE_POINTER_SIZE
+}
+
+/// (offset, length) of line pointer `i` (0-based).
+pub fn line_pointer(p: &PageBuf, i: usize) -> (usize, usize) {
+    let at = PAGE_HEADER_SIZE + i * LINE_POINTER_SIZE;
+    (rd16(p, at) as usize, rd16(p, at + 2) as usize)
+}
+
+fn set_line_pointer(p: &mut PageBuf, i: usize, off: usize, len: usize) {
+    let at = PAGE_HEADER_SIZE + i * LINE_POINTER_SIZE;
+    wr16(p, at, off as u16);
+    wr16(p, at + 2, len as u16);
+}
+
+/// Item bytes of line pointer `i`, or `None` if unused or out of range.
+pub fn item(p: &PageBuf, i: usize) -> Option<&[u8]> {
+    if i >= slot_count(p) {
+        return None;
+    }
+    let (off, len) = line_pointer(p, i);
+    if off == 0 {
+        return None;
+    }
+    p.get(off..off + len)
+}
+
+/// Mutable item bytes of line pointer `i`.
+pub fn item_mut(p: &mut PageBuf, i: usize) -> Option<&mut [u8]> {
+    if i >= slot_count(p) {
+        return None;
+    }
+    let (off, len) = line_pointer(p, i);
+    if off == 0 {
+        return None;
+    }
+    p.get_mut(off..off + len)
+}
+
+/// Free bytes between the line pointers and the items.
+pub fn free_space(p: &PageBuf) -> usize {
+    (rd16(p, 16) as usize).saturating_sub(rd16(p, 14) as usize)
+}
+
+/// Start of the trailer.
+pub fn special_offset(p: &PageBuf) -> usize {
+    rd16(p, 18) as usize
+}
+
+/// True if an item of `len` bytes plus a new line pointer fits.
+pub fn fits(p: &PageBuf, len: usize) -> bool {
+    free_space(p) >= len + LINE_POINTER_SIZE
+}
+
+/// Adds an item at line pointer index `pos` (0-based), shifting later line pointers up
+/// (B-tree order) when `pos < slot_count`. Returns `pos`.
+///
+/// The caller checked [`fits`]; adding to a full page is a bug (asserted).
+pub fn add_item(p: &mut PageBuf, pos: usize, data: &[u8]) -> usize {
+    let n = slot_count(p);
+    assert!(pos <= n, "line pointer index {pos} beyond {n}");
+    assert!(fits(p, data.len()), "item of {} bytes does not fit", data.len());
+    let upper = rd16(p, 16) as usize - data.len();
+    p[upper..upper + data.len()].copy_from_slice(data);
+    if pos < n {
+        let from = PAGE_HEADER_SIZE + pos * LINE_POINTER_SIZE;
+        let to = PAGE_HEADER_SIZE + n * LINE_POINTER_SIZE;
+        p.copy_within(from..to, from + LINE_POINTER_SIZE);
+    }
+    set_line_pointer(p, pos, upper, data.len());
+    wr16(p, 16, upper as u16);
+    wr16(p, 14, (PAGE_HEADER_SIZE + (n + 1) * LINE_POINTER_SIZE) as u16);
+    pos
+}
+
+/// Appends an item after the last line pointer; returns its 0-based index.
+pub fn append_item(p: &mut PageBuf, data: &[u8]) -> usize {
+    let n = slot_count(p);
+    add_item(p, n, data)
+}
+
+/// Total bytes of items plus line pointers in use (for split decisions).
+pub fn used_space(p: &PageBuf) -> usize {
+    (special_offset(p) - rd16(p, 16) as usize) + slot_count(p) * LINE_POINTER_SIZE
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn layout_round_trip() {
+        let mut p = [0u8; BLCKSZ];
+        assert!(is_new(&p));
+        check(&p).unwrap();
+        init(&mut p, PageKind::Heap, 0);
+        assert_eq!(free_space(&p), BLCKSZ - PAGE_HEADER_SIZE);
+        add_item(&mut p, 0, b"first");
+        add_item(&mut p, 1, b"third");
+        add_item(&mut p, 1, b"second");
+        assert_eq!(item(&p, 0).unwrap(), b"first");
+        assert_eq!(item(&p, 1).unwrap(), b"second");
+        assert_eq!(item(&p, 2).unwrap(), b"third");
+        assert_eq!(item(&p, 3), None);
+        set_lsn(&mut p, Lsn(1234));
+        set_checksum(&mut p);
+        check(&p).unwrap();
+        assert_eq!(lsn(&p), Lsn(1234));
+        p[5000] ^= 1;
+        assert!(check(&p).is_err(), "a flipped bit must fail the checksum");
+    }
+
+    #[test]
+    fn fills_up_exactly() {
+        let mut p = [0u8; BLCKSZ];
+        init(&mut p, PageKind::Heap, 16);
+        let mut n = 0;
+        while fits(&p, 100) {
+            add_item(&mut p, n, &[7u8; 100]);
+            n += 1;
+        }
+        assert_eq!(n, (BLCKSZ - PAGE_HEADER_SIZE - 16) / 104);
+        set_checksum(&mut p);
+        check(&p).unwrap();
+    }
+}

@@ -1,0 +1,144 @@
+//! Redo recovery (PostgreSQL's `StartupXLOG` / `PerformWalRecovery`, serial in v0).
+//!
+//! From the control file's redo point, every record is read and applied:
+//! - each block reference: with a full-page image, the image is restored (the page is not
+//!   read: a torn page on disk is repaired this way); with `will_init`, the page is initialized;
+//!   otherwise the page is read and the change applied only if the page LSN is older than the
+//!   record's end (so redo is idempotent). The page LSN is then set to the record's end.
+//!   Blocks of relation files that no longer exist (dropped later in the log) are skipped.
+//! - transaction records set the durable status and remove dropped relation files;
+//! - relation-create records create the file; checkpoint records advance counters.
+//!
+//! Redo ends at the first invalid record (a torn or zeroed tail). The checkpoint record named
+//! by the control file must be among the records read, or start-up fails.
+
+use crate::bufpool::ReadMode;
+use crate::control::ControlFile;
+use crate::page::{self, PageBuf};
+use crate::{btree, heap, Storage, RM_SMGR, RM_XACT, RM_XLOG, SMGR_CREATE, XACT_ABORT, XACT_COMMIT, XLOG_CHECKPOINT};
+use std::sync::atomic::Ordering;
+use walnut_common::{Error, Lsn, RelFileId, Result, Xid};
+use walnut_wal::{DecodedRecord, WalReader};
+
+/// What redo found.
+pub struct RedoEnd {
+    /// End of the last valid record: where new WAL goes.
+    pub end_lsn: Lsn,
+    /// Records applied.
+    pub records_replayed: u64,
+}
+
+/// Parses the list of relation files in a transaction record's main data.
+///
+/// # Errors
+/// Corruption if truncated.
+pub fn parse_rel_list(d: &[u8]) -> Result<Vec<RelFileId>> {
+    let n = d.get(..4).map(|b| u32::from_le_bytes(b.try_into().expect("4")) as usize).unwrap_or(0);
+    if d.len() < 4 + 4 * n {
+        return Err(Error::corruption("transaction record relation list is truncated"));
+    }
+    Ok((0..n).map(|i| RelFileId(u32::from_le_bytes(d[4 + 4 * i..8 + 4 * i].try_into().expect("4")))).collect())
+}
+
+/// Encodes a relation list for a transaction record.
+pub fn encode_rel_list(rels: &[RelFileId]) -> Vec<u8> {
+    let mut v = Vec::with_capacity(4 + 4 * rels.len());
+    v.extend_from_slice(&(rels.len() as u32).to_le_bytes());
+    for r in rels {
+        v.extend_from_slice(&r.0.to_le_bytes());
+    }
+    v
+}
+
+/// Runs redo from `ctl.redo_lsn` to the end of valid WAL.
+///
+/// # Errors
+/// Corruption (including a missing checkpoint record) and I/O errors.
+pub fn redo(st: &Storage, ctl: &ControlFile) -> Result<RedoEnd> {
+    let mut reader = WalReader::open(st.vfs.clone(), st.dir.join("wal"), ctl.redo_lsn)?;
+    let mut n = 0u64;
+    let mut saw_checkpoint = !ctl.checkpoint_lsn.is_valid();
+    while let Some(rec) = reader.next_record()? {
+        if rec.lsn == ctl.checkpoint_lsn {
+            saw_checkpoint = true;
+        }
+        apply(st, &rec).map_err(|e| Error { message: format!("redo of record at {} failed: {}", rec.lsn, e.message), ..e })?;
+        n += 1;
+    }
+    if !saw_checkpoint {
+        return Err(Error::corruption(format!("could not locate a valid checkpoint record at {}", ctl.checkpoint_lsn)));
+    }
+    Ok(RedoEnd { end_lsn: reader.end_lsn(), records_replayed: n })
+}
+
+/// Applies one record.
+///
+/// # Errors
+/// Corruption if the record does not fit the pages; I/O errors.
+pub fn apply(st: &Storage, rec: &DecodedRecord) -> Result<()> {
+    let r = &rec.record;
+    if r.xid.is_valid() {
+        st.xact.observe_xid(r.xid);
+    }
+    let nblocks = r.blocks.len();
+    for (id, b) in r.blocks.iter().enumerate() {
+        let rel = match st.smgr.open(b.rel) {
+            Ok(rel) => rel,
+            Err(_) if !st.smgr.exists(b.rel) => continue,
+            Err(e) => return Err(e),
+        };
+        st.smgr.note_block(&rel, b.block);
+        let mode = if b.image.is_some() || b.will_init { ReadMode::Zero } else { ReadMode::Normal };
+        let pin = st.pool.pin(&rel, b.block, mode)?;
+        let mut p = pin.write();
+        if let Some(img) = &b.image {
+            let img: &PageBuf = img.as_slice().try_into().map_err(|_| Error::corruption("full-page image is not BLCKSZ bytes"))?;
+            p.copy_from_slice(img);
+            page::check_header(&p)?;
+        } else {
+            if b.will_init {
+                match r.rmgr {
+                    heap::RM_HEAP => heap::init_page(&mut p),
+                    _ => return Err(Error::corruption("will_init block without an image in a non-heap record")),
+                }
+            } else if page::lsn(&p) >= rec.end_lsn {
+                continue;
+            }
+            match r.rmgr {
+                heap::RM_HEAP => heap::redo_block(r.info, id, nblocks, &b.data, &mut p)?,
+                btree::RM_BTREE => btree::redo_block(r.info, &b.data, &mut p)?,
+                _ => return Err(Error::corruption(format!("block reference in record of resource manager {}", r.rmgr.0))),
+            }
+        }
+        page::set_lsn(&mut p, rec.end_lsn);
+        pin.mark_dirty();
+    }
+    match (r.rmgr, r.info) {
+        (RM_XACT, XACT_COMMIT) => {
+            st.xact.redo_commit(r.xid);
+            for rel in parse_rel_list(&r.main_data)? {
+                st.remove_relation(rel)?;
+            }
+        }
+        (RM_XACT, XACT_ABORT) => {
+            st.xact.redo_abort(r.xid);
+            for rel in parse_rel_list(&r.main_data)? {
+                st.remove_relation(rel)?;
+            }
+        }
+        (RM_SMGR, SMGR_CREATE) => {
+            let id = r.main_data.get(..4).map(|b| u32::from_le_bytes(b.try_into().expect("4"))).ok_or_else(|| Error::corruption("smgr create record is truncated"))?;
+            st.smgr.create(RelFileId(id))?;
+            st.next_relfile.fetch_max(id + 1, Ordering::AcqRel);
+        }
+        (RM_XLOG, XLOG_CHECKPOINT) => {
+            let d = &r.main_data;
+            if d.len() >= 20 {
+                st.xact.observe_xid(Xid(u64::from_le_bytes(d[8..16].try_into().expect("8")).saturating_sub(1)));
+                st.next_relfile.fetch_max(u32::from_le_bytes(d[16..20].try_into().expect("4")), Ordering::AcqRel);
+            }
+        }
+        _ => {}
+    }
+    Ok(())
+}

@@ -1,0 +1,188 @@
+//! Storage manager: relation files `base/<relfile>` of 8 KiB blocks, through the I/O trait.
+//!
+//! A relation's size in blocks is tracked in memory (`nblocks`): new blocks are allocated
+//! there first and reach the file when the buffer pool writes them out, so a file may be shorter
+//! than `nblocks` after a crash. Reading a block at or past the file's end yields an all-zero
+//! ("new") page, which redo then initializes from a WAL record with `will_init` or a full-page
+//! image.
+
+use parking_lot::{Mutex, RwLock};
+use std::collections::{HashMap, HashSet};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+use walnut_common::{BlockNumber, Error, RelFileId, Result, BLCKSZ};
+use walnut_io::{FileIo, OpenMode, Vfs};
+
+/// Per-relation state kept in memory.
+pub struct Relation {
+    /// The relation file.
+    pub id: RelFileId,
+    file: Arc<dyn FileIo>,
+    /// Blocks allocated (the file may hold fewer until they are written).
+    pub nblocks: AtomicU32,
+    /// Block where the last heap insert found room (a one-entry free-space map).
+    pub insert_hint: AtomicU32,
+    /// Serializes relation extension.
+    pub extend_lock: Mutex<()>,
+    /// B-tree structure lock: shared for searches and leaf changes, exclusive for splits.
+    pub tree_lock: RwLock<()>,
+    /// B-tree root block, cached from the meta page (`u32::MAX` = not read yet). Changes only
+    /// under `tree_lock` held exclusively.
+    pub btree_root: AtomicU32,
+}
+
+/// The relation files of one data directory.
+pub struct Smgr {
+    vfs: Arc<dyn Vfs>,
+    base: PathBuf,
+    rels: RwLock<HashMap<RelFileId, Arc<Relation>>>,
+    /// Files written since the last checkpoint; the checkpoint syncs them.
+    dirty: Mutex<HashSet<RelFileId>>,
+}
+
+impl Smgr {
+    /// Opens the storage manager over `base` (`DATADIR/base`).
+    pub fn new(vfs: Arc<dyn Vfs>, base: PathBuf) -> Smgr {
+        Smgr { vfs, base, rels: RwLock::new(HashMap::new()), dirty: Mutex::new(HashSet::new()) }
+    }
+
+    fn path(&self, id: RelFileId) -> PathBuf {
+        self.base.join(id.0.to_string())
+    }
+
+    /// Creates the file for `id` if it does not exist (idempotent, so redo can repeat it) and
+    /// syncs the directory.
+    ///
+    /// # Errors
+    /// I/O errors.
+    pub fn create(&self, id: RelFileId) -> Result<Arc<Relation>> {
+        let path = self.path(id);
+        if !self.vfs.exists(&path) {
+            self.vfs
+                .open(&path, OpenMode { create: true, ..Default::default() })
+                .map_err(|e| Error::io(format!("could not create file \"{}\"", path.display()), e))?;
+            self.vfs.sync_dir(&self.base).map_err(|e| Error::io("could not fsync directory base", e))?;
+        }
+        self.open(id)
+    }
+
+    /// The relation `id`, opening its file on first use.
+    ///
+    /// # Errors
+    /// I/O errors; NotFound if the file does not exist.
+    pub fn open(&self, id: RelFileId) -> Result<Arc<Relation>> {
+        if let Some(r) = self.rels.read().get(&id) {
+            return Ok(r.clone());
+        }
+        let mut rels = self.rels.write();
+        if let Some(r) = rels.get(&id) {
+            return Ok(r.clone());
+        }
+        let path = self.path(id);
+        let file = self
+            .vfs
+            .open(&path, OpenMode::default())
+            .map_err(|e| Error::io(format!("could not open file \"{}\"", path.display()), e))?;
+        let len = file.len().map_err(|e| Error::io(format!("could not stat \"{}\"", path.display()), e))?;
+        let nblocks = (len / BLCKSZ as u64) as u32;
+        let rel = Arc::new(Relation {
+            id,
+            file,
+            nblocks: AtomicU32::new(nblocks),
+            insert_hint: AtomicU32::new(nblocks.saturating_sub(1)),
+            extend_lock: Mutex::new(()),
+            tree_lock: RwLock::new(()),
+            btree_root: AtomicU32::new(u32::MAX),
+        });
+        rels.insert(id, rel.clone());
+        Ok(rel)
+    }
+
+    /// True if the relation's file exists.
+    pub fn exists(&self, id: RelFileId) -> bool {
+        self.rels.read().contains_key(&id) || self.vfs.exists(&self.path(id))
+    }
+
+    /// Reads block `block` into `buf`; past the end of the file the page is all zeros.
+    ///
+    /// # Errors
+    /// I/O errors.
+    pub fn read(&self, rel: &Relation, block: BlockNumber, buf: &mut [u8]) -> Result<()> {
+        let off = block.0 as u64 * BLCKSZ as u64;
+        let mut done = 0;
+        while done < BLCKSZ {
+            let n = rel.file.read_at(&mut buf[done..BLCKSZ], off + done as u64).map_err(|e| {
+                Error::io(format!("could not read block {} in file \"base/{}\"", block.0, rel.id.0), e)
+            })?;
+            if n == 0 {
+                buf[done..BLCKSZ].fill(0);
+                break;
+            }
+            done += n;
+        }
+        Ok(())
+    }
+
+    /// Writes block `block` (not durable until [`Smgr::sync_all`]).
+    ///
+    /// # Errors
+    /// I/O errors.
+    pub fn write(&self, rel: &Relation, block: BlockNumber, buf: &[u8]) -> Result<()> {
+        let off = block.0 as u64 * BLCKSZ as u64;
+        {
+            let mut d = self.dirty.lock();
+            if !d.contains(&rel.id) {
+                d.insert(rel.id);
+            }
+        }
+        rel.file.write_at(&buf[..BLCKSZ], off).map_err(|e| {
+            Error::io(format!("could not write block {} in file \"base/{}\"", block.0, rel.id.0), e)
+        })
+    }
+
+    /// Allocates the next block number of `rel` (the caller holds `extend_lock`).
+    pub fn allocate_block(&self, rel: &Relation) -> BlockNumber {
+        BlockNumber(rel.nblocks.fetch_add(1, Ordering::AcqRel))
+    }
+
+    /// Notes that `block` exists (redo of a record that initialized it).
+    pub fn note_block(&self, rel: &Relation, block: BlockNumber) {
+        rel.nblocks.fetch_max(block.0 + 1, Ordering::AcqRel);
+    }
+
+    /// Fsyncs every relation file written since the last call. A failure is fatal (the caller
+    /// PANICs): after a failed fsync the kernel may have dropped the dirty pages.
+    ///
+    /// # Errors
+    /// The first I/O error.
+    pub fn sync_all(&self) -> Result<()> {
+        let ids: Vec<RelFileId> = self.dirty.lock().drain().collect();
+        for id in ids {
+            let rel = match self.rels.read().get(&id) {
+                Some(r) => r.clone(),
+                None => continue,
+            };
+            rel.file
+                .sync_data()
+                .map_err(|e| Error::io(format!("could not fsync file \"base/{}\"", id.0), e))?;
+        }
+        Ok(())
+    }
+
+    /// Removes the relation's file (the caller already dropped its buffers). Missing files are
+    /// ignored, so redo can repeat it.
+    ///
+    /// # Errors
+    /// I/O errors other than NotFound.
+    pub fn unlink(&self, id: RelFileId) -> Result<()> {
+        self.rels.write().remove(&id);
+        self.dirty.lock().remove(&id);
+        match self.vfs.remove(&self.path(id)) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(Error::io(format!("could not remove file \"base/{}\"", id.0), e)),
+        }
+        self.vfs.sync_dir(&self.base).map_err(|e| Error::io("could not fsync directory base", e))
+    }
+}

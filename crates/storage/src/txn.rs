@@ -1,0 +1,475 @@
+//! Transactions: the operations the SQL layer runs, with read-committed semantics.
+//!
+//! Write protocol for a row change (numbered as in DESIGN.md):
+//! 1. assign an xid on first write;
+//! 2. pin and exclusively latch the heap page(s); check the row's `xmax` (the row lock);
+//! 3. change the page(s), insert the WAL record, set the page LSN, mark dirty, unlatch;
+//! 4. maintain the primary-key index (insert, or point the entry at the new version);
+//! 5. at commit: commit record, flush (group commit), then publish visibility and wake waiters.
+
+use crate::btree::{self, Existing, InsertOutcome};
+use crate::catalog::{self, TableInfo};
+use crate::heap::{self, WriteCheck};
+use crate::recovery::encode_rel_list;
+use crate::xact::{Snapshot, XidStatus};
+use crate::{Storage, RM_XACT, XACT_ABORT, XACT_COMMIT};
+use std::collections::HashMap;
+use std::ops::Bound;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use walnut_common::value::{decode_row, encode_key, encode_row};
+use walnut_common::{BlockNumber, Error, RelFileId, Result, SqlState, TableDef, Tid, Value, Xid};
+use walnut_wal::{FlushOpts, Record};
+
+/// What an update or delete did (see `walnut_sql::storage::WriteOutcome`).
+#[derive(Clone, Debug, PartialEq)]
+pub enum RowWrite {
+    /// Changed.
+    Done,
+    /// A committed transaction changed the row first; here is its newest version.
+    Changed(Tid, Vec<Value>),
+    /// A committed transaction deleted it.
+    Gone,
+}
+
+/// Commit settings.
+#[derive(Clone, Copy, Debug)]
+pub struct CommitSettings {
+    /// Wait for the commit record to be durable.
+    pub synchronous: bool,
+    /// Group commit settings.
+    pub flush: FlushOpts,
+}
+
+/// One transaction.
+pub struct Txn {
+    st: Arc<Storage>,
+    xid: Xid,
+    snap: Snapshot,
+    cancel: Arc<AtomicBool>,
+    overlay: HashMap<String, Option<Arc<TableInfo>>>,
+    created: Vec<RelFileId>,
+    drop_at_commit: Vec<RelFileId>,
+    finished: bool,
+}
+
+fn no_table(name: &str) -> Error {
+    Error::user(SqlState::UNDEFINED_TABLE, format!("relation \"{name}\" does not exist"))
+}
+
+impl Txn {
+    /// Begins a transaction (no xid until the first write).
+    pub fn begin(st: Arc<Storage>, cancel: Arc<AtomicBool>) -> Txn {
+        let snap = st.xact.snapshot(Xid::INVALID);
+        Txn { st, xid: Xid::INVALID, snap, cancel, overlay: HashMap::new(), created: Vec::new(), drop_at_commit: Vec::new(), finished: false }
+    }
+
+    /// New statement: a fresh read-committed snapshot.
+    pub fn new_statement(&mut self) {
+        self.snap = self.st.xact.snapshot(self.xid);
+    }
+
+    fn xid(&mut self) -> Xid {
+        if !self.xid.is_valid() {
+            self.xid = self.st.xact.assign_xid();
+            self.snap.xid = self.xid;
+        }
+        self.xid
+    }
+
+    fn check_cancel(&self) -> Result<()> {
+        if self.cancel.swap(false, Ordering::AcqRel) {
+            return Err(Error::cancelled());
+        }
+        Ok(())
+    }
+
+    /// The table `name` as this transaction sees it.
+    pub fn table(&self, name: &str) -> Option<Arc<TableInfo>> {
+        match self.overlay.get(name) {
+            Some(t) => t.clone(),
+            None => self.st.catalog.get(name),
+        }
+    }
+
+    fn table_or_err(&self, name: &str) -> Result<Arc<TableInfo>> {
+        self.table(name).ok_or_else(|| no_table(name))
+    }
+
+    fn new_index(&mut self, xid: Xid, entries: &[(Vec<u8>, Tid)]) -> Result<RelFileId> {
+        let idx = self.st.create_relation()?;
+        self.created.push(idx);
+        let rel = self.st.smgr.open(idx)?;
+        btree::build(&self.st, &rel, xid, entries)?;
+        Ok(idx)
+    }
+
+    fn write_catalog(&mut self, xid: Xid, old: Option<Tid>, info: &mut TableInfo) -> Result<()> {
+        let cat = self.st.smgr.open(RelFileId::CATALOG)?;
+        let bytes = catalog::encode(info);
+        info.catalog_tid = match old {
+            None => heap::insert(&self.st, &cat, xid, Tid::INVALID, &bytes, 100)?,
+            Some(tid) => loop {
+                match heap::update(&self.st, &cat, tid, xid, &bytes)? {
+                    WriteCheck::Done(t) => break t,
+                    WriteCheck::WaitFor(x) => self.st.xact.wait_for(xid, x, &self.cancel)?,
+                    _ => return Err(Error::user(SqlState::SERIALIZATION_FAILURE, format!("table \"{}\" was changed concurrently", info.def.name))),
+                }
+            },
+        };
+        Ok(())
+    }
+
+    /// CREATE TABLE (and its primary-key index).
+    ///
+    /// # Errors
+    /// 42P07 if the name is taken; I/O errors.
+    pub fn create_table(&mut self, def: TableDef) -> Result<()> {
+        if self.table(&def.name).is_some() {
+            return Err(Error::user(SqlState::DUPLICATE_TABLE, format!("relation \"{}\" already exists", def.name)));
+        }
+        if def.columns.iter().any(|c| c.name.contains('\n') || c.name.contains('\t')) {
+            return Err(Error::unsupported("column names containing tabs or newlines"));
+        }
+        let xid = self.xid();
+        let relfile = self.st.create_relation()?;
+        self.created.push(relfile);
+        let index = if def.primary_key.is_some() { Some(self.new_index(xid, &[])?) } else { None };
+        let mut info = TableInfo { def: Arc::new(def), table_id: relfile.0 as u64, relfile, index, catalog_tid: Tid::INVALID };
+        self.write_catalog(xid, None, &mut info)?;
+        self.overlay.insert(info.def.name.clone(), Some(Arc::new(info)));
+        Ok(())
+    }
+
+    /// DROP TABLE.
+    ///
+    /// # Errors
+    /// 42P01 if missing.
+    pub fn drop_table(&mut self, name: &str) -> Result<()> {
+        let info = self.table_or_err(name)?;
+        let xid = self.xid();
+        let cat = self.st.smgr.open(RelFileId::CATALOG)?;
+        loop {
+            match heap::delete(&self.st, &cat, info.catalog_tid, xid)? {
+                WriteCheck::Done(_) => break,
+                WriteCheck::WaitFor(x) => self.st.xact.wait_for(xid, x, &self.cancel)?,
+                _ => return Err(no_table(name)),
+            }
+        }
+        self.drop_at_commit.push(info.relfile);
+        self.drop_at_commit.extend(info.index);
+        self.overlay.insert(name.to_string(), None);
+        Ok(())
+    }
+
+    /// TRUNCATE: new, empty relation files; the old ones are removed at commit.
+    ///
+    /// # Errors
+    /// 42P01 if missing.
+    pub fn truncate(&mut self, name: &str) -> Result<()> {
+        let info = self.table_or_err(name)?;
+        let xid = self.xid();
+        let relfile = self.st.create_relation()?;
+        self.created.push(relfile);
+        let index = if info.index.is_some() { Some(self.new_index(xid, &[])?) } else { None };
+        let mut new = TableInfo { relfile, index, ..(*info).clone() };
+        self.write_catalog(xid, Some(info.catalog_tid), &mut new)?;
+        self.drop_at_commit.push(info.relfile);
+        self.drop_at_commit.extend(info.index);
+        self.overlay.insert(name.to_string(), Some(Arc::new(new)));
+        Ok(())
+    }
+
+    /// ALTER TABLE ... ADD PRIMARY KEY: sorts the visible rows' keys and builds the index.
+    ///
+    /// # Errors
+    /// 42P16 if a primary key exists, 23502 for NULL keys, 23505 for duplicates.
+    pub fn add_primary_key(&mut self, name: &str, cols: Vec<usize>) -> Result<()> {
+        let info = self.table_or_err(name)?;
+        if info.def.primary_key.is_some() {
+            return Err(Error::user(SqlState::INVALID_TABLE_DEFINITION, format!("multiple primary keys for table \"{name}\" are not allowed")));
+        }
+        let xid = self.xid();
+        let mut entries = Vec::new();
+        let def = info.def.clone();
+        let mut null_col = None;
+        self.scan(&info, &mut |tid, row| {
+            if let Some(&c) = cols.iter().find(|&&c| row[c].is_null()) {
+                null_col = Some(c);
+                return Ok(false);
+            }
+            let key: Vec<Value> = cols.iter().map(|&c| row[c].clone()).collect();
+            entries.push((encode_key(&key), tid, key));
+            Ok(true)
+        })?;
+        if let Some(c) = null_col {
+            return Err(Error::user(SqlState::NOT_NULL_VIOLATION, format!("column \"{}\" of relation \"{name}\" contains null values", def.columns[c].name)));
+        }
+        entries.sort_by(|a, b| a.0.cmp(&b.0));
+        if let Some(w) = entries.windows(2).find(|w| w[0].0 == w[1].0) {
+            let names: Vec<&str> = cols.iter().map(|&c| def.columns[c].name.as_str()).collect();
+            let vals: Vec<String> = w[0].2.iter().map(|v| v.to_text().unwrap_or_default()).collect();
+            return Err(Error::user(SqlState::UNIQUE_VIOLATION, format!("could not create unique index \"{}\"", info.index_name()))
+                .with_detail(format!("Key ({})=({}) is duplicated.", names.join(", "), vals.join(", "))));
+        }
+        let pairs: Vec<(Vec<u8>, Tid)> = entries.into_iter().map(|(k, t, _)| (k, t)).collect();
+        let index = self.new_index(xid, &pairs)?;
+        let mut newdef = (*def).clone();
+        for &c in &cols {
+            newdef.columns[c].not_null = true;
+        }
+        newdef.primary_key = Some(cols);
+        let mut new = TableInfo { def: Arc::new(newdef), index: Some(index), ..(*info).clone() };
+        self.write_catalog(xid, Some(info.catalog_tid), &mut new)?;
+        self.overlay.insert(name.to_string(), Some(Arc::new(new)));
+        Ok(())
+    }
+
+    fn key_of(info: &TableInfo, row: &[Value]) -> Option<Vec<u8>> {
+        let pk = info.def.primary_key.as_ref()?;
+        let key: Vec<Value> = pk.iter().map(|&c| row[c].clone()).collect();
+        Some(encode_key(&key))
+    }
+
+    /// Inserts a row.
+    ///
+    /// # Errors
+    /// 23505 on a duplicate primary key.
+    pub fn insert(&mut self, info: &TableInfo, row: &[Value]) -> Result<()> {
+        let xid = self.xid();
+        let rel = self.st.smgr.open(info.relfile)?;
+        let mut data = Vec::with_capacity(64);
+        encode_row(row, &mut data);
+        let Some(index) = info.index else {
+            heap::insert(&self.st, &rel, xid, Tid::INVALID, &data, info.def.fillfactor)?;
+            return Ok(());
+        };
+        let key = Self::key_of(info, row).expect("a table with an index has a primary key");
+        let irel = self.st.smgr.open(index)?;
+        let prev = btree::get(&self.st, &irel, &key)?.unwrap_or(Tid::INVALID);
+        let tid = heap::insert(&self.st, &rel, xid, prev, &data, info.def.fillfactor)?;
+        let st = self.st.clone();
+        let index_name = info.index_name();
+        loop {
+            let mut check = |existing: Tid| -> Result<Existing> { existing_state(&st, &rel, existing, xid) };
+            match btree::insert_unique(&st, &irel, xid, &key, tid, &mut check, &index_name)? {
+                InsertOutcome::Done(_) => return Ok(()),
+                InsertOutcome::Wait(x) => st.xact.wait_for(xid, x, &self.cancel)?,
+            }
+        }
+    }
+
+    /// Full scan; `visit` returns false to stop.
+    ///
+    /// # Errors
+    /// I/O, corruption, cancellation, and `visit`'s errors.
+    pub fn scan(&self, info: &TableInfo, visit: &mut dyn FnMut(Tid, Vec<Value>) -> Result<bool>) -> Result<()> {
+        let rel = self.st.smgr.open(info.relfile)?;
+        let types = info.def.types();
+        let n = rel.nblocks.load(Ordering::Acquire);
+        let mut rows = Vec::new();
+        for b in 0..n {
+            self.check_cancel()?;
+            rows.clear();
+            heap::scan_block(&self.st, &rel, BlockNumber(b), &self.snap, &mut rows)?;
+            for (tid, bytes) in rows.drain(..) {
+                if !visit(tid, decode_row(&types, &bytes)?)? {
+                    return Ok(());
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Primary-key range scan over encoded-key bounds built from value prefixes.
+    ///
+    /// # Errors
+    /// As for [`Txn::scan`]; 42P16-free: bad input if the table has no primary key.
+    pub fn index_scan(&self, info: &TableInfo, lo: Bound<&[Value]>, hi: Bound<&[Value]>, visit: &mut dyn FnMut(Tid, Vec<Value>) -> Result<bool>) -> Result<()> {
+        let Some(index) = info.index else {
+            return Err(Error::internal(format!("table \"{}\" has no primary key index", info.def.name)));
+        };
+        let enc = |b: Bound<&[Value]>| b.map(encode_key);
+        let (lo, hi) = (enc(lo), enc(hi));
+        let irel = self.st.smgr.open(index)?;
+        let rel = self.st.smgr.open(info.relfile)?;
+        let types = info.def.types();
+        let snap = self.snap;
+        let st = &self.st;
+        btree::range(st, &irel, lo.as_ref().map(|v| v.as_slice()), hi.as_ref().map(|v| v.as_slice()), &mut |_k, tid| {
+            match heap::visible_version(st, &rel, tid, &snap)? {
+                Some((t, v)) => visit(t, decode_row(&types, &v.data)?),
+                None => Ok(true),
+            }
+        })
+    }
+
+    fn write_loop(&mut self, info: &TableInfo, mut tid: Tid, new_row: Option<&[Value]>) -> Result<RowWrite> {
+        let xid = self.xid();
+        let rel = self.st.smgr.open(info.relfile)?;
+        let mut data = Vec::new();
+        if let Some(row) = new_row {
+            encode_row(row, &mut data);
+        }
+        loop {
+            let r = match new_row {
+                Some(_) => heap::update(&self.st, &rel, tid, xid, &data)?,
+                None => heap::delete(&self.st, &rel, tid, xid)?,
+            };
+            match r {
+                WriteCheck::Done(new) => {
+                    if let (Some(row), Some(index)) = (new_row, info.index) {
+                        let key = Self::key_of(info, row).expect("primary key");
+                        let irel = self.st.smgr.open(index)?;
+                        btree::set_tid(&self.st, &irel, xid, &key, new)?;
+                    }
+                    return Ok(RowWrite::Done);
+                }
+                WriteCheck::WaitFor(x) => {
+                    self.st.xact.wait_for(xid, x, &self.cancel)?;
+                    tid = match heap::newest_committed(&self.st, &rel, tid)? {
+                        Some((t, v)) if t != tid => return Ok(RowWrite::Changed(t, decode_row(&info.def.types(), &v.data)?)),
+                        Some((t, _)) => t,
+                        None => return Ok(RowWrite::Gone),
+                    };
+                }
+                WriteCheck::Updated(next) => {
+                    return Ok(match heap::newest_committed(&self.st, &rel, next)? {
+                        Some((t, v)) => RowWrite::Changed(t, decode_row(&info.def.types(), &v.data)?),
+                        None => RowWrite::Gone,
+                    })
+                }
+                WriteCheck::Deleted | WriteCheck::SelfModified => return Ok(RowWrite::Gone),
+            }
+        }
+    }
+
+    /// Updates the row version `tid` to `row` (same primary key).
+    ///
+    /// # Errors
+    /// 0A000 if the key changes; 40P01 on deadlock; 57014 on cancel.
+    pub fn update(&mut self, info: &TableInfo, tid: Tid, old_row: &[Value], row: &[Value]) -> Result<RowWrite> {
+        if Self::key_of(info, old_row) != Self::key_of(info, row) {
+            return Err(Error::unsupported("changing the primary key of a row with UPDATE"));
+        }
+        self.write_loop(info, tid, Some(row))
+    }
+
+    /// The row values of version `tid` (no visibility check).
+    ///
+    /// # Errors
+    /// Corruption and I/O errors.
+    pub fn row_at(&self, info: &TableInfo, tid: Tid) -> Result<Vec<Value>> {
+        let rel = self.st.smgr.open(info.relfile)?;
+        decode_row(&info.def.types(), &heap::fetch(&self.st, &rel, tid)?.data)
+    }
+
+    /// Deletes the row version `tid`.
+    ///
+    /// # Errors
+    /// 40P01 on deadlock; 57014 on cancel.
+    pub fn delete(&mut self, info: &TableInfo, tid: Tid) -> Result<RowWrite> {
+        self.write_loop(info, tid, None)
+    }
+
+    /// Commits: commit record, flush (group commit) if synchronous, then visibility.
+    ///
+    /// # Errors
+    /// I/O errors from the WAL.
+    pub fn commit(mut self, s: CommitSettings) -> Result<()> {
+        self.finished = true;
+        if !self.xid.is_valid() {
+            return Ok(());
+        }
+        let xid = self.xid;
+        let st = self.st.clone();
+        let end = {
+            let _c = st.xact.commit_lock.read();
+            let main = encode_rel_list(&self.drop_at_commit);
+            let (_, end) = st.wal().insert(&mut |_| Record { rmgr: RM_XACT, info: XACT_COMMIT, xid, flags: 0, blocks: vec![], main_data: main.clone() })?;
+            st.xact.mark_committing(xid);
+            end
+        };
+        if s.synchronous {
+            st.wal().flush(end, s.flush)?;
+        }
+        st.xact.publish_commit(xid);
+        for rel in self.drop_at_commit.drain(..) {
+            st.remove_relation(rel)?;
+        }
+        if !self.overlay.is_empty() {
+            st.catalog.reload(&st)?;
+        }
+        Ok(())
+    }
+
+    /// Rolls back.
+    pub fn rollback(mut self) {
+        self.abort_inner();
+    }
+
+    fn abort_inner(&mut self) {
+        if self.finished {
+            return;
+        }
+        self.finished = true;
+        if !self.xid.is_valid() {
+            return;
+        }
+        let xid = self.xid;
+        let main = encode_rel_list(&self.created);
+        if let Err(e) = self.st.wal().insert(&mut |_| Record { rmgr: RM_XACT, info: XACT_ABORT, xid, flags: 0, blocks: vec![], main_data: main.clone() }) {
+            tracing::warn!("could not log abort of transaction {}: {e}", xid.0);
+        }
+        self.st.xact.abort(xid);
+        for rel in self.created.drain(..) {
+            if let Err(e) = self.st.remove_relation(rel) {
+                tracing::warn!("could not remove relation file {}: {e}", rel.0);
+            }
+        }
+    }
+}
+
+impl Drop for Txn {
+    fn drop(&mut self) {
+        self.abort_inner();
+    }
+}
+
+/// Uniqueness decision for an existing index entry pointing at `head`.
+fn existing_state(st: &Storage, rel: &crate::smgr::Relation, head: Tid, me: Xid) -> Result<Existing> {
+    let mut tid = head;
+    for _ in 0..1_000_000 {
+        if !tid.is_valid() {
+            return Ok(Existing::Replace);
+        }
+        let v = heap::fetch(st, rel, tid)?;
+        let xmin_state = if v.xmin == me { XidStatus::Committed(0) } else { st.xact.status(v.xmin) };
+        match xmin_state {
+            XidStatus::InProgress => return Ok(Existing::Wait(v.xmin)),
+            XidStatus::Aborted => {
+                tid = v.prev;
+                continue;
+            }
+            XidStatus::Committed(_) => {}
+        }
+        if !v.xmax.is_valid() {
+            return Ok(Existing::Duplicate);
+        }
+        if v.xmax == me {
+            return Ok(if v.next.is_valid() { Existing::Duplicate } else { Existing::Replace });
+        }
+        return Ok(match st.xact.status(v.xmax) {
+            XidStatus::InProgress => Existing::Wait(v.xmax),
+            XidStatus::Aborted => Existing::Duplicate,
+            XidStatus::Committed(_) => {
+                if v.next.is_valid() {
+                    Existing::Duplicate
+                } else {
+                    Existing::Replace
+                }
+            }
+        });
+    }
+    Err(Error::corruption("version chain does not end"))
+}

@@ -1,0 +1,168 @@
+//! Segment files: naming (PostgreSQL's `XLogFileName`), zero-filled preallocation
+//! (`XLogFileInitInternal`), and the open-time scrub of stale records past the end of WAL.
+//! All file access goes through the [`Vfs`].
+
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use walnut_io::{FileIo, OpenMode, Vfs};
+
+/// Size of one WAL segment file, bytes (16 MiB, PostgreSQL's default `wal_segment_size`).
+pub const WAL_SEGMENT_SIZE: u64 = 16 * 1024 * 1024;
+/// Timeline id in segment names; walnut has only timeline 1 for now.
+pub const TIMELINE: u32 = 1;
+/// Segments per "xlogid" (the middle 8 hex digits): 2^32 / 16 MiB.
+const SEGMENTS_PER_XLOGID: u64 = 0x1_0000_0000 / WAL_SEGMENT_SIZE;
+/// Write size used for zero-filling, bytes.
+const ZERO_CHUNK: usize = 1024 * 1024;
+const TEMP_PREFIX: &str = "xlogtemp.";
+
+const _: () = assert!(WAL_SEGMENT_SIZE.is_power_of_two());
+const _: () = assert!(WAL_SEGMENT_SIZE % ZERO_CHUNK as u64 == 0);
+const _: () = assert!(SEGMENTS_PER_XLOGID == 256);
+
+/// Number of the segment that holds byte `lsn`.
+pub fn segment_of(lsn: u64) -> u64 {
+    lsn / WAL_SEGMENT_SIZE
+}
+
+/// File name of segment `segno`: 24 hex digits `{timeline:08X}{log:08X}{seg:08X}`, where
+/// `log = segno / 256` and `seg = segno % 256` (PostgreSQL's `XLogFileName` for 16 MiB segments).
+pub fn segment_file_name(segno: u64) -> String {
+    format!(
+        "{TIMELINE:08X}{:08X}{:08X}",
+        segno / SEGMENTS_PER_XLOGID,
+        segno % SEGMENTS_PER_XLOGID
+    )
+}
+
+/// Inverse of [`segment_file_name`]; `None` for any other name (including other timelines).
+pub fn parse_segment_file_name(name: &str) -> Option<u64> {
+    if name.len() != 24
+        || !name
+            .bytes()
+            .all(|b| b.is_ascii_digit() || (b'A'..=b'F').contains(&b))
+    {
+        return None;
+    }
+    let tli = u32::from_str_radix(&name[0..8], 16).ok()?;
+    let log = u64::from_str_radix(&name[8..16], 16).ok()?;
+    let seg = u64::from_str_radix(&name[16..24], 16).ok()?;
+    (tli == TIMELINE && seg < SEGMENTS_PER_XLOGID).then_some(log * SEGMENTS_PER_XLOGID + seg)
+}
+
+pub(crate) fn segment_path(dir: &Path, segno: u64) -> PathBuf {
+    dir.join(segment_file_name(segno))
+}
+
+/// Sorted segment numbers present in `dir`.
+pub(crate) fn list_segments(vfs: &dyn Vfs, dir: &Path) -> io::Result<Vec<u64>> {
+    let mut v: Vec<u64> = vfs
+        .list_dir(dir)?
+        .iter()
+        .filter_map(|n| parse_segment_file_name(n))
+        .collect();
+    v.sort_unstable();
+    Ok(v)
+}
+
+/// Removes temporary files left by a crash in the middle of [`preallocate`].
+pub(crate) fn remove_temp_files(vfs: &dyn Vfs, dir: &Path) -> io::Result<()> {
+    for name in vfs.list_dir(dir)? {
+        if name.starts_with(TEMP_PREFIX) {
+            vfs.remove(&dir.join(&name))?;
+        }
+    }
+    Ok(())
+}
+
+/// Writes zeros over `[from, to)` of `file` in 1 MiB writes (not synced).
+fn write_zeros(file: &dyn FileIo, from: u64, to: u64) -> io::Result<()> {
+    let zeros = vec![0u8; ZERO_CHUNK];
+    let mut off = from;
+    while off < to {
+        let n = (to - off).min(ZERO_CHUNK as u64) as usize;
+        file.write_at(&zeros[..n], off)?;
+        off += n as u64;
+    }
+    Ok(())
+}
+
+/// Creates segment `segno` durably: writes 16 MiB of zeros to a temporary file, fsyncs it,
+/// renames it into place and fsyncs the directory. After a crash the segment either does not
+/// exist or is complete; a leftover temporary file is removed at the next open. Because every
+/// block of the file is allocated and its size is final, later WAL writes into it need only
+/// `fdatasync`, which then does not have to commit file metadata.
+pub(crate) fn preallocate(vfs: &dyn Vfs, dir: &Path, segno: u64) -> io::Result<()> {
+    let tmp = dir.join(format!("{TEMP_PREFIX}{segno}"));
+    let file = vfs.open(
+        &tmp,
+        OpenMode {
+            create: true,
+            ..Default::default()
+        },
+    )?;
+    file.set_len(0)?;
+    write_zeros(file.as_ref(), 0, WAL_SEGMENT_SIZE)?;
+    file.sync_all()?;
+    drop(file);
+    vfs.rename(&tmp, &segment_path(dir, segno))?;
+    vfs.sync_dir(dir)?;
+    tracing::debug!(segment = %segment_file_name(segno), "preallocated WAL segment");
+    Ok(())
+}
+
+/// Opens an existing segment; `Ok(None)` if it does not exist.
+pub(crate) fn open_existing(
+    vfs: &dyn Vfs,
+    dir: &Path,
+    segno: u64,
+) -> io::Result<Option<Arc<dyn FileIo>>> {
+    match vfs.open(&segment_path(dir, segno), OpenMode::default()) {
+        Ok(f) => Ok(Some(f)),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+/// True if any 8-aligned word of `file` at segment offsets `[from, WAL_SEGMENT_SIZE)` looks like
+/// the LSN field of a record header written at its own position, at a stream position `>= end`:
+/// a record a crashed run wrote past the end of valid WAL, which would validate again once new
+/// records happen to end exactly where it starts. Records in recycled segments carry LSNs of
+/// their old position and never match.
+pub(crate) fn has_stale_records(
+    file: &dyn FileIo,
+    segno: u64,
+    from: u64,
+    end: u64,
+) -> io::Result<bool> {
+    let base = segno * WAL_SEGMENT_SIZE;
+    let mut buf = vec![0u8; ZERO_CHUNK];
+    let mut off = from & !7;
+    while off < WAL_SEGMENT_SIZE {
+        let n = (WAL_SEGMENT_SIZE - off).min(ZERO_CHUNK as u64) as usize;
+        let got = file.read_at(&mut buf[..n], off)?;
+        if got == 0 {
+            break;
+        }
+        for (i, w) in buf[..got - got % 8].chunks_exact(8).enumerate() {
+            let word_pos = base + off + 8 * i as u64;
+            let v = u64::from_le_bytes(w.try_into().expect("8 bytes"));
+            // The LSN field sits 8 bytes into the header.
+            if word_pos >= 8 && v == word_pos - 8 && v >= end {
+                return Ok(true);
+            }
+        }
+        off += got as u64 - got as u64 % 8;
+        if got % 8 != 0 {
+            break;
+        }
+    }
+    Ok(false)
+}
+
+/// Zero-fills `[from, WAL_SEGMENT_SIZE)` of `file` and syncs it.
+pub(crate) fn zero_tail(file: &dyn FileIo, from: u64) -> io::Result<()> {
+    write_zeros(file, from, WAL_SEGMENT_SIZE)?;
+    file.sync_data()
+}

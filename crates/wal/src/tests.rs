@@ -1,0 +1,754 @@
+//! Tests of the record format, insertion, group commit, reader and segment handling.
+
+use crate::*;
+use proptest::prelude::*;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+use walnut_common::{BlockNumber, Lsn, RelFileId, Xid, BLCKSZ};
+use walnut_io::{FileIo, OpenMode, RealVfs, Vfs};
+
+// ---------------------------------------------------------------------------------------------
+// Helpers
+
+/// A Vfs over the real file system that counts `sync_data` calls and can make them slow.
+struct CountingVfs {
+    syncs: Arc<AtomicU64>,
+    sync_delay: Duration,
+}
+
+struct CountingFile {
+    inner: Arc<dyn FileIo>,
+    syncs: Arc<AtomicU64>,
+    sync_delay: Duration,
+}
+
+impl FileIo for CountingFile {
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+        self.inner.read_at(buf, offset)
+    }
+    fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
+        self.inner.write_at(buf, offset)
+    }
+    fn sync_data(&self) -> io::Result<()> {
+        self.syncs.fetch_add(1, Ordering::SeqCst);
+        std::thread::sleep(self.sync_delay);
+        self.inner.sync_data()
+    }
+    fn sync_all(&self) -> io::Result<()> {
+        self.inner.sync_all()
+    }
+    fn len(&self) -> io::Result<u64> {
+        self.inner.len()
+    }
+    fn set_len(&self, len: u64) -> io::Result<()> {
+        self.inner.set_len(len)
+    }
+}
+
+impl Vfs for CountingVfs {
+    fn open(&self, path: &Path, mode: OpenMode) -> io::Result<Arc<dyn FileIo>> {
+        let inner = RealVfs.open(path, mode)?;
+        Ok(Arc::new(CountingFile {
+            inner,
+            syncs: self.syncs.clone(),
+            sync_delay: self.sync_delay,
+        }))
+    }
+    fn remove(&self, path: &Path) -> io::Result<()> {
+        RealVfs.remove(path)
+    }
+    fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
+        RealVfs.rename(from, to)
+    }
+    fn sync_dir(&self, dir: &Path) -> io::Result<()> {
+        RealVfs.sync_dir(dir)
+    }
+    fn create_dir_all(&self, dir: &Path) -> io::Result<()> {
+        RealVfs.create_dir_all(dir)
+    }
+    fn list_dir(&self, dir: &Path) -> io::Result<Vec<String>> {
+        RealVfs.list_dir(dir)
+    }
+    fn exists(&self, path: &Path) -> bool {
+        RealVfs.exists(path)
+    }
+}
+
+fn vfs() -> Arc<dyn Vfs> {
+    Arc::new(RealVfs)
+}
+
+fn config(dir: &Path, wal_buffers_bytes: usize, prealloc_segments: u32) -> WalConfig {
+    WalConfig {
+        dir: dir.join("wal"),
+        wal_buffers_bytes,
+        prealloc_segments,
+    }
+}
+
+fn no_xacts() -> Arc<dyn Fn() -> usize + Send + Sync> {
+    Arc::new(|| 0)
+}
+
+fn create_open(vfs: Arc<dyn Vfs>, cfg: &WalConfig) -> Arc<Wal> {
+    Wal::create(vfs.clone(), cfg).unwrap();
+    Wal::open(vfs, cfg.clone(), Lsn::FIRST, Lsn::FIRST, no_xacts()).unwrap()
+}
+
+/// A record tagged with (thread, seq) in its main data, optionally with a full-page image
+/// whose bytes derive from the tag.
+fn tagged_record(thread: u32, seq: u32, image: bool) -> Record {
+    let tag = (u64::from(thread) << 32) | u64::from(seq);
+    let mut main_data = tag.to_le_bytes().to_vec();
+    main_data.extend_from_slice(&vec![thread as u8; (seq % 97) as usize]);
+    Record {
+        rmgr: RmgrId(thread as u8),
+        info: seq as u8,
+        xid: Xid(tag),
+        flags: 0,
+        blocks: vec![BlockRef {
+            rel: RelFileId(16384 + thread),
+            block: BlockNumber(seq),
+            will_init: seq % 2 == 0,
+            image: image.then(|| (0..BLCKSZ).map(|i| (i as u64 ^ tag) as u8).collect()),
+            data: vec![seq as u8; (seq % 13) as usize],
+        }],
+        main_data,
+    }
+}
+
+fn tag_of(rec: &Record) -> (u32, u32) {
+    let tag = u64::from_le_bytes(rec.main_data[..8].try_into().unwrap());
+    ((tag >> 32) as u32, tag as u32)
+}
+
+fn read_all(vfs: Arc<dyn Vfs>, dir: PathBuf, start: Lsn) -> (Vec<DecodedRecord>, Lsn) {
+    let mut r = WalReader::open(vfs, dir, start).unwrap();
+    let mut out = Vec::new();
+    while let Some(rec) = r.next_record().unwrap() {
+        out.push(rec);
+    }
+    assert!(r.next_record().unwrap().is_none(), "end of WAL is sticky");
+    (out, r.end_lsn())
+}
+
+// ---------------------------------------------------------------------------------------------
+// Record format
+
+fn arb_block() -> impl Strategy<Value = BlockRef> {
+    (
+        any::<u32>(),
+        any::<u32>(),
+        any::<bool>(),
+        proptest::option::of(any::<u8>()),
+        proptest::collection::vec(any::<u8>(), 0..300),
+    )
+        .prop_map(|(rel, block, will_init, img, data)| BlockRef {
+            rel: RelFileId(rel),
+            block: BlockNumber(block),
+            will_init,
+            image: img.map(|b| (0..BLCKSZ).map(|i| b.wrapping_add(i as u8)).collect()),
+            data,
+        })
+}
+
+fn arb_record() -> impl Strategy<Value = Record> {
+    (
+        any::<u8>(),
+        any::<u8>(),
+        any::<u64>(),
+        any::<u8>(),
+        proptest::collection::vec(arb_block(), 0..4),
+        proptest::collection::vec(any::<u8>(), 0..500),
+    )
+        .prop_map(|(rmgr, info, xid, flags, blocks, main_data)| Record {
+            rmgr: RmgrId(rmgr),
+            info,
+            xid: Xid(xid),
+            flags,
+            blocks,
+            main_data,
+        })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(128))]
+
+    #[test]
+    fn record_round_trip(rec in arb_record(), lsn in (1u64..1 << 40).prop_map(|l| l * 8)) {
+        let bytes = encode_record(Lsn(lsn), &rec);
+        prop_assert_eq!(bytes.len() % 8, 0);
+        prop_assert_eq!(bytes.len() as u64, align8(record_len(&rec) as u64));
+        let d = decode_record(Lsn(lsn), &bytes).unwrap();
+        prop_assert_eq!(d.lsn, Lsn(lsn));
+        prop_assert_eq!(d.end_lsn, Lsn(lsn + bytes.len() as u64));
+        prop_assert_eq!(&d.record, &rec);
+        // The same bytes at another position are stale.
+        prop_assert!(decode_record(Lsn(lsn + 8), &bytes).is_err());
+    }
+
+    #[test]
+    fn decode_truncated_or_flipped_never_panics(rec in arb_record(), cut in any::<prop::sample::Index>(),
+                                                flip in any::<prop::sample::Index>(), bit in 0u8..8) {
+        let bytes = encode_record(Lsn(8), &rec);
+        let total = record_len(&rec);
+        let cut = cut.index(total);
+        prop_assert!(decode_record(Lsn(8), &bytes[..cut]).is_err());
+        let mut flipped = bytes.clone();
+        let at = flip.index(total);
+        flipped[at] ^= 1 << bit;
+        prop_assert!(decode_record(Lsn(8), &flipped).is_err());
+    }
+
+    #[test]
+    fn decode_garbage_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..2000), lsn in any::<u64>()) {
+        let _ = decode_record(Lsn(lsn), &bytes);
+        // Garbage with a plausible header: the right lsn and a small length.
+        let mut b = bytes.clone();
+        if b.len() >= 16 {
+            let len = (b.len() as u32).max(32);
+            b[0..4].copy_from_slice(&len.to_le_bytes());
+            b[8..16].copy_from_slice(&lsn.to_le_bytes());
+            let _ = decode_record(Lsn(lsn), &b);
+        }
+    }
+}
+
+#[test]
+fn zero_header_is_end_of_wal() {
+    assert!(decode_record(Lsn(8), &[0u8; 64]).is_err());
+    assert!(decode_record(Lsn(8), &[]).is_err());
+}
+
+#[test]
+fn segment_names_follow_postgres() {
+    assert_eq!(segment_file_name(0), "000000010000000000000000");
+    assert_eq!(segment_file_name(1), "000000010000000000000001");
+    assert_eq!(segment_file_name(255), "0000000100000000000000FF");
+    assert_eq!(segment_file_name(256), "000000010000000100000000");
+    for n in [0, 1, 255, 256, 12345] {
+        assert_eq!(parse_segment_file_name(&segment_file_name(n)), Some(n));
+    }
+    assert_eq!(parse_segment_file_name("000000020000000000000001"), None);
+    assert_eq!(parse_segment_file_name("0000000100000000000001FF"), None);
+    assert_eq!(parse_segment_file_name("xlogtemp.3"), None);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Insertion, flush, reader
+
+#[test]
+fn concurrent_inserts_read_back_once_in_order_across_segments() {
+    let tmp = tempfile::tempdir().unwrap();
+    // Small buffers, so inserters also have to write out WAL themselves (wal_buffers_full).
+    let cfg = config(tmp.path(), 1 << 20, 2);
+    let wal = create_open(vfs(), &cfg);
+    const THREADS: u32 = 8;
+    const PER_THREAD: u32 = 600;
+    let handles: Vec<_> = (0..THREADS)
+        .map(|t| {
+            let wal = wal.clone();
+            std::thread::spawn(move || {
+                let mut lsns = Vec::new();
+                for seq in 0..PER_THREAD {
+                    let (start, end) = wal
+                        .insert(&mut |_redo| tagged_record(t, seq, seq % 2 == 0))
+                        .unwrap();
+                    assert!(end > start);
+                    if seq % 100 == 99 {
+                        wal.flush(end, FlushOpts::default()).unwrap();
+                    }
+                    lsns.push(start);
+                }
+                lsns
+            })
+        })
+        .collect();
+    let mut starts = std::collections::HashMap::new();
+    for (t, h) in handles.into_iter().enumerate() {
+        for (seq, lsn) in h.join().unwrap().into_iter().enumerate() {
+            starts.insert(lsn, (t as u32, seq as u32));
+        }
+    }
+    let end = wal.insert_lsn();
+    assert!(
+        end.0 > WAL_SEGMENT_SIZE,
+        "the test must cross a segment boundary"
+    );
+    wal.flush(end, FlushOpts::default()).unwrap();
+    assert_eq!(wal.flush_lsn(), end);
+    let stats = wal.stats();
+    assert_eq!(stats.wal_records, u64::from(THREADS * PER_THREAD));
+    assert_eq!(stats.wal_fpi, u64::from(THREADS * PER_THREAD / 2));
+    assert_eq!(stats.wal_bytes, end.0 - Lsn::FIRST.0);
+    assert!(stats.wal_buffers_full > 0);
+    drop(wal);
+
+    let (recs, read_end) = read_all(vfs(), cfg.dir.clone(), Lsn::FIRST);
+    assert_eq!(read_end, end);
+    assert_eq!(recs.len(), (THREADS * PER_THREAD) as usize);
+    let mut next_seq = vec![0u32; THREADS as usize];
+    let mut prev_end = Lsn::FIRST;
+    let mut crossed = false;
+    for d in &recs {
+        assert_eq!(d.lsn, prev_end, "records are contiguous");
+        crossed |= segment_of(d.lsn.0) != segment_of(d.end_lsn.0 - 1);
+        prev_end = d.end_lsn;
+        let (t, seq) = tag_of(&d.record);
+        assert_eq!(
+            starts.get(&d.lsn),
+            Some(&(t, seq)),
+            "record read where it was inserted"
+        );
+        assert_eq!(
+            next_seq[t as usize], seq,
+            "each thread's records appear once, in order"
+        );
+        next_seq[t as usize] += 1;
+        assert_eq!(d.record, tagged_record(t, seq, seq % 2 == 0));
+    }
+    assert!(crossed, "some record spans two segments");
+}
+
+#[test]
+fn record_larger_than_wal_buffers() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = config(tmp.path(), 1 << 20, 1);
+    let wal = create_open(vfs(), &cfg);
+    let big = |n: u32| Record {
+        rmgr: RmgrId(9),
+        info: 1,
+        xid: Xid(n.into()),
+        flags: RECORD_MULTI_BLOCK_ATOMIC,
+        blocks: (0..200)
+            .map(|b| BlockRef {
+                rel: RelFileId(1),
+                block: BlockNumber(b),
+                will_init: false,
+                image: Some(vec![(b + n) as u8; BLCKSZ]),
+                data: vec![],
+            })
+            .collect(),
+        main_data: vec![n as u8; 5],
+    };
+    let wal2 = wal.clone();
+    let small = std::thread::spawn(move || {
+        for seq in 0..500 {
+            wal2.insert(&mut |_| tagged_record(1, seq, false)).unwrap();
+        }
+    });
+    for n in 0..3 {
+        wal.insert(&mut |_| big(n)).unwrap();
+    }
+    small.join().unwrap();
+    let end = wal.insert_lsn();
+    wal.flush(end, FlushOpts::default()).unwrap();
+    drop(wal);
+    let (recs, read_end) = read_all(vfs(), cfg.dir.clone(), Lsn::FIRST);
+    assert_eq!(read_end, end);
+    let bigs: Vec<_> = recs.iter().filter(|d| d.record.rmgr == RmgrId(9)).collect();
+    assert_eq!(bigs.len(), 3);
+    for (n, d) in bigs.iter().enumerate() {
+        assert_eq!(d.record, big(n as u32));
+    }
+    assert_eq!(recs.len(), 503);
+}
+
+#[test]
+fn group_commit_flushes_before_ack_monotonic_and_groups() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = config(tmp.path(), 4 << 20, 1);
+    let syncs = Arc::new(AtomicU64::new(0));
+    let cvfs: Arc<dyn Vfs> = Arc::new(CountingVfs {
+        syncs: syncs.clone(),
+        sync_delay: Duration::from_millis(2),
+    });
+    let wal = create_open(cvfs.clone(), &cfg);
+    let syncs_before = syncs.load(Ordering::SeqCst);
+    let stop = Arc::new(AtomicBool::new(false));
+    let observer = {
+        let wal = wal.clone();
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            let mut last = wal.flush_lsn();
+            let mut observations = 0u64;
+            while !stop.load(Ordering::SeqCst) {
+                let now = wal.flush_lsn();
+                assert!(now >= last, "flush_lsn went backwards: {last} -> {now}");
+                assert!(now <= wal.insert_lsn());
+                last = now;
+                observations += 1;
+                std::thread::yield_now();
+            }
+            observations
+        })
+    };
+    const THREADS: u32 = 8;
+    const COMMITS: u32 = 40;
+    let workers: Vec<_> = (0..THREADS)
+        .map(|t| {
+            let wal = wal.clone();
+            let vfs = cvfs.clone();
+            let dir = cfg.dir.clone();
+            std::thread::spawn(move || {
+                for seq in 0..COMMITS {
+                    let rec = tagged_record(t, seq, false);
+                    let (start, end) = wal.insert(&mut |_| rec.clone()).unwrap();
+                    wal.flush(end, FlushOpts::default()).unwrap();
+                    assert!(wal.flush_lsn() >= end, "acknowledged before flushed");
+                    // Written: a fresh reader finds the record.
+                    let mut r = WalReader::open(vfs.clone(), dir.clone(), start).unwrap();
+                    let d = r
+                        .next_record()
+                        .unwrap()
+                        .expect("flushed record is readable");
+                    assert_eq!(d.record, rec);
+                    assert_eq!(d.end_lsn, end);
+                }
+            })
+        })
+        .collect();
+    for w in workers {
+        w.join().unwrap();
+    }
+    stop.store(true, Ordering::SeqCst);
+    assert!(observer.join().unwrap() > 0);
+    let flush_calls = u64::from(THREADS * COMMITS);
+    let data_syncs = syncs.load(Ordering::SeqCst) - syncs_before;
+    let stats = wal.stats();
+    assert_eq!(stats.group_commits, flush_calls);
+    assert_eq!(stats.wal_sync, data_syncs);
+    assert!(stats.group_flushes <= flush_calls);
+    assert!(
+        data_syncs <= flush_calls,
+        "{data_syncs} syncs for {flush_calls} flushes"
+    );
+    assert!(
+        data_syncs < flush_calls,
+        "with a slow sync, commits were grouped ({data_syncs} syncs)"
+    );
+    assert!(stats.wal_write <= stats.group_flushes + stats.wal_buffers_full + 1);
+}
+
+#[test]
+fn commit_delay_uses_active_xacts_minus_self() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = config(tmp.path(), 1 << 20, 1);
+    Wal::create(vfs(), &cfg).unwrap();
+    let calls = Arc::new(AtomicU64::new(0));
+    let c = calls.clone();
+    let active: Arc<dyn Fn() -> usize + Send + Sync> = Arc::new(move || {
+        c.fetch_add(1, Ordering::SeqCst);
+        1
+    });
+    let wal = Wal::open(vfs(), cfg, Lsn::FIRST, Lsn::FIRST, active).unwrap();
+    let (_, end) = wal.insert(&mut |_| tagged_record(0, 0, false)).unwrap();
+    // Only ourselves active: 0 others < 1 sibling, no delay, but the callback is consulted.
+    wal.flush(
+        end,
+        FlushOpts {
+            commit_delay_us: 10,
+            commit_siblings: 1,
+        },
+    )
+    .unwrap();
+    assert_eq!(calls.load(Ordering::SeqCst), 1);
+    // Already flushed: returns at once without consulting anything.
+    wal.flush(
+        end,
+        FlushOpts {
+            commit_delay_us: 10,
+            commit_siblings: 0,
+        },
+    )
+    .unwrap();
+    assert_eq!(calls.load(Ordering::SeqCst), 1);
+    let (_, end) = wal.insert(&mut |_| tagged_record(0, 1, false)).unwrap();
+    wal.flush(
+        end,
+        FlushOpts {
+            commit_delay_us: 10,
+            commit_siblings: 0,
+        },
+    )
+    .unwrap();
+    assert_eq!(wal.flush_lsn(), end);
+    assert!(
+        wal.flush(Lsn(end.0 + 8), FlushOpts::default()).is_err(),
+        "beyond the insert position"
+    );
+}
+
+#[test]
+fn torn_tail_ends_wal_at_previous_record_and_reopen_continues() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = config(tmp.path(), 1 << 20, 1);
+    for damage in ["flip", "zero_header", "truncate_lsn"] {
+        let _ = std::fs::remove_dir_all(&cfg.dir);
+        let wal = create_open(vfs(), &cfg);
+        let mut ranges = Vec::new();
+        for seq in 0..10 {
+            ranges.push(
+                wal.insert(&mut |_| tagged_record(0, seq, seq == 9))
+                    .unwrap(),
+            );
+        }
+        wal.flush(wal.insert_lsn(), FlushOpts::default()).unwrap();
+        drop(wal);
+        let (last_start, last_end) = ranges[9];
+        let f = vfs()
+            .open(&cfg.dir.join(segment_file_name(0)), OpenMode::default())
+            .unwrap();
+        match damage {
+            "flip" => {
+                let at = (last_start.0 + last_end.0) / 2;
+                let mut b = [0u8; 1];
+                f.read_exact_at(&mut b, at).unwrap();
+                f.write_at(&[b[0] ^ 0x40], at).unwrap();
+            }
+            "zero_header" => f.write_at(&[0u8; 32], last_start.0).unwrap(),
+            _ => f.write_at(&[0xAB; 8], last_start.0 + 8).unwrap(),
+        }
+        let (recs, end) = read_all(vfs(), cfg.dir.clone(), Lsn::FIRST);
+        assert_eq!(recs.len(), 9, "{damage}");
+        assert_eq!(end, last_start, "{damage}");
+
+        // Recovery continues the WAL where the valid part ends.
+        let wal = Wal::open(vfs(), cfg.clone(), end, Lsn::FIRST, no_xacts()).unwrap();
+        let (s, e) = wal.insert(&mut |_| tagged_record(0, 100, false)).unwrap();
+        assert_eq!(s, last_start);
+        wal.flush(e, FlushOpts::default()).unwrap();
+        drop(wal);
+        let (recs, end) = read_all(vfs(), cfg.dir.clone(), Lsn::FIRST);
+        assert_eq!(recs.len(), 10);
+        assert_eq!(tag_of(&recs[9].record), (0, 100));
+        assert_eq!(end, e);
+    }
+}
+
+#[test]
+fn open_scrubs_stale_records_a_crashed_run_left_after_end() {
+    // A crash left records A B C on disk, B torn but C intact. Recovery ends at B. If new
+    // records ended exactly where C starts, C would validate again; open must destroy it.
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = config(tmp.path(), 1 << 20, 1);
+    let wal = create_open(vfs(), &cfg);
+    let rec = |seq| Record {
+        rmgr: RmgrId(1),
+        info: 0,
+        xid: Xid(seq),
+        flags: 0,
+        blocks: vec![],
+        main_data: vec![seq as u8; 24],
+    };
+    let (_, a_end) = wal.insert(&mut |_| rec(1)).unwrap();
+    let (b_start, b_end) = wal.insert(&mut |_| rec(2)).unwrap();
+    let (c_start, _) = wal.insert(&mut |_| rec(3)).unwrap();
+    wal.flush(wal.insert_lsn(), FlushOpts::default()).unwrap();
+    drop(wal);
+    let f = vfs()
+        .open(&cfg.dir.join(segment_file_name(0)), OpenMode::default())
+        .unwrap();
+    f.write_at(&[0xFF; 4], b_start.0 + 20).unwrap(); // tear B
+    let (recs, end) = read_all(vfs(), cfg.dir.clone(), Lsn::FIRST);
+    assert_eq!((recs.len(), end), (1, a_end));
+    let wal = Wal::open(vfs(), cfg.clone(), end, Lsn::FIRST, no_xacts()).unwrap();
+    let (s, e) = wal.insert(&mut |_| rec(4)).unwrap();
+    assert_eq!(
+        (s, e),
+        (b_start, b_end),
+        "same size as B: the next record would be at C"
+    );
+    wal.flush(e, FlushOpts::default()).unwrap();
+    drop(wal);
+    let (recs, end) = read_all(vfs(), cfg.dir.clone(), Lsn::FIRST);
+    assert_eq!(recs.len(), 2, "stale C must not come back");
+    assert_eq!(end, c_start);
+}
+
+#[test]
+fn recycled_segment_stale_records_end_the_wal() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = config(tmp.path(), 4 << 20, 1);
+    let wal = create_open(vfs(), &cfg);
+    let mut seq = 0;
+    let mut fill_to = |wal: &Wal, target: u64| {
+        while wal.insert_lsn().0 < target {
+            wal.insert(&mut |_| tagged_record(0, seq, true)).unwrap();
+            seq += 1;
+        }
+        wal.flush(wal.insert_lsn(), FlushOpts::default()).unwrap();
+    };
+    // Into segment 1.
+    fill_to(&wal, WAL_SEGMENT_SIZE + 100_000);
+    let redo = wal.begin_checkpoint();
+    assert_eq!(redo, wal.insert_lsn());
+    let names = |dir: &Path| {
+        let mut v: Vec<_> = RealVfs
+            .list_dir(dir)
+            .unwrap()
+            .into_iter()
+            .filter_map(|n| parse_segment_file_name(&n))
+            .collect();
+        v.sort();
+        v
+    };
+    assert_eq!(names(&cfg.dir), vec![0, 1, 2]);
+    wal.remove_old_segments(redo).unwrap();
+    // Segment 0 was recycled as segment 3 (the first free name after the preallocated one).
+    assert_eq!(names(&cfg.dir), vec![1, 2, 3]);
+    // Into segment 2, then "crash" and recover.
+    fill_to(&wal, 2 * WAL_SEGMENT_SIZE + WAL_SEGMENT_SIZE / 2);
+    drop(wal);
+    let (recs, end) = read_all(vfs(), cfg.dir.clone(), redo);
+    assert!(!recs.is_empty());
+    // Reopen the writer at the end and write a little into the recycled segment 3, much less
+    // than the stale content it holds.
+    let wal = Wal::open(vfs(), cfg.clone(), end, redo, no_xacts()).unwrap();
+    fill_to(&wal, 3 * WAL_SEGMENT_SIZE + 50_000);
+    let new_end = wal.insert_lsn();
+    drop(wal);
+    let f = vfs()
+        .open(&cfg.dir.join(segment_file_name(3)), OpenMode::default())
+        .unwrap();
+    let mut after = [0u8; 64];
+    f.read_exact_at(&mut after, new_end.0 % WAL_SEGMENT_SIZE + 4096)
+        .unwrap();
+    assert!(
+        after.iter().any(|&b| b != 0),
+        "the recycled segment still holds stale records"
+    );
+    let (recs, end) = read_all(vfs(), cfg.dir.clone(), redo);
+    assert_eq!(end, new_end, "reader stops exactly at the new end");
+    for (i, d) in recs.iter().enumerate() {
+        assert_eq!(tag_of(&d.record).1, tag_of(&recs[0].record).1 + i as u32);
+    }
+}
+
+#[test]
+fn assemble_is_redone_when_a_checkpoint_moves_the_redo_point() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = config(tmp.path(), 1 << 20, 1);
+    let wal = create_open(vfs(), &cfg);
+    wal.insert(&mut |_| tagged_record(0, 0, false)).unwrap();
+    let old_redo = wal.redo_lsn();
+    assert_eq!(old_redo, Lsn::FIRST);
+    let mut seen = Vec::new();
+    let (start, _) = wal
+        .insert(&mut |redo| {
+            seen.push(redo);
+            if seen.len() == 1 {
+                // A checkpoint intervenes between assembly and reservation.
+                wal.begin_checkpoint();
+            }
+            tagged_record(0, 1, redo <= old_redo)
+        })
+        .unwrap();
+    let new_redo = wal.redo_lsn();
+    assert!(new_redo > old_redo);
+    assert_eq!(seen, vec![old_redo, new_redo]);
+    assert_eq!(
+        start, new_redo,
+        "nothing was reserved between the redo point and this record"
+    );
+    // No further checkpoint: assembled once.
+    let mut calls = 0;
+    wal.insert(&mut |_| {
+        calls += 1;
+        tagged_record(0, 2, false)
+    })
+    .unwrap();
+    assert_eq!(calls, 1);
+}
+
+#[test]
+fn checkpoint_concurrent_with_inserts_never_splits_assembly_from_reservation() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = config(tmp.path(), 1 << 20, 1);
+    let wal = create_open(vfs(), &cfg);
+    let stop = Arc::new(AtomicBool::new(false));
+    let inserters: Vec<_> = (0..4)
+        .map(|t| {
+            let wal = wal.clone();
+            std::thread::spawn(move || {
+                for seq in 0..2000 {
+                    let mut assembled_with = Lsn::INVALID;
+                    let (start, _) = wal
+                        .insert(&mut |redo| {
+                            assembled_with = redo;
+                            tagged_record(t, seq, false)
+                        })
+                        .unwrap();
+                    // The redo point used was current when space was reserved, so it is at or
+                    // before the record, and no later checkpoint's redo point lies before it.
+                    assert!(assembled_with <= start);
+                }
+            })
+        })
+        .collect();
+    let ckpt = {
+        let wal = wal.clone();
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            let mut last = Lsn::INVALID;
+            while !stop.load(Ordering::SeqCst) {
+                let r = wal.begin_checkpoint();
+                assert!(r >= last);
+                last = r;
+                std::thread::yield_now();
+            }
+        })
+    };
+    for h in inserters {
+        h.join().unwrap();
+    }
+    stop.store(true, Ordering::SeqCst);
+    ckpt.join().unwrap();
+}
+
+#[test]
+fn wal_writer_flushes_in_background_and_shutdown_flushes() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = config(tmp.path(), 1 << 20, 1);
+    let wal = create_open(vfs(), &cfg);
+    wal.start_wal_writer(2);
+    let (_, end) = wal.insert(&mut |_| tagged_record(0, 0, false)).unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while wal.flush_lsn() < end {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "WAL writer never flushed"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let (_, end) = wal.insert(&mut |_| tagged_record(0, 1, false)).unwrap();
+    wal.shutdown();
+    assert!(wal.flush_lsn() >= end);
+    let (recs, _) = read_all(vfs(), cfg.dir.clone(), Lsn::FIRST);
+    assert_eq!(recs.len(), 2);
+}
+
+#[test]
+fn create_preallocates_and_open_keeps_segments_ahead() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = config(tmp.path(), 1 << 20, 2);
+    Wal::create(vfs(), &cfg).unwrap();
+    let seg0 = vfs()
+        .open(&cfg.dir.join(segment_file_name(0)), OpenMode::default())
+        .unwrap();
+    assert_eq!(seg0.len().unwrap(), WAL_SEGMENT_SIZE);
+    let _wal = Wal::open(vfs(), cfg.clone(), Lsn::FIRST, Lsn::FIRST, no_xacts()).unwrap();
+    for n in 0..=2 {
+        let f = vfs()
+            .open(&cfg.dir.join(segment_file_name(n)), OpenMode::default())
+            .unwrap();
+        assert_eq!(f.len().unwrap(), WAL_SEGMENT_SIZE);
+    }
+    let (recs, end) = read_all(vfs(), cfg.dir.clone(), Lsn::FIRST);
+    assert!(recs.is_empty());
+    assert_eq!(end, Lsn::FIRST);
+    assert!(WalReader::open(vfs(), cfg.dir.clone(), Lsn(10 * WAL_SEGMENT_SIZE)).is_err());
+}

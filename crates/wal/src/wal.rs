@@ -1,0 +1,876 @@
+//! The WAL proper: concurrent insertion into the ring buffer, write-out, group commit flush,
+//! checkpoint redo point, segment preallocation and recycling, and the WAL writer thread.
+//!
+//! ```text
+//!   inserters (many)                         flush leader (one at a time)
+//!   ----------------                         ----------------------------
+//!   assemble(redo) -> encode (thread-local)  X = insert_pos
+//!   claim slot i (CAS FREE -> 0)             wait until every slot >= X   (WaitXLogInsertionsToFinish)
+//!   recheck redo_lsn                         lock write; pwrite [write_lsn, X) per segment (XLogWrite)
+//!   start = insert_pos.fetch_add(len)        unlock write; fdatasync each segment written
+//!   slot i = start; seal(lsn, crc)           flush_lsn = X; wake followers
+//!   copy into ring (room: write_lsn >= end - B)
+//!   slot i = FREE
+//! ```
+//!
+//! See DESIGN.md for the numbered protocols and the crash windows.
+
+use crate::reader::ReaderState;
+use crate::record;
+use crate::ring::Ring;
+use crate::segment::{self, segment_file_name, segment_of, WAL_SEGMENT_SIZE};
+use crate::{DecodedRecord, FlushOpts, Record, WalConfig, WalStats};
+use crossbeam::utils::CachePadded;
+use parking_lot::{Condvar, Mutex};
+use std::cell::{Cell, RefCell};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Weak};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+use walnut_common::{Error, Lsn, Result, SqlState};
+use walnut_io::{FileIo, Vfs};
+
+/// Number of insertion slots (PostgreSQL's `NUM_XLOGINSERT_LOCKS`).
+pub const NUM_INSERT_SLOTS: usize = 8;
+/// Slot value: nobody holds the slot.
+const SLOT_FREE: u64 = u64::MAX;
+/// Slot value: held by `begin_checkpoint`; no insertion in progress (PostgreSQL sets
+/// `insertingAt` to `PG_UINT64_MAX` under `WALInsertLockAcquireExclusive` for the same reason:
+/// flushers must not wait for it).
+const SLOT_CHECKPOINT: u64 = u64::MAX - 1;
+/// Slot value: claimed, space not yet reserved.
+const SLOT_RESERVING: u64 = 0;
+/// Smallest allowed `wal_buffers_bytes`.
+const MIN_WAL_BUFFERS_BYTES: usize = 1024 * 1024;
+/// Thread-local encode buffers above this capacity are not kept between inserts, bytes.
+const MAX_CACHED_ENCODE_BYTES: usize = 256 * 1024;
+
+thread_local! {
+    /// Per-thread encode buffer, reused across inserts so that the insert path allocates only
+    /// what `assemble` allocates.
+    static ENCODE_BUF: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+    /// The slot this thread tries first (PostgreSQL's `MyLockNo`).
+    static SLOT_HINT: Cell<usize> = const { Cell::new(usize::MAX) };
+}
+static NEXT_SLOT_HINT: AtomicUsize = AtomicUsize::new(0);
+
+fn slot_hint() -> usize {
+    SLOT_HINT.with(|h| {
+        if h.get() == usize::MAX {
+            h.set(NEXT_SLOT_HINT.fetch_add(1, Ordering::Relaxed) % NUM_INSERT_SLOTS);
+        }
+        h.get()
+    })
+}
+
+/// Spins briefly, then yields the CPU.
+fn backoff(spins: &mut u32) {
+    *spins += 1;
+    if *spins < 64 {
+        std::hint::spin_loop();
+    } else {
+        std::thread::yield_now();
+    }
+}
+
+fn elapsed_us(t: Instant) -> u64 {
+    t.elapsed().as_micros() as u64
+}
+
+#[derive(Default)]
+struct Counters {
+    records: CachePadded<AtomicU64>,
+    fpi: AtomicU64,
+    bytes: AtomicU64,
+    buffers_full: AtomicU64,
+    write: AtomicU64,
+    sync: AtomicU64,
+    write_time_us: AtomicU64,
+    sync_time_us: AtomicU64,
+    group_flushes: AtomicU64,
+    group_commits: AtomicU64,
+}
+
+/// State of the writer, behind the write lock (PostgreSQL's `WALWriteLock`).
+struct WriteState {
+    /// Segment files open for writing, by segment number.
+    files: Vec<(u64, Arc<dyn FileIo>)>,
+    /// Segments written since the last sync; the next flush leader syncs them.
+    unsynced: Vec<(u64, Arc<dyn FileIo>)>,
+    /// Bytes copied out of the ring for one `write_at`.
+    staging: Vec<u8>,
+}
+
+/// Group commit state (PostgreSQL waits on `WALWriteLock` with `LWLockAcquireOrWait`; walnut
+/// uses an explicit flag and a condition variable).
+struct FlushCtl {
+    /// A leader is writing and syncing.
+    in_progress: bool,
+    /// A leader failed its write or sync and panicked: WAL durability is unknown.
+    failed: bool,
+}
+
+struct WriterCtl {
+    stop: Mutex<bool>,
+    cv: Condvar,
+}
+
+/// The write-ahead log of one data directory.
+///
+/// Positions: `flush_lsn <= write_lsn <= insert_lsn`, all 8-aligned byte positions in the WAL
+/// stream. Sources: PostgreSQL `src/backend/access/transam/xlog.c`.
+pub struct Wal {
+    vfs: Arc<dyn Vfs>,
+    cfg: WalConfig,
+    active_xacts: Arc<dyn Fn() -> usize + Send + Sync>,
+    /// Next free byte (`XLogCtl->Insert.CurrBytePos`), advanced by one fetch_add per record.
+    insert_pos: CachePadded<AtomicU64>,
+    /// Insertion slots (`WALInsertLocks[i].insertingAt`).
+    slots: [CachePadded<AtomicU64>; NUM_INSERT_SLOTS],
+    /// Redo point of the current checkpoint (`RedoRecPtr`).
+    redo_lsn: CachePadded<AtomicU64>,
+    ring: Ring,
+    /// Everything before this has been handed to `write_at` (`LogwrtResult.Write`).
+    write_lsn: CachePadded<AtomicU64>,
+    /// Everything before this is durable (`LogwrtResult.Flush`).
+    flush_lsn: CachePadded<AtomicU64>,
+    write: Mutex<WriteState>,
+    flush_ctl: Mutex<FlushCtl>,
+    flush_cv: Condvar,
+    /// Serializes creating, recycling and removing segment files.
+    segments: Mutex<()>,
+    /// Insert segment for which the segments ahead were last checked.
+    prealloc_checked_seg: AtomicU64,
+    stats: Counters,
+    writer: Mutex<Option<JoinHandle<()>>>,
+    writer_ctl: Arc<WriterCtl>,
+}
+
+impl std::fmt::Debug for Wal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Wal")
+            .field("dir", &self.cfg.dir)
+            .field("insert_lsn", &self.insert_lsn())
+            .field("write_lsn", &self.write_lsn())
+            .field("flush_lsn", &self.flush_lsn())
+            .field("redo_lsn", &self.redo_lsn())
+            .finish()
+    }
+}
+
+fn io_err(context: String) -> impl FnOnce(std::io::Error) -> Error {
+    move |e| Error::io(context, e)
+}
+
+impl Wal {
+    /// Creates an empty WAL in `cfg.dir` (initdb): creates the directory and preallocates
+    /// segment 0 (16 MiB of zeros, written and synced, directory synced). The first record will
+    /// be at `Lsn::FIRST`. Source: xlog.c `BootStrapXLOG`, `XLogFileInit`.
+    ///
+    /// # Errors
+    /// I/O errors.
+    pub fn create(vfs: Arc<dyn Vfs>, cfg: &WalConfig) -> Result<()> {
+        vfs.create_dir_all(&cfg.dir).map_err(io_err(format!(
+            "could not create directory {}",
+            cfg.dir.display()
+        )))?;
+        segment::remove_temp_files(vfs.as_ref(), &cfg.dir).map_err(io_err(format!(
+            "could not clean directory {}",
+            cfg.dir.display()
+        )))?;
+        segment::preallocate(vfs.as_ref(), &cfg.dir, 0).map_err(io_err(format!(
+            "could not create WAL segment {}",
+            segment_file_name(0)
+        )))?;
+        if let Some(parent) = cfg.dir.parent().filter(|p| !p.as_os_str().is_empty()) {
+            vfs.sync_dir(parent).map_err(io_err(format!(
+                "could not sync directory {}",
+                parent.display()
+            )))?;
+        }
+        Ok(())
+    }
+
+    /// Opens the WAL for appending after recovery: the next record goes at `end_lsn` (the end of
+    /// the last valid record found by [`crate::WalReader`], or `Lsn::FIRST` after `create`).
+    /// Makes sure the segment holding `end_lsn` exists, zero-fills stale records that a crashed
+    /// run may have left at or after `end_lsn` (they could otherwise validate again once new
+    /// records end exactly where one starts), and preallocates `prealloc_segments` segments
+    /// ahead. `redo_lsn` is the redo point of the last checkpoint. `active_xacts` returns the
+    /// number of transactions with an xid, for `commit_siblings`.
+    /// Source: xlog.c `StartupXLOG` (end of recovery), `PreallocXlogFiles`.
+    ///
+    /// # Errors
+    /// I/O errors; `InvalidParameterValue` for a bad `wal_buffers_bytes` or an unaligned
+    /// `end_lsn`.
+    pub fn open(
+        vfs: Arc<dyn Vfs>,
+        cfg: WalConfig,
+        end_lsn: Lsn,
+        redo_lsn: Lsn,
+        active_xacts: Arc<dyn Fn() -> usize + Send + Sync>,
+    ) -> Result<Arc<Wal>> {
+        if !cfg.wal_buffers_bytes.is_power_of_two() || cfg.wal_buffers_bytes < MIN_WAL_BUFFERS_BYTES
+        {
+            return Err(Error::user(
+                SqlState::INVALID_PARAMETER_VALUE,
+                format!(
+                    "wal_buffers must be a power of two of at least 1 MiB, not {} bytes",
+                    cfg.wal_buffers_bytes
+                ),
+            ));
+        }
+        if end_lsn.0 < Lsn::FIRST.0 || end_lsn.0 % record::RECORD_ALIGN != 0 {
+            return Err(Error::user(
+                SqlState::INVALID_PARAMETER_VALUE,
+                format!("invalid WAL end position {end_lsn}"),
+            ));
+        }
+        let dir = cfg.dir.clone();
+        segment::remove_temp_files(vfs.as_ref(), &dir).map_err(io_err(format!(
+            "could not clean directory {}",
+            dir.display()
+        )))?;
+        scrub_after_end(vfs.as_ref(), &dir, end_lsn.0)?;
+        let end = end_lsn.0;
+        let wal = Arc::new(Wal {
+            ring: Ring::new(cfg.wal_buffers_bytes),
+            vfs,
+            cfg,
+            active_xacts,
+            insert_pos: CachePadded::new(AtomicU64::new(end)),
+            slots: std::array::from_fn(|_| CachePadded::new(AtomicU64::new(SLOT_FREE))),
+            redo_lsn: CachePadded::new(AtomicU64::new(redo_lsn.0)),
+            write_lsn: CachePadded::new(AtomicU64::new(end)),
+            flush_lsn: CachePadded::new(AtomicU64::new(end)),
+            write: Mutex::new(WriteState {
+                files: Vec::new(),
+                unsynced: Vec::new(),
+                staging: Vec::new(),
+            }),
+            flush_ctl: Mutex::new(FlushCtl {
+                in_progress: false,
+                failed: false,
+            }),
+            flush_cv: Condvar::new(),
+            segments: Mutex::new(()),
+            prealloc_checked_seg: AtomicU64::new(u64::MAX),
+            stats: Counters::default(),
+            writer: Mutex::new(None),
+            writer_ctl: Arc::new(WriterCtl {
+                stop: Mutex::new(false),
+                cv: Condvar::new(),
+            }),
+        });
+        wal.preallocate_ahead()?;
+        Ok(wal)
+    }
+
+    /// Inserts one record, concurrently with other inserters (PostgreSQL's `XLogInsertRecord`
+    /// with `ReserveXLogInsertLocation` and `CopyXLogRecordToWAL`). `assemble` builds the record
+    /// given the current redo point, so that the caller takes a full-page image of each block
+    /// whose page LSN is `<= redo_lsn`. If a checkpoint moves the redo point between assembly
+    /// and reservation, `assemble` is called again (PostgreSQL's `RedoRecPtr` recheck).
+    /// `assemble` runs with no lock held.
+    ///
+    /// Returns (start LSN, end LSN); the end is 8-aligned. The record is durable only after
+    /// `flush(end)`.
+    ///
+    /// # Errors
+    /// None in practice: when the WAL buffers are full the inserter writes out old WAL itself,
+    /// and a failed write there is a PANIC (the space is already reserved; a hole in the stream
+    /// would hide every later record).
+    ///
+    /// # Panics
+    /// If the record breaks the format's limits (see [`crate::record_len`]) or a write fails.
+    pub fn insert(&self, assemble: &mut dyn FnMut(Lsn) -> Record) -> Result<(Lsn, Lsn)> {
+        let mut buf = ENCODE_BUF.with(|b| std::mem::take(&mut *b.borrow_mut()));
+        let result = self.insert_encoded(assemble, &mut buf);
+        if buf.capacity() <= MAX_CACHED_ENCODE_BYTES {
+            ENCODE_BUF.with(|b| *b.borrow_mut() = buf);
+        }
+        Ok(result)
+    }
+
+    fn insert_encoded(
+        &self,
+        assemble: &mut dyn FnMut(Lsn) -> Record,
+        buf: &mut Vec<u8>,
+    ) -> (Lsn, Lsn) {
+        let mut redo = self.redo_lsn.load(Ordering::SeqCst);
+        loop {
+            let rec = assemble(Lsn(redo));
+            record::encode_body(&rec, buf);
+            let slot = self.claim_slot();
+            // RedoRecPtr recheck: begin_checkpoint changes redo_lsn only while holding every
+            // slot, so what we read here stays valid until we release ours.
+            let current_redo = self.redo_lsn.load(Ordering::SeqCst);
+            if current_redo != redo {
+                self.slots[slot].store(SLOT_FREE, Ordering::SeqCst);
+                redo = current_redo;
+                continue;
+            }
+            let len = buf.len() as u64;
+            debug_assert_eq!(len % record::RECORD_ALIGN, 0);
+            let start = self.insert_pos.fetch_add(len, Ordering::SeqCst);
+            self.slots[slot].store(start, Ordering::SeqCst);
+            record::seal(buf, start);
+            self.copy_to_ring(slot, start, buf);
+            self.slots[slot].store(SLOT_FREE, Ordering::SeqCst);
+
+            let fpi = rec.blocks.iter().filter(|b| b.image.is_some()).count() as u64;
+            self.stats.records.fetch_add(1, Ordering::Relaxed);
+            if fpi > 0 {
+                self.stats.fpi.fetch_add(fpi, Ordering::Relaxed);
+            }
+            self.stats.bytes.fetch_add(len, Ordering::Relaxed);
+            return (Lsn(start), Lsn(start + len));
+        }
+    }
+
+    /// Claims a free slot: CAS FREE -> RESERVING, this thread's slot first
+    /// (`WALInsertLockAcquire`).
+    fn claim_slot(&self) -> usize {
+        let first = slot_hint();
+        let mut spins = 0;
+        loop {
+            for i in 0..NUM_INSERT_SLOTS {
+                let s = (first + i) % NUM_INSERT_SLOTS;
+                if self.slots[s].load(Ordering::Relaxed) == SLOT_FREE
+                    && self.slots[s]
+                        .compare_exchange(
+                            SLOT_FREE,
+                            SLOT_RESERVING,
+                            Ordering::SeqCst,
+                            Ordering::Relaxed,
+                        )
+                        .is_ok()
+                {
+                    return s;
+                }
+            }
+            backoff(&mut spins);
+        }
+    }
+
+    /// Copies a sealed record to its reserved place `[start, start + len)` in the ring, in
+    /// chunks of at most a quarter of the ring. Before each chunk, the region must have been
+    /// written out (`write_lsn >= chunk_end - ring size`); if not, the inserter advertises its
+    /// progress in its slot (`WALInsertLockUpdateInsertingAt`) and writes old WAL out itself
+    /// (`AdvanceXLInsertBuffer`, counted as `wal_buffers_full`).
+    fn copy_to_ring(&self, slot: usize, start: u64, buf: &[u8]) {
+        let ring_bytes = self.ring.len_bytes();
+        let max_chunk = (ring_bytes / 4) as usize;
+        let mut off = 0usize;
+        while off < buf.len() {
+            let n = (buf.len() - off).min(max_chunk);
+            let pos = start + off as u64;
+            let need = (pos + n as u64).saturating_sub(ring_bytes);
+            if self.write_lsn.load(Ordering::Acquire) < need {
+                self.slots[slot].store(pos, Ordering::SeqCst);
+                self.make_room(need);
+            }
+            self.ring.copy_in(pos, &buf[off..off + n]);
+            off += n;
+        }
+    }
+
+    /// Writes WAL out until `write_lsn >= need`. Called by an inserter whose slot value is at
+    /// least `need`, so it never waits for itself.
+    fn make_room(&self, need: u64) {
+        self.stats.buffers_full.fetch_add(1, Ordering::Relaxed);
+        self.wait_insertions(need);
+        let mut w = self.write.lock();
+        if self.write_lsn.load(Ordering::Acquire) < need {
+            self.write_locked(&mut w, need);
+        }
+    }
+
+    /// Waits until no insertion below `target` is in progress: every slot is free, held by a
+    /// checkpoint, or at a position `>= target` (`WaitXLogInsertionsToFinish`). A slot still
+    /// reserving (value 0) is waited for, since its record may be below `target`.
+    fn wait_insertions(&self, target: u64) {
+        for slot in &self.slots {
+            let mut spins = 0;
+            while slot.load(Ordering::SeqCst) < target {
+                backoff(&mut spins);
+            }
+        }
+    }
+
+    /// Writes ring bytes `[write_lsn, upto)` to the segment files, one `write_at` per segment
+    /// touched (`XLogWrite`). The caller holds the write lock and has waited for insertions
+    /// up to `upto`.
+    ///
+    /// # Panics
+    /// A failed write: PANIC, never retried.
+    fn write_locked(&self, w: &mut WriteState, upto: u64) {
+        let mut from = self.write_lsn.load(Ordering::Acquire);
+        assert!(
+            upto - from <= self.ring.len_bytes(),
+            "unwritten WAL cannot exceed the WAL buffers"
+        );
+        while from < upto {
+            let segno = segment_of(from);
+            let to = upto.min((segno + 1) * WAL_SEGMENT_SIZE);
+            let file = self.segment_for_write(w, segno);
+            let n = (to - from) as usize;
+            w.staging.resize(n, 0);
+            self.ring.copy_out(from, &mut w.staging[..n]);
+            let t = Instant::now();
+            if let Err(e) = file.write_at(&w.staging[..n], from % WAL_SEGMENT_SIZE) {
+                panic!(
+                    "PANIC: could not write to WAL segment {} at offset {}, length {n}: {e}",
+                    segment_file_name(segno),
+                    from % WAL_SEGMENT_SIZE
+                );
+            }
+            self.stats
+                .write_time_us
+                .fetch_add(elapsed_us(t), Ordering::Relaxed);
+            self.stats.write.fetch_add(1, Ordering::Relaxed);
+            if !w.unsynced.iter().any(|(s, _)| *s == segno) {
+                w.unsynced.push((segno, file));
+            }
+            from = to;
+            self.write_lsn.store(from, Ordering::Release);
+        }
+    }
+
+    /// The open file of segment `segno`, creating (preallocating) it if it does not exist yet.
+    fn segment_for_write(&self, w: &mut WriteState, segno: u64) -> Arc<dyn FileIo> {
+        if let Some((_, f)) = w.files.iter().find(|(s, _)| *s == segno) {
+            return f.clone();
+        }
+        let file = match self.open_or_create_segment(segno) {
+            Ok(f) => f,
+            Err(e) => panic!(
+                "PANIC: could not open WAL segment {}: {e}",
+                segment_file_name(segno)
+            ),
+        };
+        w.files.retain(|(s, _)| *s + 1 >= segno);
+        w.files.push((segno, file.clone()));
+        file
+    }
+
+    fn open_or_create_segment(&self, segno: u64) -> std::io::Result<Arc<dyn FileIo>> {
+        if let Some(f) = segment::open_existing(self.vfs.as_ref(), &self.cfg.dir, segno)? {
+            return Ok(f);
+        }
+        let _g = self.segments.lock();
+        if let Some(f) = segment::open_existing(self.vfs.as_ref(), &self.cfg.dir, segno)? {
+            return Ok(f);
+        }
+        tracing::warn!(segment = %segment_file_name(segno), "WAL segment was not preallocated ahead of time");
+        segment::preallocate(self.vfs.as_ref(), &self.cfg.dir, segno)?;
+        segment::open_existing(self.vfs.as_ref(), &self.cfg.dir, segno)?.ok_or_else(|| {
+            std::io::Error::new(
+                std::io::ErrorKind::NotFound,
+                "segment vanished after creation",
+            )
+        })
+    }
+
+    /// Waits until all WAL up to `lsn` is durable, by group commit (PostgreSQL 9.3+'s
+    /// `XLogFlush`): one leader writes and syncs everything inserted so far; followers wait and
+    /// never sync again what is already synced. Returns at once if `lsn <= flush_lsn()`.
+    /// The leader applies `opts.commit_delay_us` (µs) first if at least `opts.commit_siblings`
+    /// other transactions are active. Blocks the calling OS thread: never call it from an async
+    /// task.
+    ///
+    /// # Errors
+    /// `lsn` beyond the insert position (a bug in the caller; PostgreSQL's "xlog flush request
+    /// is not satisfied").
+    ///
+    /// # Panics
+    /// A failed write or sync is fatal: the implementation panics (PANIC) rather than retry.
+    pub fn flush(&self, lsn: Lsn, opts: FlushOpts) -> Result<()> {
+        let insert = self.insert_pos.load(Ordering::SeqCst);
+        if lsn.0 > insert {
+            return Err(Error::internal(format!(
+                "WAL flush request {lsn} is beyond the insert position {}",
+                Lsn(insert)
+            )));
+        }
+        loop {
+            if self.flush_lsn.load(Ordering::Acquire) >= lsn.0 {
+                self.stats.group_commits.fetch_add(1, Ordering::Relaxed);
+                return Ok(());
+            }
+            {
+                let mut ctl = self.flush_ctl.lock();
+                if ctl.failed {
+                    panic!(
+                        "PANIC: an earlier WAL write or fsync failed; WAL durability is unknown"
+                    );
+                }
+                if self.flush_lsn.load(Ordering::Acquire) >= lsn.0 {
+                    continue;
+                }
+                if ctl.in_progress {
+                    // Follower: wait for the leader, then recheck flush_lsn.
+                    self.flush_cv.wait(&mut ctl);
+                    continue;
+                }
+                ctl.in_progress = true;
+            }
+            let mut guard = LeaderGuard {
+                wal: self,
+                ok: false,
+            };
+            self.commit_delay(opts);
+            self.flush_inserted();
+            guard.ok = true;
+            drop(guard);
+            self.preallocate_ahead_quietly();
+        }
+    }
+
+    /// PostgreSQL's `commit_delay`: sleep before flushing if enough other transactions are
+    /// active that some of them may commit meanwhile and ride on this flush.
+    fn commit_delay(&self, opts: FlushOpts) {
+        if opts.commit_delay_us == 0 {
+            return;
+        }
+        let others = (self.active_xacts)().saturating_sub(1);
+        if others >= opts.commit_siblings as usize {
+            std::thread::sleep(Duration::from_micros(u64::from(opts.commit_delay_us)));
+        }
+    }
+
+    /// The leader's work: write and sync everything inserted so far, publish `flush_lsn`.
+    /// Only the write lock is taken, and not across the syncs.
+    fn flush_inserted(&self) {
+        let target = self.insert_pos.load(Ordering::SeqCst);
+        if target <= self.flush_lsn.load(Ordering::Acquire) {
+            return;
+        }
+        self.wait_insertions(target);
+        let files = {
+            let mut w = self.write.lock();
+            if self.write_lsn.load(Ordering::Acquire) < target {
+                self.write_locked(&mut w, target);
+            }
+            std::mem::take(&mut w.unsynced)
+        };
+        for (segno, file) in files {
+            let t = Instant::now();
+            if let Err(e) = file.sync_data() {
+                panic!(
+                    "PANIC: could not fsync WAL segment {}: {e}",
+                    segment_file_name(segno)
+                );
+            }
+            self.stats
+                .sync_time_us
+                .fetch_add(elapsed_us(t), Ordering::Relaxed);
+            self.stats.sync.fetch_add(1, Ordering::Relaxed);
+        }
+        let prev = self.flush_lsn.fetch_max(target, Ordering::AcqRel);
+        debug_assert!(
+            prev <= target,
+            "only one leader at a time advances flush_lsn"
+        );
+        self.stats.group_flushes.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Preallocates the `prealloc_segments` segments after the insert position's segment, if
+    /// the insert position entered a new segment since the last check.
+    fn preallocate_ahead(&self) -> Result<()> {
+        let cur = segment_of(self.insert_pos.load(Ordering::SeqCst));
+        if self.prealloc_checked_seg.load(Ordering::Acquire) == cur {
+            return Ok(());
+        }
+        let Some(_g) = self.segments.try_lock() else {
+            return Ok(()); // someone else is creating or recycling segments right now
+        };
+        for segno in cur..=cur + u64::from(self.cfg.prealloc_segments) {
+            let path = segment::segment_path(&self.cfg.dir, segno);
+            if !self.vfs.exists(&path) {
+                segment::preallocate(self.vfs.as_ref(), &self.cfg.dir, segno).map_err(io_err(
+                    format!(
+                        "could not preallocate WAL segment {}",
+                        segment_file_name(segno)
+                    ),
+                ))?;
+            }
+        }
+        self.prealloc_checked_seg.store(cur, Ordering::Release);
+        Ok(())
+    }
+
+    fn preallocate_ahead_quietly(&self) {
+        if let Err(e) = self.preallocate_ahead() {
+            // Not fatal here: the write path creates the segment on demand and PANICs there.
+            tracing::warn!("{e}");
+        }
+    }
+
+    /// End of the last reserved record (PostgreSQL's insert position), bytes.
+    pub fn insert_lsn(&self) -> Lsn {
+        Lsn(self.insert_pos.load(Ordering::SeqCst))
+    }
+
+    /// Everything before this has been written (not necessarily synced), bytes.
+    pub fn write_lsn(&self) -> Lsn {
+        Lsn(self.write_lsn.load(Ordering::Acquire))
+    }
+
+    /// Everything before this is durable, bytes.
+    pub fn flush_lsn(&self) -> Lsn {
+        Lsn(self.flush_lsn.load(Ordering::Acquire))
+    }
+
+    /// The current checkpoint's redo point (PostgreSQL's `RedoRecPtr`), bytes.
+    pub fn redo_lsn(&self) -> Lsn {
+        Lsn(self.redo_lsn.load(Ordering::SeqCst))
+    }
+
+    /// Starts a checkpoint: with every insertion excluded, sets the redo point to the current
+    /// insert position and returns it (PostgreSQL's `CreateCheckPoint` under
+    /// `WALInsertLockAcquireExclusive`). Records reserved afterwards were assembled with the new
+    /// redo point. Must not be called while the thread is inside `insert` after `assemble`
+    /// (it is fine from inside `assemble`, which runs with no slot held).
+    pub fn begin_checkpoint(&self) -> Lsn {
+        for slot in &self.slots {
+            let mut spins = 0;
+            while slot
+                .compare_exchange(
+                    SLOT_FREE,
+                    SLOT_CHECKPOINT,
+                    Ordering::SeqCst,
+                    Ordering::Relaxed,
+                )
+                .is_err()
+            {
+                backoff(&mut spins);
+            }
+        }
+        let redo = self.insert_pos.load(Ordering::SeqCst);
+        self.redo_lsn.store(redo, Ordering::SeqCst);
+        for slot in &self.slots {
+            slot.store(SLOT_FREE, Ordering::SeqCst);
+        }
+        Lsn(redo)
+    }
+
+    /// Recycles or removes segments wholly before `lsn` (after a checkpoint whose redo point is
+    /// `lsn`; never beyond `flush_lsn`). Each old segment is renamed to the first free segment
+    /// number after the insert position's segment, up to `2 * prealloc_segments` ahead (the
+    /// preallocated ones plus as many recycled), or removed if there is none; then the directory
+    /// is synced. Recycled files keep their stale records, whose header LSNs no longer match
+    /// their position. Source: xlog.c `RemoveOldXlogFiles`, `RemoveXlogFile`,
+    /// `InstallXLogFileSegment`.
+    ///
+    /// # Errors
+    /// I/O errors.
+    pub fn remove_old_segments(&self, lsn: Lsn) -> Result<()> {
+        let cutoff = segment_of(lsn.0.min(self.flush_lsn.load(Ordering::Acquire)));
+        let dir = &self.cfg.dir;
+        let _g = self.segments.lock();
+        let existing = segment::list_segments(self.vfs.as_ref(), dir).map_err(io_err(format!(
+            "could not list WAL directory {}",
+            dir.display()
+        )))?;
+        let cur = segment_of(self.insert_pos.load(Ordering::SeqCst));
+        let max_recycled = cur + 2 * u64::from(self.cfg.prealloc_segments);
+        let mut next_free = cur + 1;
+        let mut changed = false;
+        for &old in existing.iter().filter(|&&s| s < cutoff) {
+            let from = segment::segment_path(dir, old);
+            while next_free <= max_recycled
+                && self.vfs.exists(&segment::segment_path(dir, next_free))
+            {
+                next_free += 1;
+            }
+            if next_free <= max_recycled {
+                let to = segment::segment_path(dir, next_free);
+                self.vfs.rename(&from, &to).map_err(io_err(format!(
+                    "could not rename WAL segment {} to {}",
+                    segment_file_name(old),
+                    segment_file_name(next_free)
+                )))?;
+                tracing::debug!(from = %segment_file_name(old), to = %segment_file_name(next_free), "recycled WAL segment");
+                next_free += 1;
+            } else {
+                self.vfs.remove(&from).map_err(io_err(format!(
+                    "could not remove WAL segment {}",
+                    segment_file_name(old)
+                )))?;
+                tracing::debug!(segment = %segment_file_name(old), "removed WAL segment");
+            }
+            changed = true;
+        }
+        if changed {
+            self.vfs.sync_dir(dir).map_err(io_err(format!(
+                "could not sync directory {}",
+                dir.display()
+            )))?;
+        }
+        Ok(())
+    }
+
+    /// Starts the background WAL writer thread (for `synchronous_commit = off`; PostgreSQL's
+    /// `walwriter.c`): every `delay_ms` milliseconds it flushes what was inserted. Stops when the
+    /// `Wal` is dropped or `shutdown` is called. A second call while one runs does nothing.
+    pub fn start_wal_writer(self: &Arc<Self>, delay_ms: u64) {
+        let mut slot = self.writer.lock();
+        if slot.is_some() {
+            return;
+        }
+        *self.writer_ctl.stop.lock() = false;
+        let weak: Weak<Wal> = Arc::downgrade(self);
+        let ctl = self.writer_ctl.clone();
+        let delay = Duration::from_millis(delay_ms.max(1));
+        let handle = std::thread::Builder::new()
+            .name("walnut-walwriter".into())
+            .spawn(move || loop {
+                {
+                    let mut stop = ctl.stop.lock();
+                    if !*stop {
+                        ctl.cv.wait_for(&mut stop, delay);
+                    }
+                    if *stop {
+                        return;
+                    }
+                }
+                let Some(wal) = weak.upgrade() else { return };
+                let _ = wal.flush(wal.insert_lsn(), FlushOpts::default());
+            })
+            .expect("spawn WAL writer thread");
+        *slot = Some(handle);
+    }
+
+    fn stop_wal_writer(&self) {
+        *self.writer_ctl.stop.lock() = true;
+        self.writer_ctl.cv.notify_all();
+        let handle = self.writer.lock().take();
+        if let Some(h) = handle {
+            if h.thread().id() != std::thread::current().id() {
+                let _ = h.join();
+            }
+        }
+    }
+
+    /// Flushes everything inserted and stops background threads.
+    ///
+    /// # Panics
+    /// As [`Wal::flush`], on a failed write or sync.
+    pub fn shutdown(&self) {
+        self.stop_wal_writer();
+        let _ = self.flush(self.insert_lsn(), FlushOpts::default());
+    }
+
+    /// A snapshot of the counters (times in µs).
+    pub fn stats(&self) -> WalStats {
+        let s = &self.stats;
+        let l = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        WalStats {
+            wal_records: l(&s.records),
+            wal_fpi: l(&s.fpi),
+            wal_bytes: l(&s.bytes),
+            wal_buffers_full: l(&s.buffers_full),
+            wal_write: l(&s.write),
+            wal_sync: l(&s.sync),
+            wal_write_time_us: l(&s.write_time_us),
+            wal_sync_time_us: l(&s.sync_time_us),
+            group_flushes: l(&s.group_flushes),
+            group_commits: l(&s.group_commits),
+        }
+    }
+}
+
+impl Drop for Wal {
+    fn drop(&mut self) {
+        *self.writer_ctl.stop.lock() = true;
+        self.writer_ctl.cv.notify_all();
+    }
+}
+
+/// Ends a leader's turn: clears `in_progress` and wakes every follower. If the leader unwinds
+/// from a PANIC, marks the WAL failed so that followers PANIC too instead of retrying.
+struct LeaderGuard<'a> {
+    wal: &'a Wal,
+    ok: bool,
+}
+
+impl Drop for LeaderGuard<'_> {
+    fn drop(&mut self) {
+        let mut ctl = self.wal.flush_ctl.lock();
+        ctl.in_progress = false;
+        if !self.ok {
+            ctl.failed = true;
+        }
+        drop(ctl);
+        self.wal.flush_cv.notify_all();
+    }
+}
+
+/// Destroys records a crashed run may have left at or after `end` (see [`Wal::open`]): makes
+/// sure the segment holding `end` exists, zero-fills its tail if it holds such a record, and
+/// zero-fills any later segment that does. Recycled and preallocated segments are untouched.
+fn scrub_after_end(vfs: &dyn Vfs, dir: &std::path::Path, end: u64) -> Result<()> {
+    let cur = segment_of(end);
+    let ctx = |segno: u64| format!("could not prepare WAL segment {}", segment_file_name(segno));
+    if segment::open_existing(vfs, dir, cur)
+        .map_err(io_err(ctx(cur)))?
+        .is_none()
+    {
+        segment::preallocate(vfs, dir, cur).map_err(io_err(ctx(cur)))?;
+    }
+    let segs = segment::list_segments(vfs, dir)
+        .map_err(io_err(format!("could not list {}", dir.display())))?;
+    for segno in segs.into_iter().filter(|&s| s >= cur) {
+        let Some(file) = segment::open_existing(vfs, dir, segno).map_err(io_err(ctx(segno)))?
+        else {
+            continue;
+        };
+        let from = if segno == cur {
+            end % WAL_SEGMENT_SIZE
+        } else {
+            0
+        };
+        if segment::has_stale_records(file.as_ref(), segno, from, end)
+            .map_err(io_err(ctx(segno)))?
+        {
+            tracing::info!(segment = %segment_file_name(segno), "zeroing WAL left after the end of valid WAL");
+            segment::zero_tail(file.as_ref(), from).map_err(io_err(ctx(segno)))?;
+        }
+    }
+    Ok(())
+}
+
+/// Reads records sequentially from a start LSN (redo; PostgreSQL's `XLogReadRecord`).
+pub struct WalReader {
+    state: ReaderState,
+}
+
+impl WalReader {
+    /// Opens the WAL in `dir` for reading from `start` (which must be a record start).
+    ///
+    /// # Errors
+    /// I/O errors; a missing segment for `start` is a corruption error.
+    pub fn open(vfs: Arc<dyn Vfs>, dir: PathBuf, start: Lsn) -> Result<WalReader> {
+        Ok(WalReader {
+            state: ReaderState::open(vfs, dir, start)?,
+        })
+    }
+
+    /// The next valid record, or `None` at the end of valid WAL: missing next segment, zero
+    /// length, bad length, LSN mismatch (stale record in a recycled segment), truncated record
+    /// or bad CRC. After `None`, further calls return `None` again.
+    ///
+    /// # Errors
+    /// I/O errors.
+    pub fn next_record(&mut self) -> Result<Option<DecodedRecord>> {
+        self.state.next_record()
+    }
+
+    /// End of the last record returned (where a new WAL would continue); the start position if
+    /// none was returned.
+    pub fn end_lsn(&self) -> Lsn {
+        self.state.end_lsn()
+    }
+}
