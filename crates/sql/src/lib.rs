@@ -3,11 +3,26 @@
 //! protocol front end drives.
 //!
 //! The storage engine is reached only through the traits in [`storage`], so this crate can be
-//! tested against an in-memory model.
+//! tested against an in-memory model ([`testing::MemEngine`]).
 //!
 //! API CONTRACT: `storage` (the traits) and the public items of `session` listed in its module
 //! docs are fixed; the storage author implements `storage::Engine` for the real engine.
+//!
+//! Pipeline: `preparse` (statement splitting, utility commands) → sqlparser → `plan` (name
+//! resolution, type inference, access path) → `exec` (scans and writes over a `Transaction`).
+//! See DESIGN.md next to this crate's Cargo.toml.
 #![forbid(unsafe_code)]
 
+mod bind;
+mod copy;
+mod exec;
+mod expr;
+pub mod guc;
+mod plan;
+mod preparse;
 pub mod session;
 pub mod storage;
+pub mod testing;
+
+#[cfg(test)]
+mod tests;

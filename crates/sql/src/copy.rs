@@ -1,0 +1,212 @@
+//! `COPY ... FROM STDIN` in PostgreSQL's text format: one row per `\n`-terminated line, fields
+//! separated by the delimiter (tab), `\N` for NULL, backslash escapes, and an optional `\.` end
+//! marker line. Data arrives in arbitrary chunks; complete lines are parsed and inserted as they
+//! arrive, and only the unfinished tail of the last chunk is buffered, so the input is streamed.
+
+use crate::exec::{check_cancel, check_not_null};
+use crate::storage::Transaction;
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+use walnut_common::{Error, Result, SqlState, TableDef, Value};
+
+/// A COPY in progress.
+pub(crate) struct CopyState {
+    pub def: Arc<TableDef>,
+    /// Column position of each field.
+    pub targets: Vec<usize>,
+    pub delimiter: u8,
+    pub null: Vec<u8>,
+    /// Unfinished last line.
+    pub partial: Vec<u8>,
+    /// Lines seen so far.
+    pub line: u64,
+    /// Rows inserted.
+    pub rows: u64,
+    /// Saw the `\.` end marker: ignore the rest.
+    pub ended: bool,
+    /// Commit when the COPY ends (it was not started inside a transaction block).
+    pub autocommit: bool,
+}
+
+fn bad_copy(msg: impl Into<String>) -> Error {
+    Error::user(SqlState::BAD_COPY_FILE_FORMAT, msg)
+}
+
+impl CopyState {
+    /// Feeds a chunk: parses and inserts every line it completes.
+    ///
+    /// # Errors
+    /// 22P04 malformed lines, conversion and constraint errors, 57014 on cancel; each with the
+    /// context `COPY t, line N` as detail.
+    pub(crate) fn feed(&mut self, txn: &mut dyn Transaction, mut data: &[u8], cancel: &AtomicBool) -> Result<()> {
+        while !data.is_empty() && !self.ended {
+            match data.iter().position(|&b| b == b'\n') {
+                None => {
+                    self.partial.extend_from_slice(data);
+                    return Ok(());
+                }
+                Some(p) => {
+                    check_cancel(cancel)?;
+                    if self.partial.is_empty() {
+                        self.line_done(txn, &data[..p])?;
+                    } else {
+                        let mut line = std::mem::take(&mut self.partial);
+                        line.extend_from_slice(&data[..p]);
+                        self.line_done(txn, &line)?;
+                    }
+                    data = &data[p + 1..];
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Ends the input: a last line without a newline is still a row.
+    ///
+    /// # Errors
+    /// As [`CopyState::feed`].
+    pub(crate) fn finish(&mut self, txn: &mut dyn Transaction) -> Result<()> {
+        if !self.partial.is_empty() && !self.ended {
+            let line = std::mem::take(&mut self.partial);
+            self.line_done(txn, &line)?;
+        }
+        Ok(())
+    }
+
+    fn line_done(&mut self, txn: &mut dyn Transaction, line: &[u8]) -> Result<()> {
+        self.line += 1;
+        let line = line.strip_suffix(b"\r").unwrap_or(line);
+        if line == b"\\." {
+            self.ended = true;
+            return Ok(());
+        }
+        let context = |mut e: Error, line_no: u64, table: &str| {
+            let ctx = format!("COPY {table}, line {line_no}");
+            e.detail = Some(match e.detail.take() {
+                Some(d) => format!("{d}\n{ctx}"),
+                None => ctx,
+            });
+            e
+        };
+        self.insert_line(txn, line)
+            .map_err(|e| context(e, self.line, &self.def.name))
+    }
+
+    fn insert_line(&mut self, txn: &mut dyn Transaction, line: &[u8]) -> Result<()> {
+        let def = &self.def;
+        let mut row = vec![Value::Null; def.columns.len()];
+        let mut fields = split_fields(line, self.delimiter);
+        for &col in &self.targets {
+            let Some(raw) = fields.next() else {
+                return Err(bad_copy(format!(
+                    "missing data for column \"{}\"",
+                    def.columns[col].name
+                )));
+            };
+            if raw == self.null.as_slice() {
+                continue;
+            }
+            let text = unescape(raw)?;
+            row[col] = Value::parse(&def.columns[col].ty, &text)?;
+        }
+        if fields.next().is_some() {
+            return Err(bad_copy("extra data after last expected column"));
+        }
+        check_not_null(def, &row)?;
+        txn.insert(&def.name, row)?;
+        self.rows += 1;
+        Ok(())
+    }
+}
+
+/// Splits a line at unescaped delimiters (a backslash protects the next byte).
+fn split_fields(line: &[u8], delim: u8) -> impl Iterator<Item = &[u8]> {
+    let mut pos = 0;
+    let mut done = false;
+    std::iter::from_fn(move || {
+        if done {
+            return None;
+        }
+        let start = pos;
+        let mut i = pos;
+        while i < line.len() {
+            if line[i] == b'\\' {
+                i += 2;
+                continue;
+            }
+            if line[i] == delim {
+                pos = i + 1;
+                return Some(&line[start..i]);
+            }
+            i += 1;
+        }
+        done = true;
+        Some(&line[start.min(line.len())..])
+    })
+}
+
+/// Decodes text-format escapes: `\b \f \n \r \t \v \\`, octal `\123`, hex `\x41`; any other
+/// escaped byte stands for itself.
+fn unescape(raw: &[u8]) -> Result<String> {
+    let bytes = if !raw.contains(&b'\\') {
+        raw.to_vec()
+    } else {
+        let mut out = Vec::with_capacity(raw.len());
+        let mut i = 0;
+        while i < raw.len() {
+            let b = raw[i];
+            i += 1;
+            if b != b'\\' || i >= raw.len() {
+                out.push(b);
+                continue;
+            }
+            let e = raw[i];
+            i += 1;
+            match e {
+                b'b' => out.push(8),
+                b'f' => out.push(12),
+                b'n' => out.push(b'\n'),
+                b'r' => out.push(b'\r'),
+                b't' => out.push(b'\t'),
+                b'v' => out.push(11),
+                b'0'..=b'7' => {
+                    let mut v = (e - b'0') as u32;
+                    let mut n = 1;
+                    while n < 3 && i < raw.len() && (b'0'..=b'7').contains(&raw[i]) {
+                        v = v * 8 + (raw[i] - b'0') as u32;
+                        i += 1;
+                        n += 1;
+                    }
+                    out.push((v & 0xff) as u8);
+                }
+                b'x' if i < raw.len() && raw[i].is_ascii_hexdigit() => {
+                    let mut v = 0u32;
+                    let mut n = 0;
+                    while n < 2 && i < raw.len() && raw[i].is_ascii_hexdigit() {
+                        v = v * 16 + (raw[i] as char).to_digit(16).expect("hex digit");
+                        i += 1;
+                        n += 1;
+                    }
+                    out.push(v as u8);
+                }
+                other => out.push(other),
+            }
+        }
+        out
+    };
+    String::from_utf8(bytes).map_err(|_| Error::user(SqlState("22021"), "invalid byte sequence for encoding \"UTF8\""))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fields_and_escapes() {
+        let f: Vec<&[u8]> = split_fields(b"1\ta\\tb\t\\N\t", b'\t').collect();
+        assert_eq!(f, vec![&b"1"[..], b"a\\tb", b"\\N", b""]);
+        assert_eq!(unescape(b"a\\tb\\\\c\\nd\\101\\x42").unwrap(), "a\tb\\c\ndAB");
+        let f: Vec<&[u8]> = split_fields(b"", b'\t').collect();
+        assert_eq!(f, vec![&b""[..]]);
+    }
+}

@@ -1,0 +1,423 @@
+//! Compiled scalar expressions and their evaluation.
+//!
+//! The planner turns sqlparser's AST into [`Expr`], with column references resolved to row
+//! positions, parameters to their index and every operator's result type fixed. Evaluation is a
+//! plain recursive walk over a row (`&[Value]`), the statement's parameters and its clock.
+//! NULL handling follows SQL: operators on NULL give NULL, AND/OR use three-valued logic.
+
+use std::cmp::Ordering;
+use walnut_common::{DataType, Error, Result, SqlState, Value};
+
+/// Arithmetic operators.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum ArithOp {
+    Add,
+    Sub,
+    Mul,
+    Div,
+    Mod,
+}
+
+impl ArithOp {
+    pub(crate) fn symbol(self) -> &'static str {
+        match self {
+            ArithOp::Add => "+",
+            ArithOp::Sub => "-",
+            ArithOp::Mul => "*",
+            ArithOp::Div => "/",
+            ArithOp::Mod => "%",
+        }
+    }
+}
+
+/// Comparison operators.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum CmpOp {
+    Eq,
+    Ne,
+    Lt,
+    Le,
+    Gt,
+    Ge,
+}
+
+impl CmpOp {
+    /// The operator with its operands swapped (`a < b` is `b > a`).
+    pub(crate) fn flip(self) -> CmpOp {
+        match self {
+            CmpOp::Lt => CmpOp::Gt,
+            CmpOp::Le => CmpOp::Ge,
+            CmpOp::Gt => CmpOp::Lt,
+            CmpOp::Ge => CmpOp::Le,
+            o => o,
+        }
+    }
+
+    pub(crate) fn symbol(self) -> &'static str {
+        match self {
+            CmpOp::Eq => "=",
+            CmpOp::Ne => "<>",
+            CmpOp::Lt => "<",
+            CmpOp::Le => "<=",
+            CmpOp::Gt => ">",
+            CmpOp::Ge => ">=",
+        }
+    }
+
+    fn test(self, o: Ordering) -> bool {
+        match self {
+            CmpOp::Eq => o == Ordering::Equal,
+            CmpOp::Ne => o != Ordering::Equal,
+            CmpOp::Lt => o == Ordering::Less,
+            CmpOp::Le => o != Ordering::Greater,
+            CmpOp::Gt => o == Ordering::Greater,
+            CmpOp::Ge => o != Ordering::Less,
+        }
+    }
+}
+
+/// Scalar functions.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Func {
+    Abs,
+    Lower,
+    Upper,
+    Length,
+    /// length() of char(n): trailing blanks do not count.
+    BpcharLength,
+    Coalesce,
+}
+
+/// A compiled expression.
+#[derive(Clone, Debug)]
+pub(crate) enum Expr {
+    Const(Value),
+    /// Column of the input row.
+    Col(usize),
+    /// `$n`, 0-based.
+    Param(usize),
+    Neg(Box<Expr>, DataType),
+    Arith(ArithOp, Box<Expr>, Box<Expr>, DataType),
+    Concat(Box<Expr>, Box<Expr>),
+    Cmp(CmpOp, Box<Expr>, Box<Expr>),
+    And(Box<Expr>, Box<Expr>),
+    Or(Box<Expr>, Box<Expr>),
+    Not(Box<Expr>),
+    IsNull(Box<Expr>, bool),
+    InList(Box<Expr>, Vec<Expr>, bool),
+    Cast(Box<Expr>, DataType),
+    Func(Func, Vec<Expr>),
+    /// CURRENT_TIMESTAMP / now(): the transaction's start time.
+    Now,
+    /// `x [NOT] [I]LIKE pattern`: (value, pattern, negated, case-insensitive).
+    Like(Box<Expr>, Box<Expr>, bool, bool),
+    /// `CASE WHEN c THEN v ... ELSE e END`.
+    Case(Vec<(Expr, Expr)>, Box<Expr>),
+}
+
+/// What evaluation needs besides the row.
+pub(crate) struct Ctx<'a> {
+    pub params: &'a [Value],
+    /// Transaction start, µs since 2000-01-01.
+    pub now: i64,
+}
+
+fn out_of_range(ty: &DataType) -> Error {
+    Error::user(
+        SqlState::NUMERIC_VALUE_OUT_OF_RANGE,
+        format!("{} out of range", ty.name()),
+    )
+}
+
+fn division_by_zero() -> Error {
+    Error::user(SqlState::DIVISION_BY_ZERO, "division by zero")
+}
+
+/// Narrows an i64 result to the integer type `ty`.
+fn int_value(v: i64, ty: &DataType) -> Result<Value> {
+    Ok(match ty {
+        DataType::Int2 => Value::Int2(i16::try_from(v).map_err(|_| out_of_range(ty))?),
+        DataType::Int4 => Value::Int4(i32::try_from(v).map_err(|_| out_of_range(ty))?),
+        _ => Value::Int8(v),
+    })
+}
+
+/// `a op b` for non-null numbers, result of type `ty` (checked: 22003, 22012).
+pub(crate) fn arith(op: ArithOp, a: &Value, b: &Value, ty: &DataType) -> Result<Value> {
+    if a.is_null() || b.is_null() {
+        return Ok(Value::Null);
+    }
+    if *ty == DataType::Float8 {
+        let (x, y) = match (a.as_f64(), b.as_f64()) {
+            (Some(x), Some(y)) => (x, y),
+            _ => return Err(Error::internal("non-numeric operand")),
+        };
+        let r = match op {
+            ArithOp::Add => x + y,
+            ArithOp::Sub => x - y,
+            ArithOp::Mul => x * y,
+            ArithOp::Div => {
+                if y == 0.0 {
+                    return Err(division_by_zero());
+                }
+                x / y
+            }
+            ArithOp::Mod => {
+                if y == 0.0 {
+                    return Err(division_by_zero());
+                }
+                x % y
+            }
+        };
+        if r.is_infinite() && x.is_finite() && y.is_finite() {
+            return Err(Error::user(
+                SqlState::NUMERIC_VALUE_OUT_OF_RANGE,
+                "value out of range: overflow",
+            ));
+        }
+        return Ok(Value::Float8(r));
+    }
+    let (x, y) = match (a.as_i64(), b.as_i64()) {
+        (Some(x), Some(y)) => (x, y),
+        _ => return Err(Error::internal("non-integer operand")),
+    };
+    let r = match op {
+        ArithOp::Add => x.checked_add(y),
+        ArithOp::Sub => x.checked_sub(y),
+        ArithOp::Mul => x.checked_mul(y),
+        ArithOp::Div => {
+            if y == 0 {
+                return Err(division_by_zero());
+            }
+            x.checked_div(y)
+        }
+        ArithOp::Mod => {
+            if y == 0 {
+                return Err(division_by_zero());
+            }
+            Some(x.checked_rem(y).unwrap_or(0))
+        }
+    };
+    int_value(r.ok_or_else(|| out_of_range(ty))?, ty)
+}
+
+/// SQL truth of a value: `Some(bool)` or `None` for NULL.
+fn truth(v: &Value) -> Result<Option<bool>> {
+    match v {
+        Value::Null => Ok(None),
+        Value::Bool(b) => Ok(Some(*b)),
+        other => Err(Error::internal(format!("expected boolean, got {other:?}"))),
+    }
+}
+
+impl Expr {
+    /// Evaluates over `row`.
+    ///
+    /// # Errors
+    /// Arithmetic errors (22003, 22012), cast errors.
+    pub(crate) fn eval(&self, row: &[Value], ctx: &Ctx<'_>) -> Result<Value> {
+        Ok(match self {
+            Expr::Const(v) => v.clone(),
+            Expr::Col(i) => row.get(*i).cloned().unwrap_or(Value::Null),
+            Expr::Param(i) => ctx.params.get(*i).cloned().unwrap_or(Value::Null),
+            Expr::Neg(e, ty) => {
+                let v = e.eval(row, ctx)?;
+                match v {
+                    Value::Null => Value::Null,
+                    Value::Float8(f) => Value::Float8(-f),
+                    v => {
+                        let x = v.as_i64().ok_or_else(|| Error::internal("negating a non-number"))?;
+                        int_value(x.checked_neg().ok_or_else(|| out_of_range(ty))?, ty)?
+                    }
+                }
+            }
+            Expr::Arith(op, a, b, ty) => arith(*op, &a.eval(row, ctx)?, &b.eval(row, ctx)?, ty)?,
+            Expr::Concat(a, b) => {
+                let (a, b) = (a.eval(row, ctx)?, b.eval(row, ctx)?);
+                match (a.to_text(), b.to_text()) {
+                    (Some(a), Some(b)) => Value::Text(a + &b),
+                    _ => Value::Null,
+                }
+            }
+            Expr::Cmp(op, a, b) => {
+                let (a, b) = (a.eval(row, ctx)?, b.eval(row, ctx)?);
+                match a.sql_cmp(&b) {
+                    Some(o) => Value::Bool(op.test(o)),
+                    None => Value::Null,
+                }
+            }
+            Expr::And(a, b) => {
+                let x = truth(&a.eval(row, ctx)?)?;
+                if x == Some(false) {
+                    return Ok(Value::Bool(false));
+                }
+                match (x, truth(&b.eval(row, ctx)?)?) {
+                    (_, Some(false)) => Value::Bool(false),
+                    (Some(true), Some(true)) => Value::Bool(true),
+                    _ => Value::Null,
+                }
+            }
+            Expr::Or(a, b) => {
+                let x = truth(&a.eval(row, ctx)?)?;
+                if x == Some(true) {
+                    return Ok(Value::Bool(true));
+                }
+                match (x, truth(&b.eval(row, ctx)?)?) {
+                    (_, Some(true)) => Value::Bool(true),
+                    (Some(false), Some(false)) => Value::Bool(false),
+                    _ => Value::Null,
+                }
+            }
+            Expr::Not(e) => match truth(&e.eval(row, ctx)?)? {
+                Some(b) => Value::Bool(!b),
+                None => Value::Null,
+            },
+            Expr::IsNull(e, negated) => Value::Bool(e.eval(row, ctx)?.is_null() != *negated),
+            Expr::InList(e, list, negated) => {
+                let v = e.eval(row, ctx)?;
+                if v.is_null() {
+                    return Ok(Value::Null);
+                }
+                let mut saw_null = false;
+                for item in list {
+                    match v.sql_cmp(&item.eval(row, ctx)?) {
+                        Some(Ordering::Equal) => return Ok(Value::Bool(!negated)),
+                        None => saw_null = true,
+                        _ => {}
+                    }
+                }
+                if saw_null {
+                    Value::Null
+                } else {
+                    Value::Bool(*negated)
+                }
+            }
+            Expr::Cast(e, ty) => e.eval(row, ctx)?.cast(ty)?,
+            Expr::Func(f, args) => eval_func(*f, args, row, ctx)?,
+            Expr::Now => Value::Timestamp(ctx.now),
+            Expr::Like(v, p, negated, ci) => {
+                let (v, p) = (v.eval(row, ctx)?, p.eval(row, ctx)?);
+                match (v, p) {
+                    (Value::Text(v), Value::Text(p)) => {
+                        let m = if *ci {
+                            like(
+                                &v.to_lowercase().chars().collect::<Vec<_>>(),
+                                &p.to_lowercase().chars().collect::<Vec<_>>(),
+                            )
+                        } else {
+                            like(&v.chars().collect::<Vec<_>>(), &p.chars().collect::<Vec<_>>())
+                        };
+                        Value::Bool(m != *negated)
+                    }
+                    _ => Value::Null,
+                }
+            }
+            Expr::Case(arms, default) => {
+                for (cond, value) in arms {
+                    if truth(&cond.eval(row, ctx)?)? == Some(true) {
+                        return value.eval(row, ctx);
+                    }
+                }
+                default.eval(row, ctx)?
+            }
+        })
+    }
+
+    /// Evaluates a predicate: true only if the result is TRUE (NULL counts as false).
+    ///
+    /// # Errors
+    /// As [`Expr::eval`].
+    pub(crate) fn matches(&self, row: &[Value], ctx: &Ctx<'_>) -> Result<bool> {
+        Ok(matches!(self.eval(row, ctx)?, Value::Bool(true)))
+    }
+
+    /// True if the expression reads no column (constants, parameters, the clock).
+    pub(crate) fn is_row_independent(&self) -> bool {
+        match self {
+            Expr::Col(_) => false,
+            Expr::Const(_) | Expr::Param(_) | Expr::Now => true,
+            Expr::Neg(e, _) | Expr::Not(e) | Expr::IsNull(e, _) | Expr::Cast(e, _) => e.is_row_independent(),
+            Expr::Arith(_, a, b, _)
+            | Expr::Concat(a, b)
+            | Expr::Like(a, b, _, _)
+            | Expr::Cmp(_, a, b)
+            | Expr::And(a, b)
+            | Expr::Or(a, b) => a.is_row_independent() && b.is_row_independent(),
+            Expr::InList(e, l, _) => e.is_row_independent() && l.iter().all(Expr::is_row_independent),
+            Expr::Func(_, args) => args.iter().all(Expr::is_row_independent),
+            Expr::Case(arms, d) => {
+                d.is_row_independent()
+                    && arms
+                        .iter()
+                        .all(|(c, v)| c.is_row_independent() && v.is_row_independent())
+            }
+        }
+    }
+}
+
+/// SQL LIKE: `%` matches any run, `_` one character, `\\` escapes the next character.
+fn like(s: &[char], p: &[char]) -> bool {
+    match p.first() {
+        None => s.is_empty(),
+        Some('%') => (0..=s.len()).any(|i| like(&s[i..], &p[1..])),
+        Some('_') => !s.is_empty() && like(&s[1..], &p[1..]),
+        Some('\\') if p.len() > 1 => s.first() == Some(&p[1]) && like(&s[1..], &p[2..]),
+        Some(c) => s.first() == Some(c) && like(&s[1..], &p[1..]),
+    }
+}
+
+fn eval_func(f: Func, args: &[Expr], row: &[Value], ctx: &Ctx<'_>) -> Result<Value> {
+    if f == Func::Coalesce {
+        for a in args {
+            let v = a.eval(row, ctx)?;
+            if !v.is_null() {
+                return Ok(v);
+            }
+        }
+        return Ok(Value::Null);
+    }
+    let v = args[0].eval(row, ctx)?;
+    Ok(match (f, v) {
+        (_, Value::Null) => Value::Null,
+        (Func::Abs, Value::Float8(x)) => Value::Float8(x.abs()),
+        (Func::Abs, v) => {
+            let ty = v.data_type();
+            let x = v.as_i64().ok_or_else(|| Error::internal("abs of a non-number"))?;
+            int_value(x.checked_abs().ok_or_else(|| out_of_range(&ty))?, &ty)?
+        }
+        (Func::Lower, Value::Text(s)) => Value::Text(s.to_lowercase()),
+        (Func::Upper, Value::Text(s)) => Value::Text(s.to_uppercase()),
+        (Func::Length, Value::Text(s)) => Value::Int4(s.chars().count() as i32),
+        (Func::BpcharLength, Value::Text(s)) => Value::Int4(s.trim_end_matches(' ').chars().count() as i32),
+        (f, v) => return Err(Error::internal(format!("bad argument {v:?} to {f:?}"))),
+    })
+}
+
+/// Sort order of two values for ORDER BY: NULLs compare per `nulls_first`, others by SQL order.
+pub(crate) fn sort_cmp(a: &Value, b: &Value, desc: bool, nulls_first: bool) -> Ordering {
+    match (a.is_null(), b.is_null()) {
+        (true, true) => Ordering::Equal,
+        (true, false) => {
+            if nulls_first {
+                Ordering::Less
+            } else {
+                Ordering::Greater
+            }
+        }
+        (false, true) => {
+            if nulls_first {
+                Ordering::Greater
+            } else {
+                Ordering::Less
+            }
+        }
+        (false, false) => {
+            let o = a.sql_cmp(b).unwrap_or(Ordering::Equal);
+            if desc {
+                o.reverse()
+            } else {
+                o
+            }
+        }
+    }
+}

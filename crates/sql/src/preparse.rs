@@ -1,0 +1,591 @@
+//! The pre-parser: splits a query string into statements and recognizes the utility commands
+//! that sqlparser does not parse the PostgreSQL way (COPY FROM STDIN options, VACUUM, CHECKPOINT,
+//! SET/RESET/SHOW) plus the transaction-control commands, which are hot in pgbench's simple mode
+//! and cheap to recognize by hand.
+
+use crate::plan::{CopyPlan, Plan};
+use walnut_common::{Error, Result};
+
+/// Splits `sql` at top-level semicolons (outside quotes, comments and dollar quotes). Returns the
+/// non-empty statements, trimmed.
+pub(crate) fn split_statements(sql: &str) -> Vec<&str> {
+    let b = sql.as_bytes();
+    let mut out = Vec::new();
+    let mut start = 0;
+    let mut i = 0;
+    fn push<'a>(out: &mut Vec<&'a str>, s: &'a str) {
+        if !is_blank(s) {
+            out.push(s.trim());
+        }
+    }
+    while i < b.len() {
+        match b[i] {
+            b'\'' | b'"' => {
+                let q = b[i];
+                i += 1;
+                while i < b.len() && b[i] != q {
+                    i += 1;
+                }
+            }
+            b'-' if b.get(i + 1) == Some(&b'-') => {
+                while i < b.len() && b[i] != b'\n' {
+                    i += 1;
+                }
+            }
+            b'/' if b.get(i + 1) == Some(&b'*') => {
+                i += 2;
+                while i + 1 < b.len() && !(b[i] == b'*' && b[i + 1] == b'/') {
+                    i += 1;
+                }
+                i += 1;
+            }
+            b'$' if !(b.get(i + 1).is_some_and(|c| c.is_ascii_digit()) || (i > 0 && is_ident_byte(b[i - 1]))) => {
+                // $tag$ ... $tag$
+                let tag_end = b[i + 1..].iter().position(|&c| !is_ident_byte(c)).map(|p| i + 1 + p);
+                if let Some(te) = tag_end.filter(|&te| b[te] == b'$') {
+                    let tag = &sql[i..=te];
+                    match sql[te + 1..].find(tag) {
+                        Some(p) => i = te + 1 + p + tag.len() - 1,
+                        None => i = b.len(),
+                    }
+                }
+            }
+            b';' => {
+                push(&mut out, &sql[start..i]);
+                start = i + 1;
+            }
+            _ => {}
+        }
+        i += 1;
+    }
+    if start < sql.len() {
+        push(&mut out, &sql[start..]);
+    }
+    out
+}
+
+fn is_ident_byte(c: u8) -> bool {
+    c.is_ascii_alphanumeric() || c == b'_' || c >= 0x80
+}
+
+/// True if `s` holds only whitespace and comments.
+fn is_blank(s: &str) -> bool {
+    let mut rest = s.trim_start();
+    loop {
+        if rest.is_empty() {
+            return true;
+        }
+        if let Some(r) = rest.strip_prefix("--") {
+            rest = r.find('\n').map(|p| &r[p..]).unwrap_or("").trim_start();
+        } else if let Some(r) = rest.strip_prefix("/*") {
+            rest = r.find("*/").map(|p| &r[p + 2..]).unwrap_or("").trim_start();
+        } else {
+            return false;
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+enum Tok {
+    /// Unquoted word, lower-cased.
+    Word(String),
+    /// "Quoted" identifier.
+    QIdent(String),
+    Str(String),
+    Num(String),
+    Punct(char),
+}
+
+fn lex(s: &str) -> Result<Vec<Tok>> {
+    let c: Vec<char> = s.chars().collect();
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < c.len() {
+        let ch = c[i];
+        if ch.is_whitespace() {
+            i += 1;
+        } else if ch == '-' && c.get(i + 1) == Some(&'-') {
+            while i < c.len() && c[i] != '\n' {
+                i += 1;
+            }
+        } else if ch == '/' && c.get(i + 1) == Some(&'*') {
+            i += 2;
+            while i + 1 < c.len() && !(c[i] == '*' && c[i + 1] == '/') {
+                i += 1;
+            }
+            i += 2;
+        } else if ch == '\'' || ch == '"' || ((ch == 'e' || ch == 'E') && c.get(i + 1) == Some(&'\'')) {
+            let escapes = ch == 'e' || ch == 'E';
+            let q = if escapes { '\'' } else { ch };
+            i += if escapes { 2 } else { 1 };
+            let mut v = String::new();
+            loop {
+                let Some(&x) = c.get(i) else {
+                    return Err(Error::syntax("unterminated quoted string"));
+                };
+                i += 1;
+                if x == q {
+                    if c.get(i) == Some(&q) {
+                        v.push(q);
+                        i += 1;
+                        continue;
+                    }
+                    break;
+                }
+                if escapes && x == '\\' {
+                    let Some(&n) = c.get(i) else {
+                        return Err(Error::syntax("unterminated quoted string"));
+                    };
+                    i += 1;
+                    v.push(match n {
+                        'n' => '\n',
+                        't' => '\t',
+                        'r' => '\r',
+                        other => other,
+                    });
+                    continue;
+                }
+                v.push(x);
+            }
+            out.push(if q == '"' { Tok::QIdent(v) } else { Tok::Str(v) });
+        } else if ch.is_ascii_digit() || (ch == '.' && c.get(i + 1).is_some_and(|d| d.is_ascii_digit())) {
+            let st = i;
+            while i < c.len() && (c[i].is_ascii_digit() || c[i] == '.') {
+                i += 1;
+            }
+            out.push(Tok::Num(c[st..i].iter().collect()));
+        } else if ch.is_alphabetic() || ch == '_' {
+            let st = i;
+            while i < c.len() && (c[i].is_alphanumeric() || c[i] == '_' || c[i] == '$') {
+                i += 1;
+            }
+            out.push(Tok::Word(c[st..i].iter().collect::<String>().to_lowercase()));
+        } else {
+            out.push(Tok::Punct(ch));
+            i += 1;
+        }
+    }
+    Ok(out)
+}
+
+fn first_word(s: &str) -> String {
+    s.trim_start()
+        .chars()
+        .take_while(|c| c.is_ascii_alphabetic())
+        .collect::<String>()
+        .to_ascii_lowercase()
+}
+
+fn syntax_near(t: Option<&Tok>) -> Error {
+    match t {
+        Some(t) => Error::syntax(format!("syntax error at or near \"{}\"", tok_text(t))),
+        None => Error::syntax("syntax error at end of input"),
+    }
+}
+
+fn tok_text(t: &Tok) -> String {
+    match t {
+        Tok::Word(w) => w.clone(),
+        Tok::QIdent(s) | Tok::Str(s) | Tok::Num(s) => s.clone(),
+        Tok::Punct(c) => c.to_string(),
+    }
+}
+
+fn is_word(t: Option<&Tok>, w: &str) -> bool {
+    matches!(t, Some(Tok::Word(x)) if x == w)
+}
+
+/// Recognizes the commands handled without sqlparser. `Ok(None)`: hand the text to sqlparser.
+///
+/// # Errors
+/// 42601 for malformed commands of these kinds, 0A000 for unsupported variants.
+pub(crate) fn preparse(stmt: &str) -> Result<Option<Plan>> {
+    let w = first_word(stmt);
+    let known = matches!(
+        w.as_str(),
+        "begin"
+            | "start"
+            | "commit"
+            | "end"
+            | "rollback"
+            | "abort"
+            | "set"
+            | "reset"
+            | "show"
+            | "vacuum"
+            | "analyze"
+            | "analyse"
+            | "checkpoint"
+            | "copy"
+            | "savepoint"
+            | "release"
+            | "discard"
+    );
+    if !known {
+        return Ok(None);
+    }
+    let t = lex(stmt)?;
+    let at = |i: usize| t.get(i);
+    let only_txn_words = |from: usize| {
+        t[from.min(t.len())..]
+            .iter()
+            .all(|x| matches!(x, Tok::Word(_) | Tok::Punct(',')))
+    };
+    Ok(Some(match w.as_str() {
+        "begin" | "start" => {
+            if w == "start" && !is_word(at(1), "transaction") {
+                return Err(syntax_near(at(1)));
+            }
+            if !only_txn_words(1) {
+                return Err(syntax_near(t.iter().skip(1).find(|x| !matches!(x, Tok::Word(_)))));
+            }
+            Plan::Begin
+        }
+        "commit" | "end" => {
+            if t.iter().any(|x| matches!(x, Tok::Word(w) if w == "chain")) {
+                return Err(Error::unsupported("COMMIT AND CHAIN"));
+            }
+            if t.len() > 2 || (t.len() == 2 && !is_word(at(1), "work") && !is_word(at(1), "transaction")) {
+                return Err(syntax_near(at(1)));
+            }
+            Plan::Commit
+        }
+        "rollback" | "abort" => {
+            if t.iter()
+                .any(|x| matches!(x, Tok::Word(w) if w == "to" || w == "savepoint"))
+            {
+                return Err(Error::unsupported("savepoints"));
+            }
+            if t.len() > 2 || (t.len() == 2 && !is_word(at(1), "work") && !is_word(at(1), "transaction")) {
+                return Err(syntax_near(at(1)));
+            }
+            Plan::Rollback
+        }
+        "savepoint" | "release" => return Err(Error::unsupported("savepoints")),
+        "discard" => return Err(Error::unsupported("DISCARD")),
+        "set" => parse_set(&t)?,
+        "reset" => match (at(1), at(2)) {
+            (Some(Tok::Word(a)), None) if a == "all" => Plan::Reset { name: None },
+            (Some(Tok::Word(n) | Tok::QIdent(n)), None) => Plan::Reset { name: Some(n.clone()) },
+            _ => return Err(syntax_near(at(1).or(at(2)))),
+        },
+        "show" => {
+            let name = match (at(1), at(2)) {
+                (Some(Tok::Word(a)), None) if a == "all" => None,
+                (Some(Tok::Word(n) | Tok::QIdent(n)), None) => Some(n.clone()),
+                (Some(Tok::Word(a)), Some(Tok::Word(b))) if a == "transaction" && b == "isolation" => {
+                    Some("transaction_isolation".to_string())
+                }
+                (Some(Tok::Word(a)), Some(Tok::Word(b))) if a == "time" && b == "zone" => Some("TimeZone".to_string()),
+                _ => return Err(syntax_near(at(1).or(at(2)))),
+            };
+            Plan::Show { name }
+        }
+        "vacuum" => Plan::Vacuum { analyze_only: false },
+        "analyze" | "analyse" => Plan::Vacuum { analyze_only: true },
+        "checkpoint" => {
+            if t.len() > 1 {
+                return Err(syntax_near(at(1)));
+            }
+            Plan::Checkpoint
+        }
+        "copy" => Plan::Copy(parse_copy(&t)?),
+        _ => unreachable!("filtered by `known`"),
+    }))
+}
+
+fn parse_set(t: &[Tok]) -> Result<Plan> {
+    let mut i = 1;
+    let mut local = false;
+    match t.get(i) {
+        Some(Tok::Word(w)) if w == "local" => {
+            local = true;
+            i += 1;
+        }
+        Some(Tok::Word(w)) if w == "session" && matches!(t.get(i + 1), Some(Tok::Word(n)) if n != "to") => {
+            if is_word(t.get(i + 1), "authorization") || is_word(t.get(i + 1), "characteristics") {
+                return Err(Error::unsupported("SET SESSION AUTHORIZATION/CHARACTERISTICS"));
+            }
+            i += 1;
+        }
+        _ => {}
+    }
+    let name = match t.get(i) {
+        Some(Tok::Word(w)) if w == "transaction" && !matches!(t.get(i + 1), Some(Tok::Punct('='))) => {
+            return Ok(Plan::SetNoop);
+        }
+        Some(Tok::Word(w)) if w == "time" && is_word(t.get(i + 1), "zone") => {
+            i += 1;
+            "timezone".to_string()
+        }
+        Some(Tok::Word(w)) if w == "names" => "client_encoding".to_string(),
+        Some(Tok::Word(w) | Tok::QIdent(w)) => {
+            let mut n = w.clone();
+            while matches!(t.get(i + 1), Some(Tok::Punct('.'))) {
+                match t.get(i + 2) {
+                    Some(Tok::Word(x) | Tok::QIdent(x)) => n = format!("{n}.{x}"),
+                    other => return Err(syntax_near(other)),
+                }
+                i += 2;
+            }
+            n
+        }
+        other => return Err(syntax_near(other)),
+    };
+    i += 1;
+    // SET TIME ZONE x and SET NAMES x take no `=`/`TO`.
+    let optional_eq = name == "timezone" || name == "client_encoding";
+    match t.get(i) {
+        Some(Tok::Punct('=')) => i += 1,
+        Some(Tok::Word(w)) if w == "to" => i += 1,
+        _ if optional_eq => {}
+        other => return Err(syntax_near(other)),
+    }
+    let mut parts = Vec::new();
+    loop {
+        let neg = matches!(t.get(i), Some(Tok::Punct('-')));
+        if neg {
+            i += 1;
+        }
+        let v = match t.get(i) {
+            Some(Tok::Word(w)) if (w == "default" || w == "local") && parts.is_empty() && t.len() == i + 1 => {
+                return Ok(Plan::Set {
+                    name,
+                    value: None,
+                    local,
+                });
+            }
+            Some(Tok::Word(w)) => w.clone(),
+            Some(Tok::QIdent(w)) | Some(Tok::Str(w)) => w.clone(),
+            Some(Tok::Num(n)) => {
+                if neg {
+                    format!("-{n}")
+                } else {
+                    n.clone()
+                }
+            }
+            other => return Err(syntax_near(other)),
+        };
+        parts.push(v);
+        i += 1;
+        match t.get(i) {
+            None => break,
+            Some(Tok::Punct(',')) => i += 1,
+            other => return Err(syntax_near(other)),
+        }
+    }
+    Ok(Plan::Set {
+        name,
+        value: Some(parts.join(", ")),
+        local,
+    })
+}
+
+fn parse_copy(t: &[Tok]) -> Result<CopyPlan> {
+    let mut i = 1;
+    let mut table = match t.get(i) {
+        Some(Tok::Word(w) | Tok::QIdent(w)) => w.clone(),
+        Some(Tok::Punct('(')) => return Err(Error::unsupported("COPY (query)")),
+        other => return Err(syntax_near(other)),
+    };
+    i += 1;
+    if matches!(t.get(i), Some(Tok::Punct('.'))) {
+        match t.get(i + 1) {
+            Some(Tok::Word(w) | Tok::QIdent(w)) if table == "public" => table = w.clone(),
+            Some(Tok::Word(w) | Tok::QIdent(w)) => return Err(crate::plan::undefined_table(&format!("{table}.{w}"))),
+            other => return Err(syntax_near(other)),
+        }
+        i += 2;
+    }
+    let mut columns = None;
+    if matches!(t.get(i), Some(Tok::Punct('('))) {
+        let mut cols = Vec::new();
+        i += 1;
+        loop {
+            match t.get(i) {
+                Some(Tok::Word(w) | Tok::QIdent(w)) => cols.push(w.clone()),
+                other => return Err(syntax_near(other)),
+            }
+            i += 1;
+            match t.get(i) {
+                Some(Tok::Punct(',')) => i += 1,
+                Some(Tok::Punct(')')) => {
+                    i += 1;
+                    break;
+                }
+                other => return Err(syntax_near(other)),
+            }
+        }
+        columns = Some(cols);
+    }
+    match t.get(i) {
+        Some(Tok::Word(w)) if w == "from" => i += 1,
+        Some(Tok::Word(w)) if w == "to" => return Err(Error::unsupported("COPY TO")),
+        other => return Err(syntax_near(other)),
+    }
+    match t.get(i) {
+        Some(Tok::Word(w)) if w == "stdin" => i += 1,
+        Some(Tok::Str(_)) | Some(Tok::Word(_)) => return Err(Error::unsupported("COPY FROM a file or program")),
+        other => return Err(syntax_near(other)),
+    }
+    let mut plan = CopyPlan {
+        table,
+        columns,
+        delimiter: b'\t',
+        null: "\\N".to_string(),
+    };
+    if is_word(t.get(i), "with") {
+        i += 1;
+    }
+    let mut opts: Vec<(String, Option<Tok>)> = Vec::new();
+    if matches!(t.get(i), Some(Tok::Punct('('))) {
+        i += 1;
+        loop {
+            let name = match t.get(i) {
+                Some(Tok::Word(w)) => w.clone(),
+                other => return Err(syntax_near(other)),
+            };
+            i += 1;
+            let value = match t.get(i) {
+                Some(Tok::Punct(',')) | Some(Tok::Punct(')')) => None,
+                Some(v) => {
+                    i += 1;
+                    Some(v.clone())
+                }
+                None => return Err(syntax_near(None)),
+            };
+            opts.push((name, value));
+            match t.get(i) {
+                Some(Tok::Punct(',')) => i += 1,
+                Some(Tok::Punct(')')) => {
+                    i += 1;
+                    break;
+                }
+                other => return Err(syntax_near(other)),
+            }
+        }
+    } else {
+        // Old-style options: FREEZE, DELIMITER [AS] 'x', NULL [AS] 'x', BINARY, CSV.
+        while let Some(Tok::Word(w)) = t.get(i) {
+            i += 1;
+            if is_word(t.get(i), "as") {
+                i += 1;
+            }
+            let value = match (w.as_str(), t.get(i)) {
+                ("delimiter" | "null", Some(v @ Tok::Str(_))) => {
+                    i += 1;
+                    Some(v.clone())
+                }
+                _ => None,
+            };
+            opts.push((w.clone(), value));
+        }
+    }
+    if let Some(extra) = t.get(i) {
+        return Err(syntax_near(Some(extra)));
+    }
+    for (name, value) in opts {
+        let text = value.as_ref().map(tok_text);
+        match name.as_str() {
+            "freeze" => {}
+            "format" => match text.as_deref() {
+                Some("text") => {}
+                Some(f) => return Err(Error::unsupported(format!("COPY format \"{f}\""))),
+                None => return Err(syntax_near(None)),
+            },
+            "binary" | "csv" => return Err(Error::unsupported(format!("COPY format \"{name}\""))),
+            "delimiter" => {
+                let d = text.unwrap_or_default();
+                if d.len() != 1 {
+                    return Err(Error::user(
+                        walnut_common::SqlState::FEATURE_NOT_SUPPORTED,
+                        "COPY delimiter must be a single one-byte character",
+                    ));
+                }
+                plan.delimiter = d.as_bytes()[0];
+            }
+            "null" => plan.null = text.unwrap_or_default(),
+            "encoding" => {}
+            other => {
+                return Err(Error::syntax(format!("option \"{other}\" not recognized")));
+            }
+        }
+    }
+    Ok(plan)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn splitting_respects_quotes_and_comments() {
+        assert_eq!(
+            split_statements("select 1; select ';' ; -- c;\n select 2"),
+            vec!["select 1", "select ';'", "-- c;\n select 2"]
+        );
+        assert_eq!(split_statements(" ; ;"), Vec::<&str>::new());
+        assert_eq!(
+            split_statements("select $a$;$a$; select $1"),
+            vec!["select $a$;$a$", "select $1"]
+        );
+        assert_eq!(split_statements("select /* ; */ 1"), vec!["select /* ; */ 1"]);
+    }
+
+    #[test]
+    fn copy_options() {
+        let Some(Plan::Copy(c)) = preparse("copy pgbench_accounts from stdin with (freeze on)").unwrap() else {
+            panic!()
+        };
+        assert_eq!(c.table, "pgbench_accounts");
+        let Some(Plan::Copy(c)) =
+            preparse("COPY t (a, b) FROM STDIN WITH (FORMAT text, DELIMITER ',', NULL '')").unwrap()
+        else {
+            panic!()
+        };
+        assert_eq!((c.delimiter, c.null.as_str(), c.columns.unwrap().len()), (b',', "", 2));
+        let Some(Plan::Copy(_)) = preparse("copy t from stdin").unwrap() else {
+            panic!()
+        };
+        assert!(preparse("copy t to stdout").is_err());
+        assert!(preparse("copy t from stdin with (format csv)").is_err());
+    }
+
+    #[test]
+    fn set_forms() {
+        let p = |s: &str| format!("{:?}", preparse(s).unwrap().unwrap());
+        assert_eq!(
+            p("SET commit_delay = 10"),
+            "Set { name: \"commit_delay\", value: Some(\"10\"), local: false }"
+        );
+        assert_eq!(
+            p("set local synchronous_commit to off"),
+            "Set { name: \"synchronous_commit\", value: Some(\"off\"), local: true }"
+        );
+        assert_eq!(
+            p("set session work_mem = '64MB'"),
+            "Set { name: \"work_mem\", value: Some(\"64MB\"), local: false }"
+        );
+        assert_eq!(
+            p("set search_path = a, b"),
+            "Set { name: \"search_path\", value: Some(\"a, b\"), local: false }"
+        );
+        assert_eq!(
+            p("set extra_float_digits = -3"),
+            "Set { name: \"extra_float_digits\", value: Some(\"-3\"), local: false }"
+        );
+        assert_eq!(
+            p("set time zone 'UTC'"),
+            "Set { name: \"timezone\", value: Some(\"UTC\"), local: false }"
+        );
+        assert_eq!(
+            p("set jit to default"),
+            "Set { name: \"jit\", value: None, local: false }"
+        );
+        assert_eq!(p("SET TRANSACTION ISOLATION LEVEL READ COMMITTED"), "SetNoop");
+        assert_eq!(p("show all"), "Show { name: None }");
+        assert_eq!(p("begin isolation level read committed"), "Begin");
+        assert_eq!(p("end"), "Commit");
+        assert!(preparse("select 1").unwrap().is_none());
+    }
+}
