@@ -24,7 +24,7 @@ PGBIN=$("$shared/bench/postgres18.sh" bin)
 PGBENCH="$PGBIN/pgbench"; PSQL="$PGBIN/psql"
 (cd "$root" && cargo build --release -q)
 WALNUT="$root/target/release/walnut"
-work=$(mktemp -d /var/tmp/walnut-bench.XXXXXX)
+work=$(mktemp -d /var/tmp/walnut-bench.XXXXXX); chmod 755 "$work"
 wport=5433; pport=5432
 cleanup() {
   [ -n "${wpid:-}" ] && kill "$wpid" 2>/dev/null && wait "$wpid" 2>/dev/null || true

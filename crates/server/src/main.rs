@@ -1,6 +1,153 @@
-//! The `walnut` binary.
-mod engine;
-fn main() {
-    let _ = engine::initdb;
-    let _ = engine::open_engine;
+//! The `walnut` binary: `initdb`, `serve`, `demo` (and placeholders for `test-fsync`,
+//! `verify`).
+#![forbid(unsafe_code)]
+
+use clap::{Parser, Subcommand};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::Duration;
+use walnut_server::config::{self, ServerConfig};
+use walnut_server::{demo, engine, server};
+
+/// walnut: a transactional row store that speaks PostgreSQL's wire protocol.
+#[derive(Parser)]
+#[command(name = "walnut", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Create a new data directory.
+    Initdb {
+        /// The data directory to create (must not exist or be empty).
+        #[arg(short = 'D', long = "pgdata", value_name = "DIR")]
+        dir: PathBuf,
+    },
+    /// Run the server on a data directory.
+    Serve {
+        /// The data directory.
+        #[arg(short = 'D', long = "pgdata", value_name = "DIR")]
+        dir: PathBuf,
+        /// TCP port to listen on (default: `port` in walnut.conf, else 5433).
+        #[arg(short = 'p', long)]
+        port: Option<u16>,
+        /// Set a configuration parameter, overriding walnut.conf (repeatable).
+        #[arg(short = 'c', value_name = "NAME=VALUE")]
+        settings: Vec<String>,
+    },
+    /// Load pgbench's tables into a temporary database and run pgbench's simple-update
+    /// workload against an in-process server.
+    Demo {
+        /// How long to run the workload.
+        #[arg(long, default_value_t = 10)]
+        seconds: u64,
+        /// Concurrent client connections.
+        #[arg(long, default_value_t = 10)]
+        clients: usize,
+        /// pgbench scale factor (100,000 accounts per unit).
+        #[arg(long, default_value_t = 1)]
+        scale: u32,
+    },
+    /// Measure fsync rates of the data directory's disk (not implemented yet).
+    TestFsync {
+        /// The data directory.
+        #[arg(short = 'D', long = "pgdata", value_name = "DIR")]
+        dir: PathBuf,
+    },
+    /// Check a data directory's WAL and pages offline (not implemented yet).
+    Verify {
+        /// The data directory.
+        #[arg(short = 'D', long = "pgdata", value_name = "DIR")]
+        dir: PathBuf,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Initdb { dir } => initdb(&dir),
+        Command::Serve { dir, port, settings } => serve(&dir, port, &settings),
+        Command::Demo { seconds, clients, scale } => {
+            walnut_server::init_logging("warn");
+            demo::run(demo::DemoOptions { seconds, clients, scale })
+        }
+        Command::TestFsync { .. } | Command::Verify { .. } => {
+            eprintln!("walnut: not implemented yet");
+            return ExitCode::from(2);
+        }
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(message) => {
+            eprintln!("walnut: error: {message}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn initdb(dir: &Path) -> Result<(), String> {
+    engine::initdb(dir).map_err(|e| format!("could not initialize data directory \"{}\": {e}", dir.display()))?;
+    println!("Success. The database cluster was initialized in \"{}\".", dir.display());
+    println!();
+    println!(
+        "Authentication is \"trust\": any local user can connect as any database user. The \
+         server listens on localhost only (listen_addresses = '{}'); do not widen it without a \
+         firewall.",
+        config::DEFAULT_LISTEN_ADDRESSES
+    );
+    println!();
+    println!("You can now start the database server using:");
+    println!();
+    println!("    walnut serve -D {}", dir.display());
+    println!();
+    println!("and connect with: psql -h 127.0.0.1 -p {}", config::DEFAULT_PORT);
+    Ok(())
+}
+
+fn serve(dir: &Path, port: Option<u16>, overrides: &[String]) -> Result<(), String> {
+    walnut_server::init_logging("info");
+    let settings = config::load_settings(dir, overrides, port).map_err(|e| e.to_string())?;
+    let config = ServerConfig::from_settings(&settings).map_err(|e| e.to_string())?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_name("walnut-net")
+        .build()
+        .map_err(|e| format!("could not start runtime: {e}"))?;
+    runtime.block_on(async move {
+        let dir_owned = dir.to_path_buf();
+        // Opening may run crash recovery: blocking work, off the runtime's workers.
+        let engine = tokio::task::spawn_blocking(move || engine::open_engine(&dir_owned, &settings))
+            .await
+            .map_err(|e| format!("could not open data directory: {e}"))?
+            .map_err(|e| format!("could not open data directory \"{}\": {e}", dir.display()))?;
+        let handle = server::start(&config, engine.clone())
+            .await
+            .map_err(|e| format!("could not listen on {}:{}: {e}", config.listen_addresses, config.port))?;
+        tracing::info!("database system is ready to accept connections");
+        let signal = wait_for_signal().await;
+        tracing::info!("received {signal}, shutting down: closing connections, rolling back open transactions");
+        handle.shutdown(Duration::from_secs(30)).await;
+        // The engine's Drop may write a shutdown checkpoint: blocking work.
+        let _ = tokio::task::spawn_blocking(move || drop(engine)).await;
+        tracing::info!("database system is shut down");
+        Ok(())
+    })
+}
+
+/// Waits for SIGINT or SIGTERM; returns which.
+async fn wait_for_signal() -> &'static str {
+    let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::warn!("could not install SIGTERM handler: {e}");
+            let _ = tokio::signal::ctrl_c().await;
+            return "SIGINT";
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => "SIGINT",
+        _ = term.recv() => "SIGTERM",
+    }
 }
