@@ -21,7 +21,7 @@ while [ $# -gt 0 ]; do
 done
 "$shared/bench/postgres18.sh" install >/dev/null
 PGBIN=$("$shared/bench/postgres18.sh" bin)
-PGBENCH="$PGBIN/pgbench"; PSQL="$PGBIN/psql"
+PGBENCH=${PGBENCH:-$PGBIN/pgbench}; PSQL="$PGBIN/psql"
 (cd "$root" && cargo build --release -q)
 WALNUT="$root/target/release/walnut"
 work=$(mktemp -d /var/tmp/walnut-bench.XXXXXX); chmod 755 "$work"

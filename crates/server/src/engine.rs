@@ -138,6 +138,20 @@ impl Engine for Handle {
                     vec![vec![i(s.group_flushes), i(s.group_commits), Value::Float8(per)]],
                 ))
             }
+            "pg_class" => {
+                let mut rows = Vec::new();
+                for t in self.storage.catalog.all() {
+                    rows.push(vec![Value::Int8(t.table_id as i64), Value::Text(t.def.name.clone()), Value::Text("r".into()), Value::Int8(2200)]);
+                    if let Some(ix) = t.index {
+                        rows.push(vec![Value::Int8(ix.0 as i64), Value::Text(t.index_name()), Value::Text("i".into()), Value::Int8(2200)]);
+                    }
+                }
+                rows.sort_by_key(|r| r[0].as_i64());
+                Some((
+                    vec![col("oid", DataType::Int8), col("relname", DataType::Text), col("relkind", DataType::Char(1)), col("relnamespace", DataType::Int8)],
+                    rows,
+                ))
+            }
             _ => None,
         }
     }
