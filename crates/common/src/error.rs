@@ -112,7 +112,13 @@ impl Error {
 
     /// An error of any kind.
     pub fn new(kind: ErrorKind, sqlstate: SqlState, message: impl Into<String>) -> Error {
-        Error { kind, sqlstate, message: message.into(), detail: None, source: None }
+        Error {
+            kind,
+            sqlstate,
+            message: message.into(),
+            detail: None,
+            source: None,
+        }
     }
 
     /// 42601 syntax error.
@@ -122,7 +128,10 @@ impl Error {
 
     /// 0A000: "`feature` is not supported".
     pub fn unsupported(feature: impl fmt::Display) -> Error {
-        Error::user(SqlState::FEATURE_NOT_SUPPORTED, format!("{feature} is not supported"))
+        Error::user(
+            SqlState::FEATURE_NOT_SUPPORTED,
+            format!("{feature} is not supported"),
+        )
     }
 
     /// XX001 data corruption, found while validating bytes from disk or network.
@@ -139,12 +148,22 @@ impl Error {
             (ErrorKind::Io, SqlState::IO_ERROR)
         };
         let message = format!("{}: {err}", context.into());
-        Error { kind, sqlstate, message, detail: None, source: Some(Box::new(err)) }
+        Error {
+            kind,
+            sqlstate,
+            message,
+            detail: None,
+            source: Some(Box::new(err)),
+        }
     }
 
     /// 57014 query cancelled.
     pub fn cancelled() -> Error {
-        Error::new(ErrorKind::Cancelled, SqlState::QUERY_CANCELED, "canceling statement due to user request")
+        Error::new(
+            ErrorKind::Cancelled,
+            SqlState::QUERY_CANCELED,
+            "canceling statement due to user request",
+        )
     }
 
     /// XX000 internal error: a bug, reported rather than crashing the server.

@@ -87,7 +87,10 @@ pub struct Tid {
 
 impl Tid {
     /// "No tuple".
-    pub const INVALID: Tid = Tid { block: BlockNumber(u32::MAX), slot: 0 };
+    pub const INVALID: Tid = Tid {
+        block: BlockNumber(u32::MAX),
+        slot: 0,
+    };
     /// Encoded size in bytes.
     pub const SIZE: usize = 6;
 
@@ -108,6 +111,9 @@ impl Tid {
     pub fn from_bytes(b: &[u8]) -> Option<Tid> {
         let block = u32::from_le_bytes(b.get(..4)?.try_into().ok()?);
         let slot = u16::from_le_bytes(b.get(4..6)?.try_into().ok()?);
-        Some(Tid { block: BlockNumber(block), slot })
+        Some(Tid {
+            block: BlockNumber(block),
+            slot,
+        })
     }
 }

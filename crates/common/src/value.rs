@@ -70,7 +70,10 @@ impl DataType {
 
     /// True for the character types.
     pub fn is_string(&self) -> bool {
-        matches!(self, DataType::Text | DataType::Varchar(_) | DataType::Char(_))
+        matches!(
+            self,
+            DataType::Text | DataType::Varchar(_) | DataType::Char(_)
+        )
     }
 
     /// Stable one-line encoding used in the catalog (`int4`, `varchar:10`, `char:84`, ...).
@@ -325,13 +328,18 @@ impl PartialEq for Value {
         match (self, other) {
             (Value::Null, Value::Null) => true,
             (Value::Float8(a), Value::Float8(b)) => a.to_bits() == b.to_bits(),
-            _ => self.sql_cmp(other) == Some(Ordering::Equal) && self.data_type() == other.data_type(),
+            _ => {
+                self.sql_cmp(other) == Some(Ordering::Equal)
+                    && self.data_type() == other.data_type()
+            }
         }
     }
 }
 
 fn fit_string(s: &str, limit: Option<u32>, ty: &DataType) -> Result<String> {
-    let Some(n) = limit else { return Ok(s.to_string()) };
+    let Some(n) = limit else {
+        return Ok(s.to_string());
+    };
     let n = n as usize;
     match s.char_indices().nth(n) {
         None => Ok(s.to_string()),
@@ -349,7 +357,10 @@ fn fit_string(s: &str, limit: Option<u32>, ty: &DataType) -> Result<String> {
 }
 
 fn out_of_range(ty: &DataType) -> Error {
-    Error::user(SqlState::NUMERIC_VALUE_OUT_OF_RANGE, format!("{} out of range", ty.name()))
+    Error::user(
+        SqlState::NUMERIC_VALUE_OUT_OF_RANGE,
+        format!("{} out of range", ty.name()),
+    )
 }
 
 fn no_cast(v: &Value, ty: &DataType) -> Error {
@@ -363,7 +374,11 @@ fn format_float8(v: f64) -> String {
     if v.is_nan() {
         "NaN".into()
     } else if v.is_infinite() {
-        if v > 0.0 { "Infinity".into() } else { "-Infinity".into() }
+        if v > 0.0 {
+            "Infinity".into()
+        } else {
+            "-Infinity".into()
+        }
     } else {
         // Shortest representation that round-trips, as PostgreSQL 12+ prints.
         let s = format!("{v}");
@@ -396,10 +411,18 @@ pub fn format_timestamp(us: i64) -> String {
 pub fn parse_timestamp(s: &str) -> Option<i64> {
     use chrono::{NaiveDate, NaiveDateTime};
     let s = s.trim();
-    let dt = ["%Y-%m-%d %H:%M:%S%.f", "%Y-%m-%dT%H:%M:%S%.f", "%Y-%m-%d %H:%M"]
-        .iter()
-        .find_map(|f| NaiveDateTime::parse_from_str(s, f).ok())
-        .or_else(|| NaiveDate::parse_from_str(s, "%Y-%m-%d").ok()?.and_hms_opt(0, 0, 0))?;
+    let dt = [
+        "%Y-%m-%d %H:%M:%S%.f",
+        "%Y-%m-%dT%H:%M:%S%.f",
+        "%Y-%m-%d %H:%M",
+    ]
+    .iter()
+    .find_map(|f| NaiveDateTime::parse_from_str(s, f).ok())
+    .or_else(|| {
+        NaiveDate::parse_from_str(s, "%Y-%m-%d")
+            .ok()?
+            .and_hms_opt(0, 0, 0)
+    })?;
     Some(dt.and_utc().timestamp_micros() - PG_EPOCH_OFFSET_US)
 }
 
@@ -447,7 +470,13 @@ pub fn encode_row(values: &[Value], out: &mut Vec<u8>) {
 /// A corruption error if the bytes are truncated or a string is not UTF-8.
 pub fn decode_row(types: &[DataType], bytes: &[u8]) -> Result<Vec<Value>> {
     let corrupt = || Error::corruption("malformed tuple data");
-    let natts = u16::from_le_bytes(bytes.get(..2).ok_or_else(corrupt)?.try_into().expect("2 bytes")) as usize;
+    let natts = u16::from_le_bytes(
+        bytes
+            .get(..2)
+            .ok_or_else(corrupt)?
+            .try_into()
+            .expect("2 bytes"),
+    ) as usize;
     let bitmap = bytes.get(2..2 + natts.div_ceil(8)).ok_or_else(corrupt)?;
     let mut pos = 2 + natts.div_ceil(8);
     let mut take = |n: usize| -> Result<&[u8]> {
@@ -467,7 +496,9 @@ pub fn decode_row(types: &[DataType], bytes: &[u8]) -> Result<Vec<Value>> {
             DataType::Int4 => Value::Int4(i32::from_le_bytes(take(4)?.try_into().expect("4"))),
             DataType::Int8 => Value::Int8(i64::from_le_bytes(take(8)?.try_into().expect("8"))),
             DataType::Float8 => Value::Float8(f64::from_le_bytes(take(8)?.try_into().expect("8"))),
-            DataType::Timestamp => Value::Timestamp(i64::from_le_bytes(take(8)?.try_into().expect("8"))),
+            DataType::Timestamp => {
+                Value::Timestamp(i64::from_le_bytes(take(8)?.try_into().expect("8")))
+            }
             DataType::Text | DataType::Varchar(_) | DataType::Char(_) => {
                 let len = u32::from_le_bytes(take(4)?.try_into().expect("4")) as usize;
                 let s = std::str::from_utf8(take(len)?).map_err(|_| corrupt())?;
@@ -499,7 +530,11 @@ pub fn encode_key_part(v: &Value, out: &mut Vec<u8>) {
         }
         Value::Float8(f) => {
             let bits = f.to_bits();
-            let key = if bits >> 63 == 1 { !bits } else { bits ^ (1 << 63) };
+            let key = if bits >> 63 == 1 {
+                !bits
+            } else {
+                bits ^ (1 << 63)
+            };
             out.push(1);
             out.extend_from_slice(&key.to_be_bytes());
         }
@@ -531,7 +566,15 @@ mod tests {
     use proptest::prelude::*;
 
     fn types() -> Vec<DataType> {
-        vec![DataType::Bool, DataType::Int4, DataType::Int8, DataType::Text, DataType::Float8, DataType::Int2, DataType::Timestamp]
+        vec![
+            DataType::Bool,
+            DataType::Int4,
+            DataType::Int8,
+            DataType::Text,
+            DataType::Float8,
+            DataType::Int2,
+            DataType::Timestamp,
+        ]
     }
 
     proptest! {
@@ -577,19 +620,38 @@ mod tests {
 
     #[test]
     fn char_is_padded_and_varchar_is_checked() {
-        assert_eq!(Value::Text("ab".into()).cast(&DataType::Char(4)).unwrap(), Value::Text("ab  ".into()));
-        assert!(Value::Text("abcdef".into()).cast(&DataType::Varchar(Some(3))).is_err());
-        assert_eq!(Value::Text("abc   ".into()).cast(&DataType::Varchar(Some(3))).unwrap(), Value::Text("abc".into()));
+        assert_eq!(
+            Value::Text("ab".into()).cast(&DataType::Char(4)).unwrap(),
+            Value::Text("ab  ".into())
+        );
+        assert!(Value::Text("abcdef".into())
+            .cast(&DataType::Varchar(Some(3)))
+            .is_err());
+        assert_eq!(
+            Value::Text("abc   ".into())
+                .cast(&DataType::Varchar(Some(3)))
+                .unwrap(),
+            Value::Text("abc".into())
+        );
     }
 
     #[test]
     fn text_input_and_output() {
-        assert_eq!(Value::parse(&DataType::Int4, " 42 ").unwrap(), Value::Int4(42));
+        assert_eq!(
+            Value::parse(&DataType::Int4, " 42 ").unwrap(),
+            Value::Int4(42)
+        );
         assert!(Value::parse(&DataType::Int2, "70000").is_err());
-        assert_eq!(Value::parse(&DataType::Bool, "on").unwrap(), Value::Bool(true));
+        assert_eq!(
+            Value::parse(&DataType::Bool, "on").unwrap(),
+            Value::Bool(true)
+        );
         let ts = Value::parse(&DataType::Timestamp, "2024-02-03 04:05:06.5").unwrap();
         assert_eq!(ts.to_text().unwrap(), "2024-02-03 04:05:06.5");
         assert_eq!(Value::Float8(1.5).to_text().unwrap(), "1.5");
-        assert_eq!(DataType::from_catalog(&DataType::Char(84).to_catalog()), Some(DataType::Char(84)));
+        assert_eq!(
+            DataType::from_catalog(&DataType::Char(84).to_catalog()),
+            Some(DataType::Char(84))
+        );
     }
 }

@@ -142,7 +142,10 @@ impl FileIo for RealFile {
 
     fn sync_data(&self) -> io::Result<()> {
         rustix::fs::fdatasync(&self.file).map_err(|e| {
-            io::Error::new(io::Error::from(e).kind(), format!("fdatasync {}: {e}", self.path.display()))
+            io::Error::new(
+                io::Error::from(e).kind(),
+                format!("fdatasync {}: {e}", self.path.display()),
+            )
         })
     }
 
@@ -175,7 +178,10 @@ impl Vfs for RealVfs {
             .create(mode.create)
             .custom_flags(flags)
             .open(path)?;
-        Ok(Arc::new(RealFile { file, path: path.to_path_buf() }))
+        Ok(Arc::new(RealFile {
+            file,
+            path: path.to_path_buf(),
+        }))
     }
 
     fn remove(&self, path: &Path) -> io::Result<()> {
@@ -216,7 +222,15 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("walnut-io-{}", std::process::id()));
         let vfs = RealVfs;
         vfs.create_dir_all(&dir).unwrap();
-        let f = vfs.open(&dir.join("f"), OpenMode { create: true, ..Default::default() }).unwrap();
+        let f = vfs
+            .open(
+                &dir.join("f"),
+                OpenMode {
+                    create: true,
+                    ..Default::default()
+                },
+            )
+            .unwrap();
         f.write_at(b"hello", 8192).unwrap();
         f.sync_data().unwrap();
         assert_eq!(f.len().unwrap(), 8197);

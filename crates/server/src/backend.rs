@@ -52,10 +52,24 @@ impl Backend {
     ) -> Result<(Backend, SessionStart)> {
         let pid = reservation.pid;
         let session = Session::new(engine, &defaults, &options)?;
-        let slot = Arc::new(CancelSlot { secret, flag: session.cancel_flag(), busy: Mutex::new(false) });
+        let slot = Arc::new(CancelSlot {
+            secret,
+            flag: session.cancel_flag(),
+            busy: Mutex::new(false),
+        });
         reservation.registry.register(pid, slot.clone());
-        let start = SessionStart { parameters: session.startup_parameters() };
-        Ok((Backend { session: Mutex::new(Some(session)), slot, pid, _reservation: reservation }, start))
+        let start = SessionStart {
+            parameters: session.startup_parameters(),
+        };
+        Ok((
+            Backend {
+                session: Mutex::new(Some(session)),
+                slot,
+                pid,
+                _reservation: reservation,
+            },
+            start,
+        ))
     }
 
     /// The backend's process id (as sent in BackendKeyData).
@@ -76,7 +90,11 @@ impl Backend {
         let mut guard = self.session.lock();
         let result = match guard.as_mut() {
             Some(session) => Ok(f(session)),
-            None => Err(Error::new(ErrorKind::Io, SqlState::INTERNAL_ERROR, "session already terminated")),
+            None => Err(Error::new(
+                ErrorKind::Io,
+                SqlState::INTERNAL_ERROR,
+                "session already terminated",
+            )),
         };
         drop(guard);
         self.slot.finish();
@@ -184,7 +202,10 @@ impl Registry {
         let first_pid = 10_000 + (std::process::id() % 10_000) as i32 * 100;
         Arc::new(Registry {
             max_connections,
-            state: Mutex::new(RegistryState { count: 0, slots: HashMap::new() }),
+            state: Mutex::new(RegistryState {
+                count: 0,
+                slots: HashMap::new(),
+            }),
             ended: Condvar::new(),
             next_pid: AtomicI32::new(first_pid),
             random: RandomState::new(),
@@ -207,13 +228,17 @@ impl Registry {
         }
         state.count += 1;
         let pid = self.next_pid.fetch_add(1, Ordering::Relaxed);
-        Ok(Reservation { registry: self.clone(), pid })
+        Ok(Reservation {
+            registry: self.clone(),
+            pid,
+        })
     }
 
     /// A fresh random cancel key: 4 bytes for protocol 3.0, 32 bytes for 3.2.
     pub fn new_secret(&self, pid: i32, long: bool) -> SecretKey {
         let word = |i: u64| {
-            self.random.hash_one((pid, i, Instant::now(), std::thread::current().id()))
+            self.random
+                .hash_one((pid, i, Instant::now(), std::thread::current().id()))
         };
         if long {
             let mut bytes = Vec::with_capacity(32);
@@ -285,7 +310,10 @@ mod tests {
         let registry = Registry::new(2);
         let a = registry.reserve().unwrap();
         let _b = registry.reserve().unwrap();
-        let err = registry.reserve().err().expect("third reservation must fail");
+        let err = registry
+            .reserve()
+            .err()
+            .expect("third reservation must fail");
         assert_eq!(err.sqlstate, SqlState::TOO_MANY_CONNECTIONS);
         assert_ne!(a.pid(), _b.pid());
         drop(a);
@@ -299,9 +327,16 @@ mod tests {
         let r = registry.reserve().unwrap();
         let flag = Arc::new(AtomicBool::new(false));
         let secret = registry.new_secret(r.pid(), false);
-        let slot = Arc::new(CancelSlot { secret: secret.clone(), flag: flag.clone(), busy: Mutex::new(false) });
+        let slot = Arc::new(CancelSlot {
+            secret: secret.clone(),
+            flag: flag.clone(),
+            busy: Mutex::new(false),
+        });
         registry.register(r.pid(), slot.clone());
-        assert!(!registry.cancel(r.pid(), &SecretKey::I32(12345)) || secret.eq_value(&SecretKey::I32(12345)));
+        assert!(
+            !registry.cancel(r.pid(), &SecretKey::I32(12345))
+                || secret.eq_value(&SecretKey::I32(12345))
+        );
         // Idle: the key matches but nothing is cancelled.
         assert!(registry.cancel(r.pid(), &secret));
         assert!(!flag.load(Ordering::Acquire));

@@ -49,7 +49,10 @@ impl ServerConfig {
     /// # Errors
     /// 22023 if port or max_connections is out of range.
     pub fn from_settings(settings: &[(String, String)]) -> Result<ServerConfig> {
-        let mut config = ServerConfig { defaults: settings.to_vec(), ..ServerConfig::default() };
+        let mut config = ServerConfig {
+            defaults: settings.to_vec(),
+            ..ServerConfig::default()
+        };
         for (name, value) in settings {
             match name.to_ascii_lowercase().as_str() {
                 "listen_addresses" => config.listen_addresses = value.clone(),
@@ -84,10 +87,21 @@ fn out_of_range(name: &str, value: &str) -> Error {
 ///
 /// # Errors
 /// I/O errors reading walnut.conf; syntax errors; 42704 unknown names; 22023 bad values.
-pub fn load_settings(dir: &Path, overrides: &[String], port: Option<u16>) -> Result<Vec<(String, String)>> {
+pub fn load_settings(
+    dir: &Path,
+    overrides: &[String],
+    port: Option<u16>,
+) -> Result<Vec<(String, String)>> {
     let conf_path = dir.join("walnut.conf");
-    let text = std::fs::read_to_string(&conf_path)
-        .map_err(|e| Error::io(format!("could not read configuration file \"{}\"", conf_path.display()), e))?;
+    let text = std::fs::read_to_string(&conf_path).map_err(|e| {
+        Error::io(
+            format!(
+                "could not read configuration file \"{}\"",
+                conf_path.display()
+            ),
+            e,
+        )
+    })?;
     let mut raw = guc::parse_conf(&text)?;
     for o in overrides {
         raw.push(parse_name_value(o).ok_or_else(|| {
@@ -161,15 +175,22 @@ pub fn parse_startup_options(options: &str) -> Result<Vec<(String, String)>> {
         let word = &words[i];
         let setting = if word == "-c" {
             i += 1;
-            let arg = words.get(i).ok_or_else(|| Error::syntax("-c requires a value"))?;
-            parse_name_value(arg).ok_or_else(|| Error::syntax(format!("-c {arg} requires a value")))?
+            let arg = words
+                .get(i)
+                .ok_or_else(|| Error::syntax("-c requires a value"))?;
+            parse_name_value(arg)
+                .ok_or_else(|| Error::syntax(format!("-c {arg} requires a value")))?
         } else if let Some(arg) = word.strip_prefix("--") {
-            parse_name_value(arg).ok_or_else(|| Error::syntax(format!("--{arg} requires a value")))?
+            parse_name_value(arg)
+                .ok_or_else(|| Error::syntax(format!("--{arg} requires a value")))?
         } else if let Some(arg) = word.strip_prefix("-c") {
-            parse_name_value(arg).ok_or_else(|| Error::syntax(format!("-c {arg} requires a value")))?
+            parse_name_value(arg)
+                .ok_or_else(|| Error::syntax(format!("-c {arg} requires a value")))?
         } else {
-            return Err(Error::syntax(format!("invalid command-line argument for server process: {word}"))
-                .with_detail("Only -c name=value and --name=value are supported in options."));
+            return Err(Error::syntax(format!(
+                "invalid command-line argument for server process: {word}"
+            ))
+            .with_detail("Only -c name=value and --name=value are supported in options."));
         };
         out.push(setting);
         i += 1;
@@ -205,14 +226,25 @@ mod tests {
     use super::*;
 
     fn pairs(v: &[(&str, &str)]) -> Vec<(String, String)> {
-        v.iter().map(|(a, b)| (a.to_string(), b.to_string())).collect()
+        v.iter()
+            .map(|(a, b)| (a.to_string(), b.to_string()))
+            .collect()
     }
 
     #[test]
     fn split_with_escapes() {
-        assert_eq!(split_options("  -c  a=b\t--x=y "), vec!["-c", "a=b", "--x=y"]);
-        assert_eq!(split_options(r"-c application_name=my\ app"), vec!["-c", "application_name=my app"]);
-        assert_eq!(split_options(r"-c a=back\\slash"), vec!["-c", r"a=back\slash"]);
+        assert_eq!(
+            split_options("  -c  a=b\t--x=y "),
+            vec!["-c", "a=b", "--x=y"]
+        );
+        assert_eq!(
+            split_options(r"-c application_name=my\ app"),
+            vec!["-c", "application_name=my app"]
+        );
+        assert_eq!(
+            split_options(r"-c a=back\\slash"),
+            vec!["-c", r"a=back\slash"]
+        );
         assert!(split_options("   ").is_empty());
     }
 
@@ -229,7 +261,10 @@ mod tests {
             ])
         );
         // Values keep their '=' signs after the first.
-        assert_eq!(parse_startup_options("-c search_path=a=b").unwrap(), pairs(&[("search_path", "a=b")]));
+        assert_eq!(
+            parse_startup_options("-c search_path=a=b").unwrap(),
+            pairs(&[("search_path", "a=b")])
+        );
         assert_eq!(parse_startup_options("").unwrap(), vec![]);
     }
 
@@ -247,19 +282,33 @@ mod tests {
         params.insert("user".to_string(), "alice".to_string());
         params.insert("database".to_string(), "db".to_string());
         params.insert("application_name".to_string(), "pgbench".to_string());
-        params.insert("options".to_string(), "-c synchronous_commit=off".to_string());
+        params.insert(
+            "options".to_string(),
+            "-c synchronous_commit=off".to_string(),
+        );
         params.insert("_pq_.protocol_ext".to_string(), "x".to_string());
         assert_eq!(
             session_options(&params).unwrap(),
-            pairs(&[("synchronous_commit", "off"), ("application_name", "pgbench")])
+            pairs(&[
+                ("synchronous_commit", "off"),
+                ("application_name", "pgbench")
+            ])
         );
     }
 
     #[test]
     fn server_config_from_settings() {
-        let s = pairs(&[("port", "6000"), ("max_connections", "7"), ("listen_addresses", "*"), ("shared_buffers", "1MB")]);
+        let s = pairs(&[
+            ("port", "6000"),
+            ("max_connections", "7"),
+            ("listen_addresses", "*"),
+            ("shared_buffers", "1MB"),
+        ]);
         let c = ServerConfig::from_settings(&s).unwrap();
-        assert_eq!((c.port, c.max_connections, c.listen_addresses.as_str()), (6000, 7, "*"));
+        assert_eq!(
+            (c.port, c.max_connections, c.listen_addresses.as_str()),
+            (6000, 7, "*")
+        );
         assert_eq!(c.defaults.len(), 4);
         assert!(ServerConfig::from_settings(&pairs(&[("port", "70000")])).is_err());
         assert!(ServerConfig::from_settings(&pairs(&[("max_connections", "0")])).is_err());
@@ -268,7 +317,11 @@ mod tests {
     #[test]
     fn load_settings_overrides() {
         let dir = tempfile::tempdir().unwrap();
-        std::fs::write(dir.path().join("walnut.conf"), "port = 5500\nmax_connections = 10\n").unwrap();
+        std::fs::write(
+            dir.path().join("walnut.conf"),
+            "port = 5500\nmax_connections = 10\n",
+        )
+        .unwrap();
         let s = load_settings(dir.path(), &["max-connections=20".to_string()], Some(6000)).unwrap();
         assert_eq!(s, pairs(&[("max_connections", "20"), ("port", "6000")]));
         assert!(load_settings(dir.path(), &["nonsense_setting=1".to_string()], None).is_err());

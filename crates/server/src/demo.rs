@@ -75,7 +75,8 @@ pub fn run(opts: DemoOptions) -> Result<(), String> {
     engine::initdb(&dir).map_err(|e| format!("initdb failed: {e}"))?;
 
     // The settings initdb wrote, on an ephemeral localhost port.
-    let settings = config::load_settings(&dir, &[], None).map_err(|e| format!("reading walnut.conf: {e}"))?;
+    let settings =
+        config::load_settings(&dir, &[], None).map_err(|e| format!("reading walnut.conf: {e}"))?;
     let mut server_config = ServerConfig::from_settings(&settings).map_err(|e| e.to_string())?;
     server_config.listen_addresses = "127.0.0.1".into();
     server_config.port = 0;
@@ -100,12 +101,17 @@ pub fn run(opts: DemoOptions) -> Result<(), String> {
         result
     });
     drop(runtime);
-    tmp.close().map_err(|e| format!("could not remove temporary directory: {e}"))?;
+    tmp.close()
+        .map_err(|e| format!("could not remove temporary directory: {e}"))?;
     result
 }
 
 fn conn_string(addr: SocketAddr) -> String {
-    format!("host={} port={} user=walnut dbname=walnut application_name=walnut-demo", addr.ip(), addr.port())
+    format!(
+        "host={} port={} user=walnut dbname=walnut application_name=walnut-demo",
+        addr.ip(),
+        addr.port()
+    )
 }
 
 async fn connect(addr: SocketAddr) -> Result<Client, String> {
@@ -140,29 +146,42 @@ async fn drive(addr: SocketAddr, opts: DemoOptions) -> Result<(), String> {
 }
 
 async fn exec(client: &Client, sql: &str) -> Result<(), String> {
-    client.batch_execute(sql).await.map_err(|e| format!("{sql}: {}", db_error(&e)))
+    client
+        .batch_execute(sql)
+        .await
+        .map_err(|e| format!("{sql}: {}", db_error(&e)))
 }
 
 /// Loads pgbench's tables as `pgbench -i` (client-side generation) does.
 async fn load(client: &Client, scale: u32) -> Result<(), String> {
     let started = Instant::now();
     let scale = u64::from(scale);
-    println!("loading pgbench tables, scale {scale} ({} accounts)...", scale * ACCOUNTS_PER_SCALE);
+    println!(
+        "loading pgbench tables, scale {scale} ({} accounts)...",
+        scale * ACCOUNTS_PER_SCALE
+    );
     for sql in DDL {
         exec(client, sql).await?;
     }
     exec(client, "begin").await?;
-    copy(client, "copy pgbench_branches from stdin", (1..=scale).map(|bid| format!("{bid}\t0\t\n"))).await?;
+    copy(
+        client,
+        "copy pgbench_branches from stdin",
+        (1..=scale).map(|bid| format!("{bid}\t0\t\n")),
+    )
+    .await?;
     copy(
         client,
         "copy pgbench_tellers from stdin",
-        (1..=scale * TELLERS_PER_SCALE).map(|tid| format!("{tid}\t{}\t0\t\n", (tid - 1) / TELLERS_PER_SCALE + 1)),
+        (1..=scale * TELLERS_PER_SCALE)
+            .map(|tid| format!("{tid}\t{}\t0\t\n", (tid - 1) / TELLERS_PER_SCALE + 1)),
     )
     .await?;
     copy(
         client,
         "copy pgbench_accounts from stdin",
-        (1..=scale * ACCOUNTS_PER_SCALE).map(|aid| format!("{aid}\t{}\t0\t\n", (aid - 1) / ACCOUNTS_PER_SCALE + 1)),
+        (1..=scale * ACCOUNTS_PER_SCALE)
+            .map(|aid| format!("{aid}\t{}\t0\t\n", (aid - 1) / ACCOUNTS_PER_SCALE + 1)),
     )
     .await?;
     exec(client, "commit").await?;
@@ -180,7 +199,11 @@ async fn load(client: &Client, scale: u32) -> Result<(), String> {
 }
 
 /// COPY FROM STDIN with `lines`, sent in chunks of about 64 kB.
-async fn copy(client: &Client, sql: &str, lines: impl Iterator<Item = String>) -> Result<(), String> {
+async fn copy(
+    client: &Client,
+    sql: &str,
+    lines: impl Iterator<Item = String>,
+) -> Result<(), String> {
     let err = |e: tokio_postgres::Error| format!("{sql}: {}", db_error(&e));
     let sink = client.copy_in::<_, Bytes>(sql).await.map_err(err)?;
     pin_mut!(sink);
@@ -188,7 +211,10 @@ async fn copy(client: &Client, sql: &str, lines: impl Iterator<Item = String>) -
     for line in lines {
         chunk.push_str(&line);
         if chunk.len() >= 60 * 1024 {
-            let data = Bytes::from(std::mem::replace(&mut chunk, String::with_capacity(64 * 1024)));
+            let data = Bytes::from(std::mem::replace(
+                &mut chunk,
+                String::with_capacity(64 * 1024),
+            ));
             sink.send(data).await.map_err(err)?;
         }
     }
@@ -246,12 +272,17 @@ async fn run_clients(addr: SocketAddr, opts: DemoOptions) -> Result<Outcome, Str
     for (i, (client, stmts)) in clients.into_iter().enumerate() {
         let committed = committed.clone();
         let rng = Rng(seeds.hash_one(i));
-        tasks.push(tokio::spawn(client_loop(client, stmts, rng, opts.scale, deadline, committed)));
+        tasks.push(tokio::spawn(client_loop(
+            client, stmts, rng, opts.scale, deadline, committed,
+        )));
     }
     let progress = progress_bar(opts.seconds);
     let mut last = (Instant::now(), 0u64);
     while Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(250).min(deadline.saturating_duration_since(Instant::now()))).await;
+        tokio::time::sleep(
+            Duration::from_millis(250).min(deadline.saturating_duration_since(Instant::now())),
+        )
+        .await;
         let now = Instant::now();
         let count = committed.load(Ordering::Relaxed);
         let tps = (count - last.1) as f64 / now.duration_since(last.0).as_secs_f64().max(1e-3);
@@ -265,11 +296,18 @@ async fn run_clients(addr: SocketAddr, opts: DemoOptions) -> Result<Outcome, Str
     let mut latency_us = new_histogram();
     let mut failed = 0;
     for task in tasks {
-        let (hist, fails) = task.await.map_err(|e| format!("client task failed: {e}"))??;
+        let (hist, fails) = task
+            .await
+            .map_err(|e| format!("client task failed: {e}"))??;
         latency_us.add(&hist).map_err(|e| e.to_string())?;
         failed += fails;
     }
-    Ok(Outcome { committed: committed.load(Ordering::Relaxed), failed, latency_us, elapsed: started.elapsed() })
+    Ok(Outcome {
+        committed: committed.load(Ordering::Relaxed),
+        failed,
+        latency_us,
+        elapsed: started.elapsed(),
+    })
 }
 
 fn progress_bar(seconds: u64) -> ProgressBar {
@@ -298,7 +336,10 @@ impl Statements {
     async fn prepare(client: &Client) -> Result<Statements, String> {
         let int4 = Type::INT4;
         let prep = |sql: &'static str, types: Vec<Type>| async move {
-            client.prepare_typed(sql, &types).await.map_err(|e| format!("prepare {sql}: {}", db_error(&e)))
+            client
+                .prepare_typed(sql, &types)
+                .await
+                .map_err(|e| format!("prepare {sql}: {}", db_error(&e)))
         };
         Ok(Statements {
             begin: prep("BEGIN", vec![]).await?,
@@ -339,14 +380,17 @@ async fn client_loop(
             client.execute(&s.begin, &[]).await?;
             client.execute(&s.update, &[&delta, &aid]).await?;
             client.query(&s.select, &[&aid]).await?;
-            client.execute(&s.insert, &[&tid, &bid, &aid, &delta]).await?;
+            client
+                .execute(&s.insert, &[&tid, &bid, &aid, &delta])
+                .await?;
             client.execute(&s.end, &[]).await
         }
         .await;
         match result {
             Ok(_) => {
                 let us = started.elapsed().as_micros().max(1) as u64;
-                hist.record(us.min(3_600_000_000)).expect("value within histogram bounds");
+                hist.record(us.min(3_600_000_000))
+                    .expect("value within histogram bounds");
                 committed.fetch_add(1, Ordering::Relaxed);
             }
             Err(e) => {
@@ -377,7 +421,12 @@ impl WalStats {
         let wal = view_row(client, "SELECT * FROM pg_stat_wal").await;
         let group = view_row(client, "SELECT * FROM walnut_stat_group_commit").await;
         let get = |row: &Option<Vec<(String, String)>>, name: &str| {
-            row.as_ref()?.iter().find(|(n, _)| n == name)?.1.parse::<f64>().ok()
+            row.as_ref()?
+                .iter()
+                .find(|(n, _)| n == name)?
+                .1
+                .parse::<f64>()
+                .ok()
         };
         WalStats {
             wal_bytes: get(&wal, "wal_bytes"),
@@ -414,7 +463,10 @@ fn report(opts: &DemoOptions, outcome: &Outcome, before: &WalStats, after: &WalS
     let na = || "n/a".to_string();
     let wal_bytes = delta(after.wal_bytes, before.wal_bytes);
     let wal_sync = delta(after.wal_sync, before.wal_sync);
-    let per_flush = match (delta(after.commits, before.commits), delta(after.flushes, before.flushes)) {
+    let per_flush = match (
+        delta(after.commits, before.commits),
+        delta(after.flushes, before.flushes),
+    ) {
         (Some(c), Some(f)) if f > 0.0 => format!("{:.2}", c / f),
         _ => na(),
     };
@@ -423,7 +475,10 @@ fn report(opts: &DemoOptions, outcome: &Outcome, before: &WalStats, after: &WalS
     println!("scaling factor: {}", opts.scale);
     println!("number of clients: {}", opts.clients);
     println!("duration: {:.1} s", secs);
-    println!("number of transactions actually processed: {}", outcome.committed);
+    println!(
+        "number of transactions actually processed: {}",
+        outcome.committed
+    );
     println!("number of failed transactions: {}", outcome.failed);
     if !h.is_empty() {
         println!(
@@ -437,11 +492,18 @@ fn report(opts: &DemoOptions, outcome: &Outcome, before: &WalStats, after: &WalS
     println!(
         "WAL bytes: {}",
         wal_bytes.map_or_else(na, |b| {
-            let per_txn = if outcome.committed > 0 { b / outcome.committed as f64 } else { 0.0 };
+            let per_txn = if outcome.committed > 0 {
+                b / outcome.committed as f64
+            } else {
+                0.0
+            };
             format!("{b:.0} ({per_txn:.0} per transaction)")
         })
     );
-    println!("WAL flushes: {}", wal_sync.map_or_else(na, |f| format!("{f:.0}")));
+    println!(
+        "WAL flushes: {}",
+        wal_sync.map_or_else(na, |f| format!("{f:.0}"))
+    );
     println!("commits per flush: {per_flush}");
 }
 

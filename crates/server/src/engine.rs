@@ -35,7 +35,8 @@ full_page_writes = on
 /// 42P04 if `dir` exists and is not empty; I/O errors.
 pub fn initdb(dir: &Path) -> Result<()> {
     Storage::initdb(Arc::new(walnut_io::RealVfs), dir)?;
-    std::fs::write(dir.join("walnut.conf"), DEFAULT_CONF).map_err(|e| Error::io("could not write walnut.conf", e))
+    std::fs::write(dir.join("walnut.conf"), DEFAULT_CONF)
+        .map_err(|e| Error::io("could not write walnut.conf", e))
 }
 
 /// The engine as the SQL layer sees it.
@@ -45,7 +46,11 @@ pub struct Handle {
 }
 
 fn setting<'a>(settings: &'a [(String, String)], name: &str) -> Option<&'a str> {
-    settings.iter().rev().find(|(k, _)| k.eq_ignore_ascii_case(name)).map(|(_, v)| v.as_str())
+    settings
+        .iter()
+        .rev()
+        .find(|(k, _)| k.eq_ignore_ascii_case(name))
+        .map(|(_, v)| v.as_str())
 }
 
 fn int_setting(settings: &[(String, String)], name: &str, default: i64) -> Result<i64> {
@@ -62,14 +67,30 @@ fn int_setting(settings: &[(String, String)], name: &str, default: i64) -> Resul
 pub fn storage_config(settings: &[(String, String)]) -> Result<StorageConfig> {
     let d = StorageConfig::default();
     Ok(StorageConfig {
-        shared_buffers_pages: int_setting(settings, "shared_buffers", d.shared_buffers_pages as i64)?.max(16) as usize,
+        shared_buffers_pages: int_setting(
+            settings,
+            "shared_buffers",
+            d.shared_buffers_pages as i64,
+        )?
+        .max(16) as usize,
         full_page_writes: match setting(settings, "full_page_writes") {
             Some(v) => walnut_sql::guc::value_as_bool("full_page_writes", v)?,
             None => true,
         },
-        checkpoint_timeout_s: int_setting(settings, "checkpoint_timeout", d.checkpoint_timeout_s as i64)?.max(1) as u64,
-        max_wal_size_mb: int_setting(settings, "max_wal_size", d.max_wal_size_mb as i64)?.max(2) as u64,
-        wal_writer_delay_ms: int_setting(settings, "wal_writer_delay", d.wal_writer_delay_ms as i64)?.max(1) as u64,
+        checkpoint_timeout_s: int_setting(
+            settings,
+            "checkpoint_timeout",
+            d.checkpoint_timeout_s as i64,
+        )?
+        .max(1) as u64,
+        max_wal_size_mb: int_setting(settings, "max_wal_size", d.max_wal_size_mb as i64)?.max(2)
+            as u64,
+        wal_writer_delay_ms: int_setting(
+            settings,
+            "wal_writer_delay",
+            d.wal_writer_delay_ms as i64,
+        )?
+        .max(1) as u64,
         wal_buffers_bytes: d.wal_buffers_bytes,
     })
 }
@@ -93,12 +114,18 @@ pub fn open_handle(dir: &Path, settings: &[(String, String)]) -> Result<Arc<Hand
 }
 
 fn col(name: &str, ty: DataType) -> ColumnDef {
-    ColumnDef { name: name.into(), ty, not_null: false }
+    ColumnDef {
+        name: name.into(),
+        ty,
+        not_null: false,
+    }
 }
 
 impl Engine for Handle {
     fn begin(&self, cancel: Arc<AtomicBool>) -> Result<Box<dyn Transaction>> {
-        Ok(Box::new(TxnAdapter { txn: Some(Txn::begin(self.storage.clone(), cancel)) }))
+        Ok(Box::new(TxnAdapter {
+            txn: Some(Txn::begin(self.storage.clone(), cancel)),
+        }))
     }
 
     fn checkpoint(&self) -> Result<()> {
@@ -132,23 +159,50 @@ impl Engine for Handle {
                 ]],
             )),
             "walnut_stat_group_commit" => {
-                let per = if s.group_flushes == 0 { 0.0 } else { s.group_commits as f64 / s.group_flushes as f64 };
+                let per = if s.group_flushes == 0 {
+                    0.0
+                } else {
+                    s.group_commits as f64 / s.group_flushes as f64
+                };
                 Some((
-                    vec![col("flushes", DataType::Int8), col("commits", DataType::Int8), col("commits_per_flush", DataType::Float8)],
-                    vec![vec![i(s.group_flushes), i(s.group_commits), Value::Float8(per)]],
+                    vec![
+                        col("flushes", DataType::Int8),
+                        col("commits", DataType::Int8),
+                        col("commits_per_flush", DataType::Float8),
+                    ],
+                    vec![vec![
+                        i(s.group_flushes),
+                        i(s.group_commits),
+                        Value::Float8(per),
+                    ]],
                 ))
             }
             "pg_class" => {
                 let mut rows = Vec::new();
                 for t in self.storage.catalog.all() {
-                    rows.push(vec![Value::Int8(t.table_id as i64), Value::Text(t.def.name.clone()), Value::Text("r".into()), Value::Int8(2200)]);
+                    rows.push(vec![
+                        Value::Int8(t.table_id as i64),
+                        Value::Text(t.def.name.clone()),
+                        Value::Text("r".into()),
+                        Value::Int8(2200),
+                    ]);
                     if let Some(ix) = t.index {
-                        rows.push(vec![Value::Int8(ix.0 as i64), Value::Text(t.index_name()), Value::Text("i".into()), Value::Int8(2200)]);
+                        rows.push(vec![
+                            Value::Int8(ix.0 as i64),
+                            Value::Text(t.index_name()),
+                            Value::Text("i".into()),
+                            Value::Int8(2200),
+                        ]);
                     }
                 }
                 rows.sort_by_key(|r| r[0].as_i64());
                 Some((
-                    vec![col("oid", DataType::Int8), col("relname", DataType::Text), col("relkind", DataType::Char(1)), col("relnamespace", DataType::Int8)],
+                    vec![
+                        col("oid", DataType::Int8),
+                        col("relname", DataType::Text),
+                        col("relkind", DataType::Char(1)),
+                        col("relnamespace", DataType::Int8),
+                    ],
                     rows,
                 ))
             }
@@ -163,11 +217,18 @@ struct TxnAdapter {
 
 impl TxnAdapter {
     fn t(&mut self) -> &mut Txn {
-        self.txn.as_mut().expect("transaction used after commit or rollback")
+        self.txn
+            .as_mut()
+            .expect("transaction used after commit or rollback")
     }
 
     fn info(&mut self, table: &str) -> Result<Arc<walnut_storage::catalog::TableInfo>> {
-        self.t().table(table).ok_or_else(|| Error::user(SqlState::UNDEFINED_TABLE, format!("relation \"{table}\" does not exist")))
+        self.t().table(table).ok_or_else(|| {
+            Error::user(
+                SqlState::UNDEFINED_TABLE,
+                format!("relation \"{table}\" does not exist"),
+            )
+        })
     }
 }
 
@@ -209,9 +270,15 @@ impl Transaction for TxnAdapter {
         self.t().insert(&info, &row)
     }
 
-    fn scan(&mut self, table: &str, visit: &mut dyn FnMut(Tid, Vec<Value>) -> Result<ScanControl>) -> Result<()> {
+    fn scan(
+        &mut self,
+        table: &str,
+        visit: &mut dyn FnMut(Tid, Vec<Value>) -> Result<ScanControl>,
+    ) -> Result<()> {
         let info = self.info(table)?;
-        self.t().scan(&info, &mut |tid, row| Ok(visit(tid, row)? == ScanControl::Continue))
+        self.t().scan(&info, &mut |tid, row| {
+            Ok(visit(tid, row)? == ScanControl::Continue)
+        })
     }
 
     fn index_scan(
@@ -222,7 +289,9 @@ impl Transaction for TxnAdapter {
         visit: &mut dyn FnMut(Tid, Vec<Value>) -> Result<ScanControl>,
     ) -> Result<()> {
         let info = self.info(table)?;
-        self.t().index_scan(&info, lo, hi, &mut |tid, row| Ok(visit(tid, row)? == ScanControl::Continue))
+        self.t().index_scan(&info, lo, hi, &mut |tid, row| {
+            Ok(visit(tid, row)? == ScanControl::Continue)
+        })
     }
 
     fn update(&mut self, table: &str, row: Tid, values: Vec<Value>) -> Result<WriteOutcome> {
@@ -241,7 +310,10 @@ impl Transaction for TxnAdapter {
         let txn = self.txn.take().expect("transaction already finished");
         txn.commit(CommitSettings {
             synchronous: opts.synchronous,
-            flush: FlushOpts { commit_delay_us: opts.commit_delay_us, commit_siblings: opts.commit_siblings },
+            flush: FlushOpts {
+                commit_delay_us: opts.commit_delay_us,
+                commit_siblings: opts.commit_siblings,
+            },
         })
     }
 

@@ -68,10 +68,22 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Initdb { dir } => initdb(&dir),
-        Command::Serve { dir, port, settings } => serve(&dir, port, &settings),
-        Command::Demo { seconds, clients, scale } => {
+        Command::Serve {
+            dir,
+            port,
+            settings,
+        } => serve(&dir, port, &settings),
+        Command::Demo {
+            seconds,
+            clients,
+            scale,
+        } => {
             walnut_server::init_logging("warn");
-            demo::run(demo::DemoOptions { seconds, clients, scale })
+            demo::run(demo::DemoOptions {
+                seconds,
+                clients,
+                scale,
+            })
         }
         Command::TestFsync { .. } | Command::Verify { .. } => {
             eprintln!("walnut: not implemented yet");
@@ -88,8 +100,16 @@ fn main() -> ExitCode {
 }
 
 fn initdb(dir: &Path) -> Result<(), String> {
-    engine::initdb(dir).map_err(|e| format!("could not initialize data directory \"{}\": {e}", dir.display()))?;
-    println!("Success. The database cluster was initialized in \"{}\".", dir.display());
+    engine::initdb(dir).map_err(|e| {
+        format!(
+            "could not initialize data directory \"{}\": {e}",
+            dir.display()
+        )
+    })?;
+    println!(
+        "Success. The database cluster was initialized in \"{}\".",
+        dir.display()
+    );
     println!();
     println!(
         "Authentication is \"trust\": any local user can connect as any database user. The \
@@ -102,7 +122,10 @@ fn initdb(dir: &Path) -> Result<(), String> {
     println!();
     println!("    walnut serve -D {}", dir.display());
     println!();
-    println!("and connect with: psql -h 127.0.0.1 -p {}", config::DEFAULT_PORT);
+    println!(
+        "and connect with: psql -h 127.0.0.1 -p {}",
+        config::DEFAULT_PORT
+    );
     Ok(())
 }
 
@@ -118,16 +141,22 @@ fn serve(dir: &Path, port: Option<u16>, overrides: &[String]) -> Result<(), Stri
     runtime.block_on(async move {
         let dir_owned = dir.to_path_buf();
         // Opening may run crash recovery: blocking work, off the runtime's workers.
-        let engine = tokio::task::spawn_blocking(move || engine::open_engine(&dir_owned, &settings))
-            .await
-            .map_err(|e| format!("could not open data directory: {e}"))?
-            .map_err(|e| format!("could not open data directory \"{}\": {e}", dir.display()))?;
-        let handle = server::start(&config, engine.clone())
-            .await
-            .map_err(|e| format!("could not listen on {}:{}: {e}", config.listen_addresses, config.port))?;
+        let engine =
+            tokio::task::spawn_blocking(move || engine::open_engine(&dir_owned, &settings))
+                .await
+                .map_err(|e| format!("could not open data directory: {e}"))?
+                .map_err(|e| format!("could not open data directory \"{}\": {e}", dir.display()))?;
+        let handle = server::start(&config, engine.clone()).await.map_err(|e| {
+            format!(
+                "could not listen on {}:{}: {e}",
+                config.listen_addresses, config.port
+            )
+        })?;
         tracing::info!("database system is ready to accept connections");
         let signal = wait_for_signal().await;
-        tracing::info!("received {signal}, shutting down: closing connections, rolling back open transactions");
+        tracing::info!(
+            "received {signal}, shutting down: closing connections, rolling back open transactions"
+        );
         handle.shutdown(Duration::from_secs(30)).await;
         // The engine's Drop may write a shutdown checkpoint: blocking work.
         let _ = tokio::task::spawn_blocking(move || drop(engine)).await;

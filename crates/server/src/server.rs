@@ -32,7 +32,11 @@ pub struct ServerHandle {
 /// Resolves `listen_addresses` (comma-separated; `*` = every address, `localhost`).
 async fn resolve(listen_addresses: &str, port: u16) -> io::Result<Vec<SocketAddr>> {
     let mut out = Vec::new();
-    for host in listen_addresses.split(',').map(str::trim).filter(|h| !h.is_empty()) {
+    for host in listen_addresses
+        .split(',')
+        .map(str::trim)
+        .filter(|h| !h.is_empty())
+    {
         match host {
             "*" => {
                 out.push(SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), port));
@@ -81,20 +85,40 @@ pub async fn start(config: &ServerConfig, engine: Arc<dyn Engine>) -> io::Result
         };
         let local = listener.local_addr()?;
         let family = if local.is_ipv4() { "IPv4" } else { "IPv6" };
-        tracing::info!("listening on {family} address \"{}\", port {}", local.ip(), local.port());
+        tracing::info!(
+            "listening on {family} address \"{}\", port {}",
+            local.ip(),
+            local.port()
+        );
         addrs.push(local);
-        acceptors.push(tokio::spawn(accept_loop(listener, shared.clone(), stop_rx.clone())));
+        acceptors.push(tokio::spawn(accept_loop(
+            listener,
+            shared.clone(),
+            stop_rx.clone(),
+        )));
     }
     if addrs.is_empty() {
         return Err(last_error.unwrap_or_else(|| {
-            io::Error::new(io::ErrorKind::InvalidInput, "listen_addresses names no address")
+            io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "listen_addresses names no address",
+            )
         }));
     }
-    Ok(ServerHandle { addrs, stop, acceptors, registry })
+    Ok(ServerHandle {
+        addrs,
+        stop,
+        acceptors,
+        registry,
+    })
 }
 
 fn bind(addr: SocketAddr) -> io::Result<TcpListener> {
-    let socket = if addr.is_ipv4() { tokio::net::TcpSocket::new_v4()? } else { tokio::net::TcpSocket::new_v6()? };
+    let socket = if addr.is_ipv4() {
+        tokio::net::TcpSocket::new_v4()?
+    } else {
+        tokio::net::TcpSocket::new_v6()?
+    };
     socket.set_reuseaddr(true)?;
     socket.bind(addr)?;
     socket.listen(1024)
@@ -126,33 +150,38 @@ async fn accept_loop(listener: TcpListener, shared: Arc<Shared>, mut stop: watch
                 continue;
             }
         };
-        let spawned = std::thread::Builder::new().name("backend".into()).spawn(move || {
-            let rt = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
-                Ok(rt) => rt,
-                Err(e) => {
-                    tracing::warn!("could not start a connection runtime: {e}");
-                    return;
-                }
-            };
-            rt.block_on(async move {
-                let socket = match tokio::net::TcpStream::from_std(socket) {
-                    Ok(s) => s,
+        let spawned = std::thread::Builder::new()
+            .name("backend".into())
+            .spawn(move || {
+                let rt = match tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                {
+                    Ok(rt) => rt,
                     Err(e) => {
-                        tracing::warn!("could not register connection: {e}");
+                        tracing::warn!("could not start a connection runtime: {e}");
                         return;
                     }
                 };
-                let _ = socket.set_nodelay(true);
-                tokio::select! {
-                    result = pgwire::tokio::process_socket(socket, None, handlers) => {
-                        if let Err(e) = result {
-                            tracing::debug!(%peer, "connection ended with error: {e}");
+                rt.block_on(async move {
+                    let socket = match tokio::net::TcpStream::from_std(socket) {
+                        Ok(s) => s,
+                        Err(e) => {
+                            tracing::warn!("could not register connection: {e}");
+                            return;
                         }
+                    };
+                    let _ = socket.set_nodelay(true);
+                    tokio::select! {
+                        result = pgwire::tokio::process_socket(socket, None, handlers) => {
+                            if let Err(e) = result {
+                                tracing::debug!(%peer, "connection ended with error: {e}");
+                            }
+                        }
+                        _ = stop.wait_for(|s| *s) => {}
                     }
-                    _ = stop.wait_for(|s| *s) => {}
-                }
+                });
             });
-        });
         if let Err(e) = spawned {
             tracing::warn!("could not start a backend thread: {e}");
         }
@@ -189,7 +218,9 @@ impl ServerHandle {
             let deadline = std::time::Instant::now() + timeout;
             loop {
                 registry.cancel_all();
-                let step = deadline.saturating_duration_since(std::time::Instant::now()).min(Duration::from_millis(100));
+                let step = deadline
+                    .saturating_duration_since(std::time::Instant::now())
+                    .min(Duration::from_millis(100));
                 if registry.wait_all_ended(step) {
                     return true;
                 }

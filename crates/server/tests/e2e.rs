@@ -43,28 +43,55 @@ impl Server {
     fn new(extra: &[&str]) -> Server {
         let tmp = tempfile::tempdir().unwrap();
         let dir = tmp.path().join("data");
-        let out = Command::new(env!("CARGO_BIN_EXE_walnut")).args(["initdb", "-D"]).arg(&dir).output().unwrap();
-        assert!(out.status.success(), "initdb failed: {}", String::from_utf8_lossy(&out.stderr));
-        let mut s = Server { dir, port: port(), child: None, _tmp: Some(tmp) };
+        let out = Command::new(env!("CARGO_BIN_EXE_walnut"))
+            .args(["initdb", "-D"])
+            .arg(&dir)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "initdb failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let mut s = Server {
+            dir,
+            port: port(),
+            child: None,
+            _tmp: Some(tmp),
+        };
         s.start(extra);
         s
     }
 
     fn start(&mut self, extra: &[&str]) {
-        let log = std::fs::OpenOptions::new().create(true).append(true).open(self.dir.join("server.log")).unwrap();
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.dir.join("server.log"))
+            .unwrap();
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_walnut"));
-        cmd.args(["serve", "-D"]).arg(&self.dir).args(["-p", &self.port.to_string()]);
+        cmd.args(["serve", "-D"])
+            .arg(&self.dir)
+            .args(["-p", &self.port.to_string()]);
         for e in extra {
             cmd.args(["-c", e]);
         }
-        let child = cmd.stdout(log.try_clone().unwrap()).stderr(log).spawn().unwrap();
+        let child = cmd
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .unwrap();
         self.child = Some(child);
         let t0 = Instant::now();
         while TcpStream::connect(("127.0.0.1", self.port)).is_err() {
             if let Some(st) = self.child.as_mut().unwrap().try_wait().unwrap() {
                 panic!("server exited with {st} during start-up:\n{}", self.log());
             }
-            assert!(t0.elapsed() < Duration::from_secs(120), "server did not start:\n{}", self.log());
+            assert!(
+                t0.elapsed() < Duration::from_secs(120),
+                "server did not start:\n{}",
+                self.log()
+            );
             std::thread::sleep(Duration::from_millis(50));
         }
     }
@@ -81,7 +108,10 @@ impl Server {
 
     fn stop(&mut self) {
         if let Some(mut c) = self.child.take() {
-            let _ = Command::new("kill").arg("-INT").arg(c.id().to_string()).status();
+            let _ = Command::new("kill")
+                .arg("-INT")
+                .arg(c.id().to_string())
+                .status();
             let t0 = Instant::now();
             while c.try_wait().unwrap().is_none() {
                 if t0.elapsed() > Duration::from_secs(60) {
@@ -93,30 +123,57 @@ impl Server {
     }
 
     fn conn_args(&self) -> Vec<String> {
-        vec!["-h".into(), "127.0.0.1".into(), "-p".into(), self.port.to_string(), "-U".into(), "postgres".into()]
+        vec![
+            "-h".into(),
+            "127.0.0.1".into(),
+            "-p".into(),
+            self.port.to_string(),
+            "-U".into(),
+            "postgres".into(),
+        ]
     }
 
     fn psql(&self, sql: &str) -> Output {
         Command::new(pg_bin("psql"))
             .args(self.conn_args())
-            .args(["-X", "-At", "-v", "ON_ERROR_STOP=0", "-d", "postgres", "-c", sql])
+            .args([
+                "-X",
+                "-At",
+                "-v",
+                "ON_ERROR_STOP=0",
+                "-d",
+                "postgres",
+                "-c",
+                sql,
+            ])
             .output()
             .unwrap()
     }
 
     fn query(&self, sql: &str) -> String {
         let out = self.psql(sql);
-        assert!(out.status.success(), "psql -c {sql:?} failed: {}\nserver log:\n{}", String::from_utf8_lossy(&out.stderr), self.log());
+        assert!(
+            out.status.success(),
+            "psql -c {sql:?} failed: {}\nserver log:\n{}",
+            String::from_utf8_lossy(&out.stderr),
+            self.log()
+        );
         String::from_utf8(out.stdout).unwrap().trim().to_string()
     }
 
     fn query_i64(&self, sql: &str) -> i64 {
         let s = self.query(sql);
-        s.parse().unwrap_or_else(|_| panic!("{sql:?} returned {s:?}"))
+        s.parse()
+            .unwrap_or_else(|_| panic!("{sql:?} returned {s:?}"))
     }
 
     fn pgbench(&self, args: &[&str]) -> Output {
-        Command::new(pg_bin("pgbench")).args(self.conn_args()).args(args).arg("postgres").output().unwrap()
+        Command::new(pg_bin("pgbench"))
+            .args(self.conn_args())
+            .args(args)
+            .arg("postgres")
+            .output()
+            .unwrap()
     }
 }
 
@@ -136,13 +193,21 @@ fn processed(out: &Output) -> i64 {
         .find_map(|l| l.strip_prefix("number of transactions actually processed: "))
         .and_then(|r| r.split(|c: char| !c.is_ascii_digit()).next())
         .and_then(|n| n.parse().ok())
-        .unwrap_or_else(|| panic!("no transaction count in pgbench output:\n{text}\n{}", String::from_utf8_lossy(&out.stderr)))
+        .unwrap_or_else(|| {
+            panic!(
+                "no transaction count in pgbench output:\n{text}\n{}",
+                String::from_utf8_lossy(&out.stderr)
+            )
+        })
 }
 
 fn check_tpcb_invariants(s: &Server) {
     let abal = s.query_i64("select coalesce(sum(abalance), 0) from pgbench_accounts");
     let delta = s.query_i64("select coalesce(sum(delta), 0) from pgbench_history");
-    assert_eq!(abal, delta, "sum(abalance) must equal sum(delta) of pgbench_history");
+    assert_eq!(
+        abal, delta,
+        "sum(abalance) must equal sum(delta) of pgbench_history"
+    );
     let tbal = s.query_i64("select coalesce(sum(tbalance), 0) from pgbench_tellers");
     let bbal = s.query_i64("select coalesce(sum(bbalance), 0) from pgbench_branches");
     assert_eq!(tbal, bbal, "sum(tbalance) must equal sum(bbalance)");
@@ -152,30 +217,55 @@ fn check_tpcb_invariants(s: &Server) {
 fn pgbench_scripts_in_every_protocol_mode_keep_the_invariants() {
     let s = Server::new(&["shared_buffers=64MB"]);
     let init = s.pgbench(&["-i", "-s", "2"]);
-    assert!(init.status.success(), "pgbench -i failed:\n{}\n{}", String::from_utf8_lossy(&init.stderr), s.log());
-    assert_eq!(s.query_i64("select count(*) from pgbench_accounts"), 200_000);
+    assert!(
+        init.status.success(),
+        "pgbench -i failed:\n{}\n{}",
+        String::from_utf8_lossy(&init.stderr),
+        s.log()
+    );
+    assert_eq!(
+        s.query_i64("select count(*) from pgbench_accounts"),
+        200_000
+    );
     assert_eq!(s.query_i64("select count(*) from pgbench_branches"), 2);
     assert_eq!(s.query_i64("select count(*) from pgbench_tellers"), 20);
     let mut history_expected = 0;
     for script in ["tpcb-like", "simple-update", "select-only"] {
         for mode in ["simple", "extended", "prepared"] {
-            let out = s.pgbench(&["-n", "-b", script, "-M", mode, "-c", "8", "-j", "2", "-t", "150"]);
-            assert!(out.status.success(), "pgbench {script} -M {mode} failed:\n{}\n{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+            let out = s.pgbench(&[
+                "-n", "-b", script, "-M", mode, "-c", "8", "-j", "2", "-t", "150",
+            ]);
+            assert!(
+                out.status.success(),
+                "pgbench {script} -M {mode} failed:\n{}\n{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
             let n = processed(&out);
-            assert_eq!(n, 8 * 150, "pgbench {script} -M {mode} processed {n} transactions");
+            assert_eq!(
+                n,
+                8 * 150,
+                "pgbench {script} -M {mode} processed {n} transactions"
+            );
             if script != "select-only" {
                 history_expected += n;
             }
             check_tpcb_invariants(&s);
         }
     }
-    assert_eq!(s.query_i64("select count(*) from pgbench_history"), history_expected);
+    assert_eq!(
+        s.query_i64("select count(*) from pgbench_history"),
+        history_expected
+    );
     // Everything survives a clean restart.
     let mut s = s;
     s.stop();
     s.start(&[]);
     check_tpcb_invariants(&s);
-    assert_eq!(s.query_i64("select count(*) from pgbench_history"), history_expected);
+    assert_eq!(
+        s.query_i64("select count(*) from pgbench_history"),
+        history_expected
+    );
 }
 
 /// tpcb-like, with the client id written into the history row so each client's committed
@@ -196,14 +286,31 @@ END;
 /// Runs tagged tpcb-like with `clients`, kills the server with SIGKILL after `after`, restarts
 /// it, and checks that every transaction pgbench saw committed is in pgbench_history and that
 /// the balances still agree. Returns the committed count.
-fn crash_round(s: &mut Server, script: &Path, clients: usize, after: Duration, restart: &[&str]) -> i64 {
+fn crash_round(
+    s: &mut Server,
+    script: &Path,
+    clients: usize,
+    after: Duration,
+    restart: &[&str],
+) -> i64 {
     let logdir = tempfile::tempdir().unwrap();
     let prefix = logdir.path().join("tx");
     let mut bench = Command::new(pg_bin("pgbench"))
         .args(s.conn_args())
         .args(["-n", "-f"])
         .arg(script)
-        .args(["-M", "prepared", "-c", &clients.to_string(), "-j", "2", "-T", "60", "-l", "--log-prefix"])
+        .args([
+            "-M",
+            "prepared",
+            "-c",
+            &clients.to_string(),
+            "-j",
+            "2",
+            "-T",
+            "60",
+            "-l",
+            "--log-prefix",
+        ])
         .arg(&prefix)
         .arg("postgres")
         .stdout(Stdio::null())
@@ -225,16 +332,26 @@ fn crash_round(s: &mut Server, script: &Path, clients: usize, after: Duration, r
     s.start(restart);
     check_tpcb_invariants(s);
     let total: i64 = committed.values().sum();
-    assert!(total > 0, "pgbench committed nothing before the kill; server log:\n{}", s.log());
+    assert!(
+        total > 0,
+        "pgbench committed nothing before the kill; server log:\n{}",
+        s.log()
+    );
     let mut found: HashMap<i64, i64> = HashMap::new();
-    for tag in s.query("select filler from pgbench_history where filler is not null").lines() {
+    for tag in s
+        .query("select filler from pgbench_history where filler is not null")
+        .lines()
+    {
         if let Ok(c) = tag.trim().parse::<i64>() {
             *found.entry(c).or_default() += 1;
         }
     }
     for (client, n) in committed {
         let f = found.get(&client).copied().unwrap_or(0);
-        assert!(f >= n, "client {client}: pgbench saw {n} commits, pgbench_history has {f}");
+        assert!(
+            f >= n,
+            "client {client}: pgbench saw {n} commits, pgbench_history has {f}"
+        );
     }
     total
 }
@@ -243,35 +360,57 @@ fn crash_round(s: &mut Server, script: &Path, clients: usize, after: Duration, r
 fn kill_9_during_tpcb_loses_no_acknowledged_commit() {
     let mut s = Server::new(&["shared_buffers=32MB", "max_wal_size=32MB"]);
     let init = s.pgbench(&["-i", "-s", "1"]);
-    assert!(init.status.success(), "pgbench -i failed:\n{}", String::from_utf8_lossy(&init.stderr));
+    assert!(
+        init.status.success(),
+        "pgbench -i failed:\n{}",
+        String::from_utf8_lossy(&init.stderr)
+    );
     let dir = tempfile::tempdir().unwrap();
     let script = dir.path().join("tpcb_tagged.sql");
-    std::fs::File::create(&script).unwrap().write_all(TPCB_TAGGED.as_bytes()).unwrap();
-    let rounds: u64 = std::env::var("WALNUT_CRASH_ROUNDS").ok().and_then(|v| v.parse().ok()).unwrap_or(2);
+    std::fs::File::create(&script)
+        .unwrap()
+        .write_all(TPCB_TAGGED.as_bytes())
+        .unwrap();
+    let rounds: u64 = std::env::var("WALNUT_CRASH_ROUNDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(2);
     for round in 0..rounds {
         // Deliberately irregular kill points (not a timing assertion: any point must be safe).
         let after = Duration::from_millis(1500 + (round * 1373) % 2500);
         let n = crash_round(&mut s, &script, 8, after, &["max_wal_size=32MB"]);
-        eprintln!("crash round {round}: {n} acknowledged commits verified after kill -9 at {after:?}");
+        eprintln!(
+            "crash round {round}: {n} acknowledged commits verified after kill -9 at {after:?}"
+        );
     }
 }
 
 #[test]
 fn psql_round_trip() {
     let s = Server::new(&[]);
-    assert_eq!(s.query("create table t (id int primary key, name text, score double precision)"), "CREATE TABLE");
+    assert_eq!(
+        s.query("create table t (id int primary key, name text, score double precision)"),
+        "CREATE TABLE"
+    );
     s.query("insert into t values (1, 'one', 1.5), (2, 'two', 2.5), (3, NULL, 3)");
     assert_eq!(s.query("select id, name from t where id = 2"), "2|two");
-    assert_eq!(s.query("update t set score = score * 2 where id >= 2"), "UPDATE 2");
+    assert_eq!(
+        s.query("update t set score = score * 2 where id >= 2"),
+        "UPDATE 2"
+    );
     assert_eq!(s.query("select sum(score) from t"), "12.5");
     assert_eq!(s.query("delete from t where name is null"), "DELETE 1");
     assert_eq!(s.query("select count(*) from t"), "2");
     let err = s.psql("select * from missing_table");
     assert!(!err.status.success(), "an error must make psql -c fail");
     let stderr = String::from_utf8_lossy(&err.stderr);
-    assert!(stderr.contains("relation \"missing_table\" does not exist"), "stderr: {stderr}");
+    assert!(
+        stderr.contains("relation \"missing_table\" does not exist"),
+        "stderr: {stderr}"
+    );
     let dup = s.psql("insert into t values (1, 'again', 0)");
-    assert!(String::from_utf8_lossy(&dup.stderr).contains("duplicate key value violates unique constraint \"t_pkey\""));
+    assert!(String::from_utf8_lossy(&dup.stderr)
+        .contains("duplicate key value violates unique constraint \"t_pkey\""));
     // The session survives errors inside a transaction block once it rolls back.
     let out = Command::new(pg_bin("psql"))
         .args(s.conn_args())
@@ -288,6 +427,12 @@ fn psql_round_trip() {
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("division by zero"), "stderr: {stderr}");
-    assert!(stderr.contains("current transaction is aborted"), "stderr: {stderr}");
-    assert!(stdout.trim_end().ends_with('0'), "the rolled-back insert is gone: {stdout}");
+    assert!(
+        stderr.contains("current transaction is aborted"),
+        "stderr: {stderr}"
+    );
+    assert!(
+        stdout.trim_end().ends_with('0'),
+        "the rolled-back insert is gone: {stdout}"
+    );
 }

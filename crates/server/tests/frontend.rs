@@ -38,10 +38,14 @@ async fn start(max_connections: usize) -> ServerHandle {
         max_connections,
         defaults: Vec::new(),
     };
-    server::start(&config, Arc::new(NoEngine)).await.expect("server starts")
+    server::start(&config, Arc::new(NoEngine))
+        .await
+        .expect("server starts")
 }
 
-async fn connect(server: &ServerHandle) -> std::result::Result<tokio_postgres::Client, tokio_postgres::Error> {
+async fn connect(
+    server: &ServerHandle,
+) -> std::result::Result<tokio_postgres::Client, tokio_postgres::Error> {
     connect_with(server, "").await
 }
 
@@ -50,7 +54,11 @@ async fn connect_with(
     extra: &str,
 ) -> std::result::Result<tokio_postgres::Client, tokio_postgres::Error> {
     let addr = server.local_addr();
-    let conn = format!("host={} port={} user=tester dbname=test {extra}", addr.ip(), addr.port());
+    let conn = format!(
+        "host={} port={} user=tester dbname=test {extra}",
+        addr.ip(),
+        addr.port()
+    );
     let (client, connection) = tokio_postgres::connect(&conn, tokio_postgres::NoTls).await?;
     tokio::spawn(async move {
         let _ = connection.await;
@@ -62,7 +70,11 @@ async fn connect_with(
 async fn wait_for_sessions(server: &ServerHandle, n: usize) {
     let deadline = Instant::now() + Duration::from_secs(10);
     while server.registry().connection_count() != n {
-        assert!(Instant::now() < deadline, "expected {n} sessions, have {}", server.registry().connection_count());
+        assert!(
+            Instant::now() < deadline,
+            "expected {n} sessions, have {}",
+            server.registry().connection_count()
+        );
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
@@ -154,9 +166,19 @@ fn sync() -> BytesMut {
 
 impl Raw {
     /// Connects and completes startup with the given extra startup parameters.
-    async fn connect(server: &ServerHandle, params: &[(&str, &str)]) -> std::result::Result<Raw, Msg> {
-        let stream = TcpStream::connect(server.local_addr()).await.expect("tcp connect");
-        let mut raw = Raw { stream, buf: BytesMut::new(), pid: 0, secret: Vec::new() };
+    async fn connect(
+        server: &ServerHandle,
+        params: &[(&str, &str)],
+    ) -> std::result::Result<Raw, Msg> {
+        let stream = TcpStream::connect(server.local_addr())
+            .await
+            .expect("tcp connect");
+        let mut raw = Raw {
+            stream,
+            buf: BytesMut::new(),
+            pid: 0,
+            secret: Vec::new(),
+        };
         let mut body = BytesMut::new();
         body.put_i32(196608); // protocol 3.0
         for (k, v) in [("user", "raw"), ("database", "test")].iter().chain(params) {
@@ -199,10 +221,11 @@ impl Raw {
                     return Some(Msg { tag, body });
                 }
             }
-            let n = tokio::time::timeout(Duration::from_secs(10), self.stream.read_buf(&mut self.buf))
-                .await
-                .expect("server answers within 10 s")
-                .expect("read");
+            let n =
+                tokio::time::timeout(Duration::from_secs(10), self.stream.read_buf(&mut self.buf))
+                    .await
+                    .expect("server answers within 10 s")
+                    .expect("read");
             if n == 0 {
                 return None;
             }
@@ -213,7 +236,10 @@ impl Raw {
     async fn until_ready(&mut self) -> Vec<Msg> {
         let mut out = Vec::new();
         loop {
-            let m = self.recv().await.expect("connection open until ReadyForQuery");
+            let m = self
+                .recv()
+                .await
+                .expect("connection open until ReadyForQuery");
             let done = m.tag == b'Z';
             out.push(m);
             if done {
@@ -233,17 +259,31 @@ fn tags(msgs: &[Msg]) -> String {
 async fn simple_query_error_keeps_connection_usable() {
     let server = start(10).await;
     let mut raw = Raw::connect(&server, &[]).await.expect("startup succeeds");
-    assert!(raw.pid != 0 && raw.secret.len() == 4, "BackendKeyData was sent");
+    assert!(
+        raw.pid != 0 && raw.secret.len() == 4,
+        "BackendKeyData was sent"
+    );
 
     for _ in 0..3 {
         raw.send(&query("SELEC 1")).await;
         let msgs = raw.until_ready().await;
         assert_eq!(tags(&msgs).chars().last(), Some('Z'));
-        let err = msgs.iter().find(|m| m.tag == b'E').expect("an ErrorResponse");
+        let err = msgs
+            .iter()
+            .find(|m| m.tag == b'E')
+            .expect("an ErrorResponse");
         assert_eq!(err.field(b'S').as_deref(), Some("ERROR"));
-        assert_eq!(err.field(b'C').map(|c| c.len()), Some(5), "SQLSTATE present");
+        assert_eq!(
+            err.field(b'C').map(|c| c.len()),
+            Some(5),
+            "SQLSTATE present"
+        );
         assert!(err.field(b'M').is_some_and(|m| !m.is_empty()));
-        assert_eq!(msgs.last().unwrap().body, b"I", "idle after an error outside a block");
+        assert_eq!(
+            msgs.last().unwrap().body,
+            b"I",
+            "idle after an error outside a block"
+        );
     }
 
     // Empty query string: EmptyQueryResponse, then ReadyForQuery.
@@ -253,8 +293,14 @@ async fn simple_query_error_keeps_connection_usable() {
     // The same through tokio-postgres: an error, and the client stays usable.
     let client = connect(&server).await.expect("connect");
     for _ in 0..2 {
-        let err = client.simple_query("SELECT * FROM no_such_table").await.expect_err("must fail");
-        assert!(err.as_db_error().is_some(), "a server error, not a broken connection: {err}");
+        let err = client
+            .simple_query("SELECT * FROM no_such_table")
+            .await
+            .expect_err("must fail");
+        assert!(
+            err.as_db_error().is_some(),
+            "a server error, not a broken connection: {err}"
+        );
     }
     assert!(!client.is_closed());
     server.shutdown(Duration::from_secs(5)).await;
@@ -324,8 +370,16 @@ async fn extended_protocol_skips_to_sync_after_error() {
 
     // tokio-postgres prepare of a bad statement: error, connection still fine.
     let client = connect(&server).await.expect("connect");
-    assert!(client.prepare("SELEC 1").await.expect_err("syntax error").as_db_error().is_some());
-    assert!(client.query("SELECT * FROM no_such_table WHERE a = $1", &[&1i32]).await.is_err());
+    assert!(client
+        .prepare("SELEC 1")
+        .await
+        .expect_err("syntax error")
+        .as_db_error()
+        .is_some());
+    assert!(client
+        .query("SELECT * FROM no_such_table WHERE a = $1", &[&1i32])
+        .await
+        .is_err());
     assert!(!client.is_closed());
     server.shutdown(Duration::from_secs(5)).await;
 }
@@ -335,19 +389,29 @@ async fn cancel_request_finds_the_session() {
     let server = start(10).await;
     let raw = Raw::connect(&server, &[]).await.expect("startup");
     let secret = pgwire::messages::startup::SecretKey::Bytes(raw.secret.clone().into());
-    assert!(server.registry().cancel(raw.pid, &secret), "key of a live session matches");
-    assert!(!server.registry().cancel(raw.pid, &pgwire::messages::startup::SecretKey::Bytes(vec![0; 4].into()))
-        || raw.secret == [0; 4]);
+    assert!(
+        server.registry().cancel(raw.pid, &secret),
+        "key of a live session matches"
+    );
+    assert!(
+        !server.registry().cancel(
+            raw.pid,
+            &pgwire::messages::startup::SecretKey::Bytes(vec![0; 4].into())
+        ) || raw.secret == [0; 4]
+    );
     assert!(!server.registry().cancel(raw.pid + 1_000_000, &secret));
     // Idle session: nothing to cancel.
     assert_eq!(server.registry().cancels_delivered(), 0);
 
     // A real CancelRequest over the wire: the server accepts and closes that connection.
     let client = connect(&server).await.expect("connect");
-    tokio::time::timeout(Duration::from_secs(5), client.cancel_token().cancel_query(tokio_postgres::NoTls))
-        .await
-        .expect("cancel completes")
-        .expect("cancel request accepted");
+    tokio::time::timeout(
+        Duration::from_secs(5),
+        client.cancel_token().cancel_query(tokio_postgres::NoTls),
+    )
+    .await
+    .expect("cancel completes")
+    .expect("cancel request accepted");
     assert!(!client.is_closed());
     drop(raw);
     server.shutdown(Duration::from_secs(5)).await;
@@ -384,14 +448,24 @@ async fn max_connections_and_session_teardown() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_startup_options_are_fatal() {
     let server = start(10).await;
-    let err = Raw::connect(&server, &[("options", "-B 100")]).await.err().expect("refused");
+    let err = Raw::connect(&server, &[("options", "-B 100")])
+        .await
+        .err()
+        .expect("refused");
     assert_eq!(err.field(b'S').as_deref(), Some("FATAL"));
     assert_eq!(err.field(b'C').as_deref(), Some("42601"));
-    let err = connect_with(&server, "options='-c'").await.expect_err("refused");
+    let err = connect_with(&server, "options='-c'")
+        .await
+        .expect_err("refused");
     assert_eq!(err.as_db_error().map(|d| d.code().code()), Some("42601"));
     wait_for_sessions(&server, 0).await;
     // Well-formed options are accepted or rejected by the session (unknown names: 42704).
-    match connect_with(&server, "options='-c application_name=x\\\\ y --statement-timeout=0'").await {
+    match connect_with(
+        &server,
+        "options='-c application_name=x\\\\ y --statement-timeout=0'",
+    )
+    .await
+    {
         Ok(c) => assert!(!c.is_closed()),
         Err(e) => panic!("valid options refused: {e:?}"),
     }
@@ -403,7 +477,10 @@ async fn shutdown_closes_connections() {
     let server = start(10).await;
     let client = connect(&server).await.expect("connect");
     let mut raw = Raw::connect(&server, &[]).await.expect("startup");
-    assert!(server.shutdown(Duration::from_secs(5)).await, "all sessions ended");
+    assert!(
+        server.shutdown(Duration::from_secs(5)).await,
+        "all sessions ended"
+    );
     assert!(raw.recv().await.is_none(), "connection closed by shutdown");
     let deadline = Instant::now() + Duration::from_secs(5);
     while !client.is_closed() {
@@ -434,7 +511,11 @@ async fn hop_rate() {
             raw.until_ready().await;
         }
         let secs = started.elapsed().as_secs_f64();
-        println!("{what}: {:.0} round trips/s ({:.1} µs each)", n as f64 / secs, secs * 1e6 / n as f64);
+        println!(
+            "{what}: {:.0} round trips/s ({:.1} µs each)",
+            n as f64 / secs,
+            secs * 1e6 / n as f64
+        );
     }
     server.shutdown(Duration::from_secs(5)).await;
 }

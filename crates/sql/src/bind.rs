@@ -59,11 +59,17 @@ pub(crate) fn table_name(name: &ast::ObjectName) -> Result<String> {
 }
 
 pub(crate) fn undefined_table(name: &str) -> Error {
-    Error::user(SqlState::UNDEFINED_TABLE, format!("relation \"{name}\" does not exist"))
+    Error::user(
+        SqlState::UNDEFINED_TABLE,
+        format!("relation \"{name}\" does not exist"),
+    )
 }
 
 pub(crate) fn undefined_column(name: &str) -> Error {
-    Error::user(SqlState::UNDEFINED_COLUMN, format!("column \"{name}\" does not exist"))
+    Error::user(
+        SqlState::UNDEFINED_COLUMN,
+        format!("column \"{name}\" does not exist"),
+    )
 }
 
 pub(crate) fn mismatch(msg: String) -> Error {
@@ -105,7 +111,9 @@ pub(crate) fn map_type(t: &ast::DataType) -> Result<DataType> {
         D::Text => DataType::Text,
         D::Varchar(l) | D::CharacterVarying(l) | D::CharVarying(l) => DataType::Varchar(len(l)),
         D::Char(l) | D::Character(l) => DataType::Char(len(l).unwrap_or(1)),
-        D::Timestamp(_, ast::TimezoneInfo::None | ast::TimezoneInfo::WithoutTimeZone) => DataType::Timestamp,
+        D::Timestamp(_, ast::TimezoneInfo::None | ast::TimezoneInfo::WithoutTimeZone) => {
+            DataType::Timestamp
+        }
         D::Custom(name, args) => {
             let n = object_parts(name)?.last().cloned().unwrap_or_default();
             let arg = args.first().and_then(|a| a.parse::<u32>().ok());
@@ -119,11 +127,27 @@ pub(crate) fn map_type(t: &ast::DataType) -> Result<DataType> {
                 "varchar" => DataType::Varchar(arg),
                 "bpchar" => DataType::Char(arg.unwrap_or(1)),
                 "timestamp" => DataType::Timestamp,
+                // Object identifiers are plain int8 here (catalog views report int8 OIDs).
+                "oid" => DataType::Int8,
                 _ => return Err(Error::unsupported(format!("type {n}"))),
             }
         }
         other => return Err(Error::unsupported(format!("type {other}"))),
     })
+}
+
+/// True for `regclass` / `pg_catalog.regclass`, which walnut has only as a cast target.
+pub(crate) fn is_regclass(t: &ast::DataType) -> bool {
+    match t {
+        ast::DataType::Regclass => true,
+        ast::DataType::Custom(name, args) if args.is_empty() => match object_parts(name).as_deref()
+        {
+            Ok([n]) => n == "regclass",
+            Ok([s, n]) => s == "pg_catalog" && n == "regclass",
+            _ => false,
+        },
+        _ => false,
+    }
 }
 
 /// Binds expressions over one scope.
@@ -171,7 +195,9 @@ pub(crate) fn func_args(f: &ast::Function) -> Result<Option<Vec<&ast::Expr>>> {
             for a in &list.args {
                 match a {
                     ast::FunctionArg::Unnamed(ast::FunctionArgExpr::Expr(e)) => out.push(e),
-                    ast::FunctionArg::Unnamed(ast::FunctionArgExpr::Wildcard) if list.args.len() == 1 => {
+                    ast::FunctionArg::Unnamed(ast::FunctionArgExpr::Wildcard)
+                        if list.args.len() == 1 =>
+                    {
                         return Ok(None)
                     }
                     _ => return Err(Error::unsupported("this kind of function argument")),
@@ -194,11 +220,17 @@ pub(crate) fn contains_agg(e: &ast::Expr) -> bool {
                     .is_some_and(|a| a.iter().any(|x| contains_agg(x)))
         }
         E::BinaryOp { left, right, .. } => contains_agg(left) || contains_agg(right),
-        E::UnaryOp { expr, .. } | E::Nested(expr) | E::IsNull(expr) | E::IsNotNull(expr) => contains_agg(expr),
+        E::UnaryOp { expr, .. } | E::Nested(expr) | E::IsNull(expr) | E::IsNotNull(expr) => {
+            contains_agg(expr)
+        }
         E::Cast { expr, .. } => contains_agg(expr),
-        E::Between { expr, low, high, .. } => contains_agg(expr) || contains_agg(low) || contains_agg(high),
+        E::Between {
+            expr, low, high, ..
+        } => contains_agg(expr) || contains_agg(low) || contains_agg(high),
         E::InList { expr, list, .. } => contains_agg(expr) || list.iter().any(contains_agg),
-        E::Like { expr, pattern, .. } | E::ILike { expr, pattern, .. } => contains_agg(expr) || contains_agg(pattern),
+        E::Like { expr, pattern, .. } | E::ILike { expr, pattern, .. } => {
+            contains_agg(expr) || contains_agg(pattern)
+        }
         E::Case {
             operand,
             conditions,
@@ -240,7 +272,12 @@ pub(crate) fn string_literal(v: &ast::Value) -> Option<&str> {
 
 impl Binder<'_> {
     /// Fixes the type of an unknown expression to `target` (literal parsing, parameter typing).
-    pub(crate) fn coerce(&mut self, e: Expr, ty: Ty, target: &DataType) -> Result<(Expr, DataType)> {
+    pub(crate) fn coerce(
+        &mut self,
+        e: Expr,
+        ty: Ty,
+        target: &DataType,
+    ) -> Result<(Expr, DataType)> {
         if let Ty::Known(t) = ty {
             return Ok((e, t));
         }
@@ -289,7 +326,11 @@ impl Binder<'_> {
     }
 
     /// Makes two operands' types agree where one is unknown.
-    pub(crate) fn unify(&mut self, l: (Expr, Ty), r: (Expr, Ty)) -> Result<((Expr, DataType), (Expr, DataType))> {
+    pub(crate) fn unify(
+        &mut self,
+        l: (Expr, Ty),
+        r: (Expr, Ty),
+    ) -> Result<((Expr, DataType), (Expr, DataType))> {
         match (&l.1, &r.1) {
             (Ty::Unknown, Ty::Known(t)) => {
                 let t = t.clone();
@@ -366,14 +407,21 @@ impl Binder<'_> {
             E::Value(v) => self.literal(&v.value)?,
             E::TypedString(ts) => {
                 let ty = map_type(&ts.data_type)?;
-                let s = string_literal(&ts.value.value).ok_or_else(|| Error::syntax("expected a string literal"))?;
+                let s = string_literal(&ts.value.value)
+                    .ok_or_else(|| Error::syntax("expected a string literal"))?;
                 (Expr::Const(Value::parse(&ty, s)?), Ty::Known(ty))
             }
             E::Cast {
-                expr, data_type, kind, ..
+                expr,
+                data_type,
+                kind,
+                ..
             } => {
                 if !matches!(kind, ast::CastKind::Cast | ast::CastKind::DoubleColon) {
                     return Err(Error::unsupported("this kind of cast"));
+                }
+                if is_regclass(data_type) {
+                    return self.regclass_cast(expr);
                 }
                 let target = map_type(data_type)?;
                 let (x, t) = self.bind(expr)?;
@@ -436,10 +484,18 @@ impl Binder<'_> {
                     Box::new(Expr::Cmp(CmpOp::Ge, Box::new(x.clone()), Box::new(lo.0))),
                     Box::new(Expr::Cmp(CmpOp::Le, Box::new(x), Box::new(hi.0))),
                 );
-                let out = if *negated { Expr::Not(Box::new(both)) } else { both };
+                let out = if *negated {
+                    Expr::Not(Box::new(both))
+                } else {
+                    both
+                };
                 (out, Ty::Known(DataType::Bool))
             }
-            E::InList { expr, list, negated } => {
+            E::InList {
+                expr,
+                list,
+                negated,
+            } => {
                 let (mut x, mut xt) = self.bind(expr)?;
                 let mut items = Vec::with_capacity(list.len());
                 for item in list {
@@ -450,7 +506,10 @@ impl Binder<'_> {
                     xt = Ty::Known(nxt);
                     items.push(it);
                 }
-                (Expr::InList(Box::new(x), items, *negated), Ty::Known(DataType::Bool))
+                (
+                    Expr::InList(Box::new(x), items, *negated),
+                    Ty::Known(DataType::Bool),
+                )
             }
             E::Function(f) => self.function(f)?,
             E::Like {
@@ -482,9 +541,29 @@ impl Binder<'_> {
                 else_result,
                 ..
             } => self.case(operand.as_deref(), conditions, else_result.as_deref())?,
-            E::Subquery(_) | E::Exists { .. } | E::InSubquery { .. } => return Err(Error::unsupported("subqueries")),
+            E::Subquery(_) | E::Exists { .. } | E::InSubquery { .. } => {
+                return Err(Error::unsupported("subqueries"))
+            }
             other => return Err(Error::unsupported(format!("expression {other}"))),
         })
+    }
+
+    /// `x::regclass`: text (an unknown literal or `$n` becomes text) is looked up by name in the
+    /// `pg_class` system view at execution time; an integer is already an OID. The result is int8.
+    fn regclass_cast(&mut self, e: &ast::Expr) -> Result<(Expr, Ty)> {
+        let (x, t) = self.bind(e)?;
+        let (x, t) = self.coerce(x, t, &DataType::Text)?;
+        let x = if t.is_integer() {
+            Expr::Cast(Box::new(x), DataType::Int8)
+        } else if t.is_string() {
+            Expr::Regclass(Box::new(x))
+        } else {
+            return Err(Error::user(
+                SqlState("42846"),
+                format!("cannot cast type {} to regclass", t.name()),
+            ));
+        };
+        Ok((x, Ty::Known(DataType::Int8)))
     }
 
     fn literal(&mut self, v: &ast::Value) -> Result<(Expr, Ty)> {
@@ -503,7 +582,12 @@ impl Binder<'_> {
                     .strip_prefix('$')
                     .and_then(|d| d.parse().ok())
                     .filter(|n| *n >= 1)
-                    .ok_or_else(|| Error::user(SqlState::UNDEFINED_PARAMETER, format!("there is no parameter {p}")))?;
+                    .ok_or_else(|| {
+                        Error::user(
+                            SqlState::UNDEFINED_PARAMETER,
+                            format!("there is no parameter {p}"),
+                        )
+                    })?;
                 if n > 65535 {
                     return Err(Error::user(
                         SqlState::UNDEFINED_PARAMETER,
@@ -529,12 +613,22 @@ impl Binder<'_> {
         } else {
             Err(Error::user(
                 SqlState::UNDEFINED_FUNCTION,
-                format!("operator does not exist: {} {} {}", a.name(), op.symbol(), b.name()),
+                format!(
+                    "operator does not exist: {} {} {}",
+                    a.name(),
+                    op.symbol(),
+                    b.name()
+                ),
             ))
         }
     }
 
-    fn binary(&mut self, left: &ast::Expr, op: &ast::BinaryOperator, right: &ast::Expr) -> Result<(Expr, Ty)> {
+    fn binary(
+        &mut self,
+        left: &ast::Expr,
+        op: &ast::BinaryOperator,
+        right: &ast::Expr,
+    ) -> Result<(Expr, Ty)> {
         use ast::BinaryOperator as B;
         let cmp = match op {
             B::Eq => Some(CmpOp::Eq),
@@ -560,12 +654,18 @@ impl Binder<'_> {
         if let Some(c) = cmp {
             let ((l, lt), (r, rt)) = self.unify(l, r)?;
             self.check_comparable(&lt, c, &rt)?;
-            return Ok((Expr::Cmp(c, Box::new(l), Box::new(r)), Ty::Known(DataType::Bool)));
+            return Ok((
+                Expr::Cmp(c, Box::new(l), Box::new(r)),
+                Ty::Known(DataType::Bool),
+            ));
         }
         if *op == B::StringConcat {
             let (l, _) = self.resolve(l.0, l.1)?;
             let (r, _) = self.resolve(r.0, r.1)?;
-            return Ok((Expr::Concat(Box::new(l), Box::new(r)), Ty::Known(DataType::Text)));
+            return Ok((
+                Expr::Concat(Box::new(l), Box::new(r)),
+                Ty::Known(DataType::Text),
+            ));
         }
         let a = match op {
             B::Plus => ArithOp::Add,
@@ -599,11 +699,19 @@ impl Binder<'_> {
             _ => {
                 return Err(Error::user(
                     SqlState::UNDEFINED_FUNCTION,
-                    format!("operator does not exist: {} {} {}", lt.name(), a.symbol(), rt.name()),
+                    format!(
+                        "operator does not exist: {} {} {}",
+                        lt.name(),
+                        a.symbol(),
+                        rt.name()
+                    ),
                 ))
             }
         };
-        Ok((Expr::Arith(a, Box::new(l), Box::new(r), ty.clone()), Ty::Known(ty)))
+        Ok((
+            Expr::Arith(a, Box::new(l), Box::new(r), ty.clone()),
+            Ty::Known(ty),
+        ))
     }
 
     fn function(&mut self, f: &ast::Function) -> Result<(Expr, Ty)> {
@@ -615,8 +723,11 @@ impl Binder<'_> {
         if let Some(agg) = agg_func(&name) {
             return self.aggregate(agg, args);
         }
-        let args =
-            args.ok_or_else(|| Error::syntax(format!("{name}(*) specified, but {name} is not an aggregate function")))?;
+        let args = args.ok_or_else(|| {
+            Error::syntax(format!(
+                "{name}(*) specified, but {name} is not an aggregate function"
+            ))
+        })?;
         let nargs = args.len();
         let no_such = || {
             Error::user(
@@ -625,9 +736,14 @@ impl Binder<'_> {
             )
         };
         Ok(match (name.as_str(), nargs) {
-            ("current_timestamp" | "now" | "localtimestamp" | "statement_timestamp" | "transaction_timestamp", 0) => {
-                (Expr::Now, Ty::Known(DataType::Timestamp))
-            }
+            (
+                "current_timestamp"
+                | "now"
+                | "localtimestamp"
+                | "statement_timestamp"
+                | "transaction_timestamp",
+                0,
+            ) => (Expr::Now, Ty::Known(DataType::Timestamp)),
             ("abs", 1) => {
                 let (x, t) = self.bind(args[0])?;
                 let (x, t) = self.coerce(x, t, &DataType::Float8)?;
@@ -641,7 +757,11 @@ impl Binder<'_> {
             }
             ("lower" | "upper", 1) => {
                 let (x, _) = self.bind_resolved(args[0])?;
-                let func = if name == "lower" { Func::Lower } else { Func::Upper };
+                let func = if name == "lower" {
+                    Func::Lower
+                } else {
+                    Func::Upper
+                };
                 (
                     Expr::Func(func, vec![Expr::Cast(Box::new(x), DataType::Text)]),
                     Ty::Known(DataType::Text),
@@ -726,7 +846,8 @@ impl Binder<'_> {
                         _ => {
                             return Err(Error::user(
                                 SqlState::UNDEFINED_FUNCTION,
-                                format!("function {func:?}({}) does not exist", t.name()).to_lowercase(),
+                                format!("function {func:?}({}) does not exist", t.name())
+                                    .to_lowercase(),
                             ))
                         }
                     };
@@ -778,7 +899,13 @@ impl Binder<'_> {
         });
         let target = results
             .iter()
-            .find_map(|(_, t)| if let Ty::Known(t) = t { Some(t.clone()) } else { None })
+            .find_map(|(_, t)| {
+                if let Ty::Known(t) = t {
+                    Some(t.clone())
+                } else {
+                    None
+                }
+            })
             .unwrap_or(DataType::Text);
         let mut out = Vec::with_capacity(results.len());
         for (x, t) in results {
@@ -812,7 +939,10 @@ pub(crate) fn output_name(e: &ast::Expr) -> String {
         E::CompoundIdentifier(p) => p.last().map(ident).unwrap_or_default(),
         E::Nested(x) => output_name(x),
         E::Function(f) => func_name(f).unwrap_or_else(|_| "?column?".into()),
-        E::Cast { expr, data_type, .. } => match output_name(expr).as_str() {
+        E::Cast {
+            expr, data_type, ..
+        } => match output_name(expr).as_str() {
+            "?column?" if is_regclass(data_type) => "regclass".into(),
             "?column?" => match map_type(data_type) {
                 Ok(t) => match t {
                     DataType::Int4 => "int4".into(),

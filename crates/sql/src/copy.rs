@@ -38,7 +38,12 @@ impl CopyState {
     /// # Errors
     /// 22P04 malformed lines, conversion and constraint errors, 57014 on cancel; each with the
     /// context `COPY t, line N` as detail.
-    pub(crate) fn feed(&mut self, txn: &mut dyn Transaction, mut data: &[u8], cancel: &AtomicBool) -> Result<()> {
+    pub(crate) fn feed(
+        &mut self,
+        txn: &mut dyn Transaction,
+        mut data: &[u8],
+        cancel: &AtomicBool,
+    ) -> Result<()> {
         while !data.is_empty() && !self.ended {
             match data.iter().position(|&b| b == b'\n') {
                 None => {
@@ -194,7 +199,12 @@ fn unescape(raw: &[u8]) -> Result<String> {
         }
         out
     };
-    String::from_utf8(bytes).map_err(|_| Error::user(SqlState("22021"), "invalid byte sequence for encoding \"UTF8\""))
+    String::from_utf8(bytes).map_err(|_| {
+        Error::user(
+            SqlState("22021"),
+            "invalid byte sequence for encoding \"UTF8\"",
+        )
+    })
 }
 
 #[cfg(test)]
@@ -205,7 +215,10 @@ mod tests {
     fn fields_and_escapes() {
         let f: Vec<&[u8]> = split_fields(b"1\ta\\tb\t\\N\t", b'\t').collect();
         assert_eq!(f, vec![&b"1"[..], b"a\\tb", b"\\N", b""]);
-        assert_eq!(unescape(b"a\\tb\\\\c\\nd\\101\\x42").unwrap(), "a\tb\\c\ndAB");
+        assert_eq!(
+            unescape(b"a\\tb\\\\c\\nd\\101\\x42").unwrap(),
+            "a\tb\\c\ndAB"
+        );
         let f: Vec<&[u8]> = split_fields(b"", b'\t').collect();
         assert_eq!(f, vec![&b""[..]]);
     }

@@ -9,7 +9,9 @@
 //! the write is retried on that version — PostgreSQL's EvalPlanQual under read committed.
 
 use crate::expr::{sort_cmp, Ctx, Expr};
-use crate::plan::{Access, AggCall, AggFunc, DeletePlan, InsertPlan, InsertSource, SelectPlan, Source, UpdatePlan};
+use crate::plan::{
+    Access, AggCall, AggFunc, DeletePlan, InsertPlan, InsertSource, SelectPlan, Source, UpdatePlan,
+};
 use crate::storage::{Engine, RowId, ScanControl, Transaction, WriteOutcome};
 use std::collections::HashMap;
 use std::ops::Bound;
@@ -32,6 +34,7 @@ impl ExecCtx<'_> {
         Ctx {
             params: self.params,
             now: self.now,
+            engine: self.engine,
         }
     }
 
@@ -79,7 +82,13 @@ fn key_value(v: Value, ty: &DataType) -> Option<Value> {
 }
 
 fn bounds(access: &Access, ec: &ExecCtx<'_>) -> Result<Bounds> {
-    let Access::Index { eq, lo, hi, key_types } = access else {
+    let Access::Index {
+        eq,
+        lo,
+        hi,
+        key_types,
+    } = access
+    else {
         return Ok(Bounds::Full);
     };
     let ctx = ec.ctx();
@@ -155,12 +164,19 @@ pub(crate) fn scan_table(
     match bounds(access, ec)? {
         Bounds::Empty => Ok(()),
         Bounds::Full => txn.scan(&def.name, &mut visit),
-        Bounds::Range(lo, hi) => txn.index_scan(&def.name, as_ref_bound(&lo), as_ref_bound(&hi), &mut visit),
+        Bounds::Range(lo, hi) => {
+            txn.index_scan(&def.name, as_ref_bound(&lo), as_ref_bound(&hi), &mut visit)
+        }
     }
 }
 
 /// `generate_series` bounds, evaluated.
-fn series_range(start: &Expr, stop: &Expr, step: Option<&Expr>, ec: &ExecCtx<'_>) -> Result<Option<(i64, i64, i64)>> {
+fn series_range(
+    start: &Expr,
+    stop: &Expr,
+    step: Option<&Expr>,
+    ec: &ExecCtx<'_>,
+) -> Result<Option<(i64, i64, i64)>> {
     let ctx = ec.ctx();
     let (a, b) = (start.eval(&[], &ctx)?, stop.eval(&[], &ctx)?);
     let s = match step {
@@ -237,9 +253,18 @@ fn scan_source(
             Ok(())
         }
         Source::Table(def) => scan_table(txn, def, &plan.access, filter, ec, &mut |_, row| f(row)),
-        Source::Series { start, stop, step, ty } => for_series(start, stop, step.as_ref(), ty, ec, &mut filtered),
+        Source::Series {
+            start,
+            stop,
+            step,
+            ty,
+        } => for_series(start, stop, step.as_ref(), ty, ec, &mut filtered),
         Source::View(name) => {
-            let rows = ec.engine.system_view(name).map(|(_, r)| r).unwrap_or_default();
+            let rows = ec
+                .engine
+                .system_view(name)
+                .map(|(_, r)| r)
+                .unwrap_or_default();
             for row in rows {
                 if filtered(row)? == ScanControl::Stop {
                     break;
@@ -256,7 +281,10 @@ fn count_arg(e: Option<&Expr>, what: &str, ec: &ExecCtx<'_>) -> Result<Option<i6
     let Some(n) = v.as_i64() else { return Ok(None) };
     if n < 0 {
         let code = if what == "LIMIT" { "2201W" } else { "2201X" };
-        return Err(Error::user(SqlState(code), format!("{what} must not be negative")));
+        return Err(Error::user(
+            SqlState(code),
+            format!("{what} must not be negative"),
+        ));
     }
     Ok(Some(n))
 }
@@ -332,10 +360,9 @@ impl Acc {
         Ok(match self {
             Acc::Count(n) => Value::Int8(n),
             Acc::SumInt(_, false) | Acc::SumFloat(_, false) | Acc::Avg(_, 0) => Value::Null,
-            Acc::SumInt(s, true) => Value::Int8(
-                i64::try_from(s)
-                    .map_err(|_| Error::user(SqlState::NUMERIC_VALUE_OUT_OF_RANGE, "bigint out of range"))?,
-            ),
+            Acc::SumInt(s, true) => Value::Int8(i64::try_from(s).map_err(|_| {
+                Error::user(SqlState::NUMERIC_VALUE_OUT_OF_RANGE, "bigint out of range")
+            })?),
             Acc::SumFloat(s, true) => Value::Float8(s),
             Acc::Avg(s, n) => Value::Float8(s / n as f64),
             Acc::Min(m) | Acc::Max(m) => m.unwrap_or(Value::Null),
@@ -347,7 +374,11 @@ impl Acc {
 ///
 /// # Errors
 /// Evaluation errors, storage errors, 57014 on cancel.
-pub(crate) fn run_select(txn: &mut dyn Transaction, plan: &SelectPlan, ec: &ExecCtx<'_>) -> Result<Vec<Vec<Value>>> {
+pub(crate) fn run_select(
+    txn: &mut dyn Transaction,
+    plan: &SelectPlan,
+    ec: &ExecCtx<'_>,
+) -> Result<Vec<Vec<Value>>> {
     let ctx = ec.ctx();
     let limit = count_arg(plan.limit.as_ref(), "LIMIT", ec)?;
     let offset = count_arg(plan.offset.as_ref(), "OFFSET", ec)?.unwrap_or(0);
@@ -483,7 +514,11 @@ pub(crate) fn build_row(def: &TableDef, targets: &[usize], vals: Vec<Value>) -> 
 ///
 /// # Errors
 /// 23502, 23505, cast errors, storage errors.
-pub(crate) fn run_insert(txn: &mut dyn Transaction, plan: &InsertPlan, ec: &ExecCtx<'_>) -> Result<u64> {
+pub(crate) fn run_insert(
+    txn: &mut dyn Transaction,
+    plan: &InsertPlan,
+    ec: &ExecCtx<'_>,
+) -> Result<u64> {
     let def = &plan.table;
     let ctx = ec.ctx();
     let mut n = 0u64;
@@ -499,8 +534,20 @@ pub(crate) fn run_insert(txn: &mut dyn Transaction, plan: &InsertPlan, ec: &Exec
             }
         }
         InsertSource::Select(sel) => {
-            let streamable = sel.agg.is_none() && sel.sort.is_empty() && sel.limit.is_none() && sel.offset.is_none();
-            if let (true, Source::Series { start, stop, step, ty }) = (streamable, &sel.source) {
+            let streamable = sel.agg.is_none()
+                && sel.sort.is_empty()
+                && sel.limit.is_none()
+                && sel.offset.is_none();
+            if let (
+                true,
+                Source::Series {
+                    start,
+                    stop,
+                    step,
+                    ty,
+                },
+            ) = (streamable, &sel.source)
+            {
                 // Stream: generate_series needs no transaction access, so each row is inserted
                 // as it is produced (pgbench -I G inserts millions of rows this way).
                 for_series(start, stop, step.as_ref(), ty, ec, &mut |row| {
@@ -584,7 +631,11 @@ fn write_each(
 ///
 /// # Errors
 /// 23502, cast and evaluation errors, storage errors (40P01, 57014).
-pub(crate) fn run_update(txn: &mut dyn Transaction, plan: &UpdatePlan, ec: &ExecCtx<'_>) -> Result<u64> {
+pub(crate) fn run_update(
+    txn: &mut dyn Transaction,
+    plan: &UpdatePlan,
+    ec: &ExecCtx<'_>,
+) -> Result<u64> {
     let def = &plan.table;
     let matches = collect_matches(txn, def, &plan.access, plan.filter.as_ref(), ec)?;
     let ctx = ec.ctx();
@@ -602,7 +653,11 @@ pub(crate) fn run_update(txn: &mut dyn Transaction, plan: &UpdatePlan, ec: &Exec
 ///
 /// # Errors
 /// Storage errors (40P01, 57014).
-pub(crate) fn run_delete(txn: &mut dyn Transaction, plan: &DeletePlan, ec: &ExecCtx<'_>) -> Result<u64> {
+pub(crate) fn run_delete(
+    txn: &mut dyn Transaction,
+    plan: &DeletePlan,
+    ec: &ExecCtx<'_>,
+) -> Result<u64> {
     let def = &plan.table;
     let matches = collect_matches(txn, def, &plan.access, plan.filter.as_ref(), ec)?;
     write_each(matches, plan.filter.as_ref(), ec, &mut |rid, _| {

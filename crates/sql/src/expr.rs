@@ -5,6 +5,7 @@
 //! plain recursive walk over a row (`&[Value]`), the statement's parameters and its clock.
 //! NULL handling follows SQL: operators on NULL give NULL, AND/OR use three-valued logic.
 
+use crate::storage::Engine;
 use std::cmp::Ordering;
 use walnut_common::{DataType, Error, Result, SqlState, Value};
 
@@ -113,6 +114,9 @@ pub(crate) enum Expr {
     Like(Box<Expr>, Box<Expr>, bool, bool),
     /// `CASE WHEN c THEN v ... ELSE e END`.
     Case(Vec<(Expr, Expr)>, Box<Expr>),
+    /// `x::regclass` of a text value: the relation's OID (int8) from the `pg_class` system view,
+    /// looked up at execution time.
+    Regclass(Box<Expr>),
 }
 
 /// What evaluation needs besides the row.
@@ -120,6 +124,8 @@ pub(crate) struct Ctx<'a> {
     pub params: &'a [Value],
     /// Transaction start, µs since 2000-01-01.
     pub now: i64,
+    /// For catalog lookups (`::regclass`).
+    pub engine: &'a dyn Engine,
 }
 
 fn out_of_range(ty: &DataType) -> Error {
@@ -226,7 +232,9 @@ impl Expr {
                     Value::Null => Value::Null,
                     Value::Float8(f) => Value::Float8(-f),
                     v => {
-                        let x = v.as_i64().ok_or_else(|| Error::internal("negating a non-number"))?;
+                        let x = v
+                            .as_i64()
+                            .ok_or_else(|| Error::internal("negating a non-number"))?;
                         int_value(x.checked_neg().ok_or_else(|| out_of_range(ty))?, ty)?
                     }
                 }
@@ -305,7 +313,10 @@ impl Expr {
                                 &p.to_lowercase().chars().collect::<Vec<_>>(),
                             )
                         } else {
-                            like(&v.chars().collect::<Vec<_>>(), &p.chars().collect::<Vec<_>>())
+                            like(
+                                &v.chars().collect::<Vec<_>>(),
+                                &p.chars().collect::<Vec<_>>(),
+                            )
                         };
                         Value::Bool(m != *negated)
                     }
@@ -320,6 +331,13 @@ impl Expr {
                 }
                 default.eval(row, ctx)?
             }
+            Expr::Regclass(e) => match e.eval(row, ctx)? {
+                Value::Null => Value::Null,
+                v => {
+                    let name = v.to_text().unwrap_or_default();
+                    Value::Int8(regclass(ctx.engine, &name)?)
+                }
+            },
         })
     }
 
@@ -336,14 +354,20 @@ impl Expr {
         match self {
             Expr::Col(_) => false,
             Expr::Const(_) | Expr::Param(_) | Expr::Now => true,
-            Expr::Neg(e, _) | Expr::Not(e) | Expr::IsNull(e, _) | Expr::Cast(e, _) => e.is_row_independent(),
+            Expr::Neg(e, _)
+            | Expr::Not(e)
+            | Expr::IsNull(e, _)
+            | Expr::Cast(e, _)
+            | Expr::Regclass(e) => e.is_row_independent(),
             Expr::Arith(_, a, b, _)
             | Expr::Concat(a, b)
             | Expr::Like(a, b, _, _)
             | Expr::Cmp(_, a, b)
             | Expr::And(a, b)
             | Expr::Or(a, b) => a.is_row_independent() && b.is_row_independent(),
-            Expr::InList(e, l, _) => e.is_row_independent() && l.iter().all(Expr::is_row_independent),
+            Expr::InList(e, l, _) => {
+                e.is_row_independent() && l.iter().all(Expr::is_row_independent)
+            }
             Expr::Func(_, args) => args.iter().all(Expr::is_row_independent),
             Expr::Case(arms, d) => {
                 d.is_row_independent()
@@ -353,6 +377,94 @@ impl Expr {
             }
         }
     }
+}
+
+/// Splits a possibly qualified, possibly quoted relation name as PostgreSQL's `regclassin` does:
+/// unquoted parts fold to lower case, `""` inside quotes is a quote. `None` if malformed.
+fn name_parts(s: &str) -> Option<Vec<String>> {
+    let mut parts = Vec::new();
+    let mut chars = s.trim().chars().peekable();
+    loop {
+        let mut part = String::new();
+        if chars.peek() == Some(&'"') {
+            chars.next();
+            loop {
+                match chars.next()? {
+                    '"' if chars.peek() == Some(&'"') => {
+                        chars.next();
+                        part.push('"');
+                    }
+                    '"' => break,
+                    c => part.push(c),
+                }
+            }
+            if part.is_empty() {
+                return None;
+            }
+        } else {
+            while let Some(&c) = chars.peek() {
+                if c == '.' || c == '"' {
+                    break;
+                }
+                part.extend(c.to_lowercase());
+                chars.next();
+            }
+            let trimmed = part.trim();
+            if trimmed.is_empty() || trimmed.contains(char::is_whitespace) {
+                return None;
+            }
+            part = trimmed.to_string();
+        }
+        parts.push(part);
+        match chars.next() {
+            None => return Some(parts),
+            Some('.') => {}
+            Some(_) => return None,
+        }
+    }
+}
+
+/// `text::regclass`: the OID of the relation named `text` in the engine's `pg_class` view (a
+/// number is taken as an OID as is). Schemas `public` and `pg_catalog` are accepted.
+///
+/// # Errors
+/// 42P01 if there is no such relation, 42602 for a malformed name.
+pub(crate) fn regclass(engine: &dyn Engine, text: &str) -> Result<i64> {
+    if let Ok(oid) = text.trim().parse::<i64>() {
+        return Ok(oid);
+    }
+    let parts = name_parts(text).ok_or_else(|| {
+        Error::user(
+            SqlState("42602"),
+            format!("invalid name syntax: \"{text}\""),
+        )
+    })?;
+    let missing = || {
+        Error::user(
+            SqlState::UNDEFINED_TABLE,
+            format!("relation \"{text}\" does not exist"),
+        )
+    };
+    let rel = match parts.as_slice() {
+        [r] => r,
+        [s, r] if s == "public" || s == "pg_catalog" => r,
+        [_, _] => {
+            return Err(Error::user(
+                SqlState("3F000"),
+                format!("schema \"{}\" does not exist", parts[0]),
+            ))
+        }
+        _ => return Err(missing()),
+    };
+    let (cols, rows) = engine.system_view("pg_class").ok_or_else(missing)?;
+    let col = |n: &str| cols.iter().position(|c| c.name == n);
+    let (Some(oid), Some(relname)) = (col("oid"), col("relname")) else {
+        return Err(missing());
+    };
+    rows.iter()
+        .find(|r| matches!(r.get(relname), Some(Value::Text(n)) if n == rel))
+        .and_then(|r| r.get(oid).and_then(Value::as_i64))
+        .ok_or_else(missing)
 }
 
 /// SQL LIKE: `%` matches any run, `_` one character, `\\` escapes the next character.
@@ -382,13 +494,17 @@ fn eval_func(f: Func, args: &[Expr], row: &[Value], ctx: &Ctx<'_>) -> Result<Val
         (Func::Abs, Value::Float8(x)) => Value::Float8(x.abs()),
         (Func::Abs, v) => {
             let ty = v.data_type();
-            let x = v.as_i64().ok_or_else(|| Error::internal("abs of a non-number"))?;
+            let x = v
+                .as_i64()
+                .ok_or_else(|| Error::internal("abs of a non-number"))?;
             int_value(x.checked_abs().ok_or_else(|| out_of_range(&ty))?, &ty)?
         }
         (Func::Lower, Value::Text(s)) => Value::Text(s.to_lowercase()),
         (Func::Upper, Value::Text(s)) => Value::Text(s.to_uppercase()),
         (Func::Length, Value::Text(s)) => Value::Int4(s.chars().count() as i32),
-        (Func::BpcharLength, Value::Text(s)) => Value::Int4(s.trim_end_matches(' ').chars().count() as i32),
+        (Func::BpcharLength, Value::Text(s)) => {
+            Value::Int4(s.trim_end_matches(' ').chars().count() as i32)
+        }
         (f, v) => return Err(Error::internal(format!("bad argument {v:?} to {f:?}"))),
     })
 }

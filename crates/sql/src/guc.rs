@@ -459,7 +459,10 @@ pub fn lookup(name: &str) -> Result<&'static GucDef> {
     find(name).ok_or_else(|| {
         Error::user(
             SqlState::UNDEFINED_PARAMETER_NAME,
-            format!("unrecognized configuration parameter \"{}\"", name.to_ascii_lowercase()),
+            format!(
+                "unrecognized configuration parameter \"{}\"",
+                name.to_ascii_lowercase()
+            ),
         )
     })
 }
@@ -592,7 +595,8 @@ pub fn check(name: &str, value: &str) -> Result<String> {
                     return Ok(if b { "on" } else { "off" }.to_string());
                 }
             }
-            Err(invalid(def.name, value).with_detail(format!("Available values: {}.", values.join(", "))))
+            Err(invalid(def.name, value)
+                .with_detail(format!("Available values: {}.", values.join(", "))))
         }
         Kind::Str => Ok(normalize_str(def, value)?),
     }
@@ -696,7 +700,9 @@ pub fn parse_conf(text: &str) -> Result<Vec<(String, String)>> {
             let end = end.ok_or_else(err)?;
             (value, &r[end..])
         } else {
-            let end = rest.find(|c: char| c.is_whitespace() || c == '#').unwrap_or(rest.len());
+            let end = rest
+                .find(|c: char| c.is_whitespace() || c == '#')
+                .unwrap_or(rest.len());
             if end == 0 {
                 return Err(err());
             }
@@ -758,7 +764,10 @@ mod tests {
             SqlState::INVALID_PARAMETER_VALUE
         );
         assert_eq!(check("synchronous_commit", "OFF").unwrap(), "off");
-        assert_eq!(check("synchronous_commit", "remote_apply").unwrap(), "remote_apply");
+        assert_eq!(
+            check("synchronous_commit", "remote_apply").unwrap(),
+            "remote_apply"
+        );
         assert!(check("group_commit", "sometimes").is_err());
         assert!(value_as_bool("synchronous_commit", "local").unwrap());
         assert!(!value_as_bool("full_page_writes", "off").unwrap());

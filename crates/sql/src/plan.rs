@@ -8,8 +8,8 @@
 
 pub(crate) use crate::bind::undefined_table;
 use crate::bind::{
-    assignable, contains_agg, ident, map_type, mismatch, object_parts, output_name, string_literal, table_name,
-    AggState, Binder, ScopeCol,
+    assignable, contains_agg, ident, map_type, mismatch, object_parts, output_name, string_literal,
+    table_name, AggState, Binder, ScopeCol,
 };
 use crate::expr::{CmpOp, Expr};
 use crate::session::ColumnDesc;
@@ -295,7 +295,12 @@ pub(crate) fn choose_access(filter: Option<&Expr>, def: &TableDef) -> Access {
         return Access::Full;
     }
     key_types.truncate(eq.len() + 1);
-    Access::Index { eq, lo, hi, key_types }
+    Access::Index {
+        eq,
+        lo,
+        hi,
+        key_types,
+    }
 }
 
 fn expect_no(cond: bool, what: &str) -> Result<()> {
@@ -357,7 +362,9 @@ impl Planner<'_> {
             }
             S::StartTransaction { .. } => Ok(Plan::Begin),
             S::Commit { .. } => Ok(Plan::Commit),
-            S::Rollback { savepoint: None, .. } => Ok(Plan::Rollback),
+            S::Rollback {
+                savepoint: None, ..
+            } => Ok(Plan::Rollback),
             S::Rollback { .. } | S::Savepoint { .. } | S::ReleaseSavepoint { .. } => {
                 Err(Error::unsupported("savepoints"))
             }
@@ -365,7 +372,11 @@ impl Planner<'_> {
             S::Explain { .. } => Err(Error::unsupported("EXPLAIN")),
             other => {
                 let text = other.to_string();
-                let word: String = text.split_whitespace().take(2).collect::<Vec<_>>().join(" ");
+                let word: String = text
+                    .split_whitespace()
+                    .take(2)
+                    .collect::<Vec<_>>()
+                    .join(" ");
                 Err(Error::unsupported(word))
             }
         }
@@ -402,23 +413,41 @@ impl Planner<'_> {
             _ => return Err(Error::unsupported("joins")),
         };
         let (name, args, alias) = match item {
-            ast::TableFactor::Table { name, alias, args, .. } => {
-                (name, args.as_ref().map(|a| a.args.as_slice()), alias)
+            ast::TableFactor::Table {
+                name, alias, args, ..
+            } => (name, args.as_ref().map(|a| a.args.as_slice()), alias),
+            ast::TableFactor::Function {
+                name, args, alias, ..
+            } => (name, Some(args.as_slice()), alias),
+            ast::TableFactor::Derived { .. } => {
+                return Err(Error::unsupported("subqueries in FROM"))
             }
-            ast::TableFactor::Function { name, args, alias, .. } => (name, Some(args.as_slice()), alias),
-            ast::TableFactor::Derived { .. } => return Err(Error::unsupported("subqueries in FROM")),
             other => return Err(Error::unsupported(format!("FROM item {other}"))),
         };
         if let Some(args) = args {
             return self.series(name, args, alias.as_ref());
         }
-        let tname = table_name(name)?;
-        let qual = alias.as_ref().map(|a| ident(&a.name)).unwrap_or_else(|| tname.clone());
-        if let Some(def) = self.txn.table(&tname)? {
-            let scope = Self::table_scope(&def, &qual);
-            return Ok((Source::Table(def), scope));
+        // `t` is a user table or else a system view; `public.t` only a table, `pg_catalog.v` only
+        // a system view.
+        let parts = object_parts(name)?;
+        let (tables, views) = match parts.as_slice() {
+            [_] => (true, true),
+            [s, _] if s == "public" => (true, false),
+            [s, _] if s == "pg_catalog" => (false, true),
+            _ => return Err(undefined_table(&parts.join("."))),
+        };
+        let tname = parts.last().cloned().unwrap_or_default();
+        let qual = alias
+            .as_ref()
+            .map(|a| ident(&a.name))
+            .unwrap_or_else(|| tname.clone());
+        if tables {
+            if let Some(def) = self.txn.table(&tname)? {
+                let scope = Self::table_scope(&def, &qual);
+                return Ok((Source::Table(def), scope));
+            }
         }
-        if let Some((cols, _)) = self.engine.system_view(&tname) {
+        if let Some((cols, _)) = views.then(|| self.engine.system_view(&tname)).flatten() {
             let def = TableDef {
                 name: tname.clone(),
                 columns: cols,
@@ -427,7 +456,6 @@ impl Planner<'_> {
             };
             return Ok((Source::View(tname), Self::table_scope(&def, &qual)));
         }
-        let parts = object_parts(name)?;
         Err(undefined_table(&parts.join(".")))
     }
 
@@ -458,7 +486,10 @@ impl Planner<'_> {
                 let (x, t) = b.bind(e)?;
                 let (x, t) = b.coerce(x, t, &DataType::Int4)?;
                 if !t.is_integer() {
-                    return Err(Error::unsupported(format!("generate_series over {}", t.name())));
+                    return Err(Error::unsupported(format!(
+                        "generate_series over {}",
+                        t.name()
+                    )));
                 }
                 if t == DataType::Int8 {
                     ty = DataType::Int8;
@@ -467,11 +498,19 @@ impl Planner<'_> {
             }
         }
         let mut it = exprs.into_iter();
-        let (start, stop, step) = (it.next().expect("2 args"), it.next().expect("2 args"), it.next());
+        let (start, stop, step) = (
+            it.next().expect("2 args"),
+            it.next().expect("2 args"),
+            it.next(),
+        );
         let (qual, col) = match alias {
             Some(a) => {
                 let q = ident(&a.name);
-                let c = a.columns.first().map(|c| ident(&c.name)).unwrap_or_else(|| q.clone());
+                let c = a
+                    .columns
+                    .first()
+                    .map(|c| ident(&c.name))
+                    .unwrap_or_else(|| q.clone());
                 (q, c)
             }
             None => ("generate_series".to_string(), "generate_series".to_string()),
@@ -481,11 +520,23 @@ impl Planner<'_> {
             name: col,
             ty: ty.clone(),
         }];
-        Ok((Source::Series { start, stop, step, ty }, scope))
+        Ok((
+            Source::Series {
+                start,
+                stop,
+                step,
+                ty,
+            },
+            scope,
+        ))
     }
 
     /// Plans a query. `hints` are target column types (INSERT ... SELECT) for unknown outputs.
-    pub(crate) fn plan_query(&mut self, q: &ast::Query, hints: Option<&[DataType]>) -> Result<SelectPlan> {
+    pub(crate) fn plan_query(
+        &mut self,
+        q: &ast::Query,
+        hints: Option<&[DataType]>,
+    ) -> Result<SelectPlan> {
         expect_no(q.with.is_some(), "WITH")?;
         expect_no(q.fetch.is_some(), "FETCH")?;
         expect_no(!q.locks.is_empty(), "FOR UPDATE/SHARE")?;
@@ -494,8 +545,12 @@ impl Planner<'_> {
             ast::SetExpr::Query(inner) if q.order_by.is_none() && q.limit_clause.is_none() => {
                 return self.plan_query(inner, hints)
             }
-            ast::SetExpr::SetOperation { .. } => return Err(Error::unsupported("UNION/INTERSECT/EXCEPT")),
-            ast::SetExpr::Values(_) => return Err(Error::unsupported("VALUES lists outside INSERT")),
+            ast::SetExpr::SetOperation { .. } => {
+                return Err(Error::unsupported("UNION/INTERSECT/EXCEPT"))
+            }
+            ast::SetExpr::Values(_) => {
+                return Err(Error::unsupported("VALUES lists outside INSERT"))
+            }
             _ => return Err(Error::unsupported("this kind of query")),
         };
         expect_no(select.distinct.is_some(), "SELECT DISTINCT")?;
@@ -529,7 +584,8 @@ impl Planner<'_> {
         let is_agg = !group_asts.is_empty()
             || select.having.is_some()
             || select.projection.iter().any(|p| match p {
-                ast::SelectItem::UnnamedExpr(e) | ast::SelectItem::ExprWithAlias { expr: e, .. } => contains_agg(e),
+                ast::SelectItem::UnnamedExpr(e)
+                | ast::SelectItem::ExprWithAlias { expr: e, .. } => contains_agg(e),
                 _ => false,
             })
             || order_exprs.iter().any(|o| contains_agg(&o.expr));
@@ -551,10 +607,13 @@ impl Planner<'_> {
                 let g = match g {
                     ast::Expr::Value(v) => match &v.value {
                         ast::Value::Number(n, _) => {
-                            let idx: usize = n.parse().map_err(|_| Error::syntax("bad GROUP BY position"))?;
+                            let idx: usize = n
+                                .parse()
+                                .map_err(|_| Error::syntax("bad GROUP BY position"))?;
                             match select.projection.get(idx.wrapping_sub(1)) {
                                 Some(
-                                    ast::SelectItem::UnnamedExpr(e) | ast::SelectItem::ExprWithAlias { expr: e, .. },
+                                    ast::SelectItem::UnnamedExpr(e)
+                                    | ast::SelectItem::ExprWithAlias { expr: e, .. },
                                 ) => e.clone(),
                                 _ => {
                                     return Err(Error::user(
@@ -612,7 +671,8 @@ impl Planner<'_> {
                         });
                     }
                 }
-                ast::SelectItem::UnnamedExpr(e) | ast::SelectItem::ExprWithAlias { expr: e, .. } => {
+                ast::SelectItem::UnnamedExpr(e)
+                | ast::SelectItem::ExprWithAlias { expr: e, .. } => {
                     let name = match item {
                         ast::SelectItem::ExprWithAlias { alias, .. } => ident(alias),
                         _ => output_name(e),
@@ -657,8 +717,13 @@ impl Planner<'_> {
                     })?
                 }
                 // A bare name means an output column first (SQL92), then an input column.
-                ast::Expr::Identifier(i) if columns.iter().filter(|c| c.name == ident(i)).count() == 1 => {
-                    let k = columns.iter().position(|c| c.name == ident(i)).expect("counted above");
+                ast::Expr::Identifier(i)
+                    if columns.iter().filter(|c| c.name == ident(i)).count() == 1 =>
+                {
+                    let k = columns
+                        .iter()
+                        .position(|c| c.name == ident(i))
+                        .expect("counted above");
                     outputs[k].clone()
                 }
                 e => b.bind_resolved(e)?.0,
@@ -691,7 +756,9 @@ impl Planner<'_> {
                 expect_no(!limit_by.is_empty(), "LIMIT BY")?;
                 (limit.clone(), offset.as_ref().map(|o| o.value.clone()))
             }
-            Some(ast::LimitClause::OffsetCommaLimit { offset, limit }) => (Some(limit.clone()), Some(offset.clone())),
+            Some(ast::LimitClause::OffsetCommaLimit { offset, limit }) => {
+                (Some(limit.clone()), Some(offset.clone()))
+            }
         };
         let mut bind_count = |e: Option<ast::Expr>, what: &'static str| -> Result<Option<Expr>> {
             let Some(e) = e else { return Ok(None) };
@@ -755,7 +822,9 @@ impl Planner<'_> {
                 )
             })?;
             if targets.contains(&i) {
-                return Err(Error::syntax(format!("column \"{cname}\" specified more than once")));
+                return Err(Error::syntax(format!(
+                    "column \"{cname}\" specified more than once"
+                )));
             }
             targets.push(i);
         }
@@ -768,18 +837,24 @@ impl Planner<'_> {
             .ok_or_else(|| Error::unsupported("INSERT without VALUES or SELECT"))?;
         let width_check = |n: usize, targets: &mut Vec<usize>| -> Result<()> {
             if n > targets.len() {
-                return Err(Error::syntax("INSERT has more expressions than target columns"));
+                return Err(Error::syntax(
+                    "INSERT has more expressions than target columns",
+                ));
             }
             if n < targets.len() {
                 if explicit {
-                    return Err(Error::syntax("INSERT has more target columns than expressions"));
+                    return Err(Error::syntax(
+                        "INSERT has more target columns than expressions",
+                    ));
                 }
                 targets.truncate(n);
             }
             Ok(())
         };
         let source = match source.body.as_ref() {
-            ast::SetExpr::Values(values) if source.order_by.is_none() && source.limit_clause.is_none() => {
+            ast::SetExpr::Values(values)
+                if source.order_by.is_none() && source.limit_clause.is_none() =>
+            {
                 let n = values.rows.first().map(|r| r.content.len()).unwrap_or(0);
                 width_check(n, &mut targets)?;
                 let scope: Vec<ScopeCol> = Vec::new();
@@ -808,7 +883,8 @@ impl Planner<'_> {
                 InsertSource::Values(rows)
             }
             _ => {
-                let hints: Vec<DataType> = targets.iter().map(|&i| def.columns[i].ty.clone()).collect();
+                let hints: Vec<DataType> =
+                    targets.iter().map(|&i| def.columns[i].ty.clone()).collect();
                 let sel = self.plan_query(source, Some(&hints))?;
                 width_check(sel.columns.len(), &mut targets)?;
                 for (c, &i) in sel.columns.iter().zip(&targets) {
@@ -824,7 +900,10 @@ impl Planner<'_> {
         }))
     }
 
-    fn single_table(&mut self, twj: &ast::TableWithJoins) -> Result<(Arc<TableDef>, Vec<ScopeCol>)> {
+    fn single_table(
+        &mut self,
+        twj: &ast::TableWithJoins,
+    ) -> Result<(Arc<TableDef>, Vec<ScopeCol>)> {
         expect_no(!twj.joins.is_empty(), "joins")?;
         let ast::TableFactor::Table {
             name,
@@ -861,7 +940,10 @@ impl Planner<'_> {
             let i = def.column_index(&cname).ok_or_else(|| {
                 Error::user(
                     SqlState::UNDEFINED_COLUMN,
-                    format!("column \"{cname}\" of relation \"{}\" does not exist", def.name),
+                    format!(
+                        "column \"{cname}\" of relation \"{}\" does not exist",
+                        def.name
+                    ),
                 )
             })?;
             if contains_agg(&a.value) {
@@ -983,12 +1065,15 @@ fn plan_create_table(ct: &ast::CreateTable) -> Result<Plan> {
                 }
                 let mut idx = Vec::new();
                 for cname in index_columns(&p.columns)? {
-                    let i = columns.iter().position(|c| c.name == cname).ok_or_else(|| {
-                        Error::user(
-                            SqlState::UNDEFINED_COLUMN,
-                            format!("column \"{cname}\" named in key does not exist"),
-                        )
-                    })?;
+                    let i = columns
+                        .iter()
+                        .position(|c| c.name == cname)
+                        .ok_or_else(|| {
+                            Error::user(
+                                SqlState::UNDEFINED_COLUMN,
+                                format!("column \"{cname}\" named in key does not exist"),
+                            )
+                        })?;
                     idx.push(i);
                 }
                 pk = Some(idx);

@@ -39,9 +39,14 @@ pub(crate) fn split_statements(sql: &str) -> Vec<&str> {
                 }
                 i += 1;
             }
-            b'$' if !(b.get(i + 1).is_some_and(|c| c.is_ascii_digit()) || (i > 0 && is_ident_byte(b[i - 1]))) => {
+            b'$' if !(b.get(i + 1).is_some_and(|c| c.is_ascii_digit())
+                || (i > 0 && is_ident_byte(b[i - 1]))) =>
+            {
                 // $tag$ ... $tag$
-                let tag_end = b[i + 1..].iter().position(|&c| !is_ident_byte(c)).map(|p| i + 1 + p);
+                let tag_end = b[i + 1..]
+                    .iter()
+                    .position(|&c| !is_ident_byte(c))
+                    .map(|p| i + 1 + p);
                 if let Some(te) = tag_end.filter(|&te| b[te] == b'$') {
                     let tag = &sql[i..=te];
                     match sql[te + 1..].find(tag) {
@@ -114,7 +119,10 @@ fn lex(s: &str) -> Result<Vec<Tok>> {
                 i += 1;
             }
             i += 2;
-        } else if ch == '\'' || ch == '"' || ((ch == 'e' || ch == 'E') && c.get(i + 1) == Some(&'\'')) {
+        } else if ch == '\''
+            || ch == '"'
+            || ((ch == 'e' || ch == 'E') && c.get(i + 1) == Some(&'\''))
+        {
             let escapes = ch == 'e' || ch == 'E';
             let q = if escapes { '\'' } else { ch };
             i += if escapes { 2 } else { 1 };
@@ -147,8 +155,14 @@ fn lex(s: &str) -> Result<Vec<Tok>> {
                 }
                 v.push(x);
             }
-            out.push(if q == '"' { Tok::QIdent(v) } else { Tok::Str(v) });
-        } else if ch.is_ascii_digit() || (ch == '.' && c.get(i + 1).is_some_and(|d| d.is_ascii_digit())) {
+            out.push(if q == '"' {
+                Tok::QIdent(v)
+            } else {
+                Tok::Str(v)
+            });
+        } else if ch.is_ascii_digit()
+            || (ch == '.' && c.get(i + 1).is_some_and(|d| d.is_ascii_digit()))
+        {
             let st = i;
             while i < c.len() && (c[i].is_ascii_digit() || c[i] == '.') {
                 i += 1;
@@ -159,7 +173,9 @@ fn lex(s: &str) -> Result<Vec<Tok>> {
             while i < c.len() && (c[i].is_alphanumeric() || c[i] == '_' || c[i] == '$') {
                 i += 1;
             }
-            out.push(Tok::Word(c[st..i].iter().collect::<String>().to_lowercase()));
+            out.push(Tok::Word(
+                c[st..i].iter().collect::<String>().to_lowercase(),
+            ));
         } else {
             out.push(Tok::Punct(ch));
             i += 1;
@@ -237,7 +253,9 @@ pub(crate) fn preparse(stmt: &str) -> Result<Option<Plan>> {
                 return Err(syntax_near(at(1)));
             }
             if !only_txn_words(1) {
-                return Err(syntax_near(t.iter().skip(1).find(|x| !matches!(x, Tok::Word(_)))));
+                return Err(syntax_near(
+                    t.iter().skip(1).find(|x| !matches!(x, Tok::Word(_))),
+                ));
             }
             Plan::Begin
         }
@@ -245,7 +263,9 @@ pub(crate) fn preparse(stmt: &str) -> Result<Option<Plan>> {
             if t.iter().any(|x| matches!(x, Tok::Word(w) if w == "chain")) {
                 return Err(Error::unsupported("COMMIT AND CHAIN"));
             }
-            if t.len() > 2 || (t.len() == 2 && !is_word(at(1), "work") && !is_word(at(1), "transaction")) {
+            if t.len() > 2
+                || (t.len() == 2 && !is_word(at(1), "work") && !is_word(at(1), "transaction"))
+            {
                 return Err(syntax_near(at(1)));
             }
             Plan::Commit
@@ -256,7 +276,9 @@ pub(crate) fn preparse(stmt: &str) -> Result<Option<Plan>> {
             {
                 return Err(Error::unsupported("savepoints"));
             }
-            if t.len() > 2 || (t.len() == 2 && !is_word(at(1), "work") && !is_word(at(1), "transaction")) {
+            if t.len() > 2
+                || (t.len() == 2 && !is_word(at(1), "work") && !is_word(at(1), "transaction"))
+            {
                 return Err(syntax_near(at(1)));
             }
             Plan::Rollback
@@ -266,22 +288,30 @@ pub(crate) fn preparse(stmt: &str) -> Result<Option<Plan>> {
         "set" => parse_set(&t)?,
         "reset" => match (at(1), at(2)) {
             (Some(Tok::Word(a)), None) if a == "all" => Plan::Reset { name: None },
-            (Some(Tok::Word(n) | Tok::QIdent(n)), None) => Plan::Reset { name: Some(n.clone()) },
+            (Some(Tok::Word(n) | Tok::QIdent(n)), None) => Plan::Reset {
+                name: Some(n.clone()),
+            },
             _ => return Err(syntax_near(at(1).or(at(2)))),
         },
         "show" => {
             let name = match (at(1), at(2)) {
                 (Some(Tok::Word(a)), None) if a == "all" => None,
                 (Some(Tok::Word(n) | Tok::QIdent(n)), None) => Some(n.clone()),
-                (Some(Tok::Word(a)), Some(Tok::Word(b))) if a == "transaction" && b == "isolation" => {
+                (Some(Tok::Word(a)), Some(Tok::Word(b)))
+                    if a == "transaction" && b == "isolation" =>
+                {
                     Some("transaction_isolation".to_string())
                 }
-                (Some(Tok::Word(a)), Some(Tok::Word(b))) if a == "time" && b == "zone" => Some("TimeZone".to_string()),
+                (Some(Tok::Word(a)), Some(Tok::Word(b))) if a == "time" && b == "zone" => {
+                    Some("TimeZone".to_string())
+                }
                 _ => return Err(syntax_near(at(1).or(at(2)))),
             };
             Plan::Show { name }
         }
-        "vacuum" => Plan::Vacuum { analyze_only: false },
+        "vacuum" => Plan::Vacuum {
+            analyze_only: false,
+        },
         "analyze" | "analyse" => Plan::Vacuum { analyze_only: true },
         "checkpoint" => {
             if t.len() > 1 {
@@ -302,16 +332,22 @@ fn parse_set(t: &[Tok]) -> Result<Plan> {
             local = true;
             i += 1;
         }
-        Some(Tok::Word(w)) if w == "session" && matches!(t.get(i + 1), Some(Tok::Word(n)) if n != "to") => {
+        Some(Tok::Word(w))
+            if w == "session" && matches!(t.get(i + 1), Some(Tok::Word(n)) if n != "to") =>
+        {
             if is_word(t.get(i + 1), "authorization") || is_word(t.get(i + 1), "characteristics") {
-                return Err(Error::unsupported("SET SESSION AUTHORIZATION/CHARACTERISTICS"));
+                return Err(Error::unsupported(
+                    "SET SESSION AUTHORIZATION/CHARACTERISTICS",
+                ));
             }
             i += 1;
         }
         _ => {}
     }
     let name = match t.get(i) {
-        Some(Tok::Word(w)) if w == "transaction" && !matches!(t.get(i + 1), Some(Tok::Punct('='))) => {
+        Some(Tok::Word(w))
+            if w == "transaction" && !matches!(t.get(i + 1), Some(Tok::Punct('='))) =>
+        {
             return Ok(Plan::SetNoop);
         }
         Some(Tok::Word(w)) if w == "time" && is_word(t.get(i + 1), "zone") => {
@@ -348,7 +384,9 @@ fn parse_set(t: &[Tok]) -> Result<Plan> {
             i += 1;
         }
         let v = match t.get(i) {
-            Some(Tok::Word(w)) if (w == "default" || w == "local") && parts.is_empty() && t.len() == i + 1 => {
+            Some(Tok::Word(w))
+                if (w == "default" || w == "local") && parts.is_empty() && t.len() == i + 1 =>
+            {
                 return Ok(Plan::Set {
                     name,
                     value: None,
@@ -392,7 +430,9 @@ fn parse_copy(t: &[Tok]) -> Result<CopyPlan> {
     if matches!(t.get(i), Some(Tok::Punct('.'))) {
         match t.get(i + 1) {
             Some(Tok::Word(w) | Tok::QIdent(w)) if table == "public" => table = w.clone(),
-            Some(Tok::Word(w) | Tok::QIdent(w)) => return Err(crate::plan::undefined_table(&format!("{table}.{w}"))),
+            Some(Tok::Word(w) | Tok::QIdent(w)) => {
+                return Err(crate::plan::undefined_table(&format!("{table}.{w}")))
+            }
             other => return Err(syntax_near(other)),
         }
         i += 2;
@@ -425,7 +465,9 @@ fn parse_copy(t: &[Tok]) -> Result<CopyPlan> {
     }
     match t.get(i) {
         Some(Tok::Word(w)) if w == "stdin" => i += 1,
-        Some(Tok::Str(_)) | Some(Tok::Word(_)) => return Err(Error::unsupported("COPY FROM a file or program")),
+        Some(Tok::Str(_)) | Some(Tok::Word(_)) => {
+            return Err(Error::unsupported("COPY FROM a file or program"))
+        }
         other => return Err(syntax_near(other)),
     }
     let mut plan = CopyPlan {
@@ -529,21 +571,30 @@ mod tests {
             split_statements("select $a$;$a$; select $1"),
             vec!["select $a$;$a$", "select $1"]
         );
-        assert_eq!(split_statements("select /* ; */ 1"), vec!["select /* ; */ 1"]);
+        assert_eq!(
+            split_statements("select /* ; */ 1"),
+            vec!["select /* ; */ 1"]
+        );
     }
 
     #[test]
     fn copy_options() {
-        let Some(Plan::Copy(c)) = preparse("copy pgbench_accounts from stdin with (freeze on)").unwrap() else {
+        let Some(Plan::Copy(c)) =
+            preparse("copy pgbench_accounts from stdin with (freeze on)").unwrap()
+        else {
             panic!()
         };
         assert_eq!(c.table, "pgbench_accounts");
         let Some(Plan::Copy(c)) =
-            preparse("COPY t (a, b) FROM STDIN WITH (FORMAT text, DELIMITER ',', NULL '')").unwrap()
+            preparse("COPY t (a, b) FROM STDIN WITH (FORMAT text, DELIMITER ',', NULL '')")
+                .unwrap()
         else {
             panic!()
         };
-        assert_eq!((c.delimiter, c.null.as_str(), c.columns.unwrap().len()), (b',', "", 2));
+        assert_eq!(
+            (c.delimiter, c.null.as_str(), c.columns.unwrap().len()),
+            (b',', "", 2)
+        );
         let Some(Plan::Copy(_)) = preparse("copy t from stdin").unwrap() else {
             panic!()
         };
@@ -582,7 +633,10 @@ mod tests {
             p("set jit to default"),
             "Set { name: \"jit\", value: None, local: false }"
         );
-        assert_eq!(p("SET TRANSACTION ISOLATION LEVEL READ COMMITTED"), "SetNoop");
+        assert_eq!(
+            p("SET TRANSACTION ISOLATION LEVEL READ COMMITTED"),
+            "SetNoop"
+        );
         assert_eq!(p("show all"), "Show { name: None }");
         assert_eq!(p("begin isolation level read committed"), "Begin");
         assert_eq!(p("end"), "Commit");

@@ -145,9 +145,12 @@ impl Gucs {
             .unwrap_or(0)
             .max(0) as u64;
         self.commit = CommitOpts {
-            synchronous: guc::value_as_bool("synchronous_commit", &get("synchronous_commit")).unwrap_or(true),
-            commit_delay_us: guc::value_as_i64("commit_delay", &get("commit_delay")).unwrap_or(0) as u32,
-            commit_siblings: guc::value_as_i64("commit_siblings", &get("commit_siblings")).unwrap_or(5) as u32,
+            synchronous: guc::value_as_bool("synchronous_commit", &get("synchronous_commit"))
+                .unwrap_or(true),
+            commit_delay_us: guc::value_as_i64("commit_delay", &get("commit_delay")).unwrap_or(0)
+                as u32,
+            commit_siblings: guc::value_as_i64("commit_siblings", &get("commit_siblings"))
+                .unwrap_or(5) as u32,
         };
         self.statement_timeout_ms = timeout_ms;
     }
@@ -240,7 +243,10 @@ fn parse_one(sql: &str) -> Result<Parsed> {
     }
     let mut stmts = Parser::parse_sql(&PostgreSqlDialect {}, sql).map_err(|e| {
         let msg = e.to_string();
-        let msg = msg.strip_prefix("sql parser error: ").unwrap_or(&msg).to_string();
+        let msg = msg
+            .strip_prefix("sql parser error: ")
+            .unwrap_or(&msg)
+            .to_string();
         Error::syntax(msg)
     })?;
     match stmts.len() {
@@ -264,7 +270,11 @@ fn type_from_oid(oid: u32) -> Result<Option<DataType>> {
         1043 => DataType::Varchar(None),
         1042 => DataType::Text,
         1114 => DataType::Timestamp,
-        other => return Err(Error::unsupported(format!("parameter type with OID {other}"))),
+        other => {
+            return Err(Error::unsupported(format!(
+                "parameter type with OID {other}"
+            )))
+        }
     }))
 }
 
@@ -286,14 +296,22 @@ impl Session {
     /// # Errors
     /// 42704 unknown parameter, 22023 invalid value, 55P02 for settings that cannot change per
     /// session.
-    pub fn new(engine: Arc<dyn Engine>, defaults: &GucDefaults, options: &[(String, String)]) -> Result<Session> {
+    pub fn new(
+        engine: Arc<dyn Engine>,
+        defaults: &GucDefaults,
+        options: &[(String, String)],
+    ) -> Result<Session> {
         let mut reset_values = HashMap::new();
         for (name, value) in defaults {
             let def = guc::lookup(name)?;
             reset_values.insert(def.name, guc::check(def.name, value)?);
         }
         for (name, value) in options {
-            if NON_GUC_STARTUP_KEYS.iter().any(|k| k.eq_ignore_ascii_case(name)) || name.starts_with("_pq_.") {
+            if NON_GUC_STARTUP_KEYS
+                .iter()
+                .any(|k| k.eq_ignore_ascii_case(name))
+                || name.starts_with("_pq_.")
+            {
                 continue;
             }
             let def = guc::lookup(name)?;
@@ -417,7 +435,10 @@ impl Session {
         };
         let prepared = Arc::new(Prepared {
             sql: sql.to_string(),
-            param_types: params.into_iter().map(|p| p.unwrap_or(DataType::Text)).collect(),
+            param_types: params
+                .into_iter()
+                .map(|p| p.unwrap_or(DataType::Text))
+                .collect(),
             columns: plan.columns(),
             plan: Mutex::new(Arc::new(plan)),
             stmt,
@@ -499,16 +520,24 @@ impl Session {
     /// As for [`Session::copy_data`] (for a last line without newline).
     pub fn copy_done(&mut self) -> Result<Output> {
         let (Some(mut state), Some(txn)) = (self.copy.take(), self.txn.as_deref_mut()) else {
-            return Err(Error::user(SqlState::PROTOCOL_VIOLATION, "COPY is not in progress"));
+            return Err(Error::user(
+                SqlState::PROTOCOL_VIOLATION,
+                "COPY is not in progress",
+            ));
         };
-        let r = state.finish(txn).map(|_| command(format!("COPY {}", state.rows)));
+        let r = state
+            .finish(txn)
+            .map(|_| command(format!("COPY {}", state.rows)));
         self.finish_statement(r, state.autocommit)
     }
 
     /// Client sent CopyFail: abort the COPY and return the error to report (57014-like
     /// "COPY from stdin failed: msg").
     pub fn copy_fail(&mut self, msg: &str) -> Error {
-        let err = Error::user(SqlState::QUERY_CANCELED, format!("COPY from stdin failed: {msg}"));
+        let err = Error::user(
+            SqlState::QUERY_CANCELED,
+            format!("COPY from stdin failed: {msg}"),
+        );
         match self.copy.take() {
             Some(state) => match self.finish_statement(Err(err), state.autocommit) {
                 Err(e) => e,
@@ -523,7 +552,9 @@ impl Session {
     /// # Errors
     /// Commit errors.
     pub fn sync(&mut self) -> Result<()> {
-        if self.block == Block::Implicit || (self.block == Block::Idle && self.txn.is_some() && self.copy.is_none()) {
+        if self.block == Block::Implicit
+            || (self.block == Block::Idle && self.txn.is_some() && self.copy.is_none())
+        {
             return self.commit_txn();
         }
         Ok(())
@@ -567,7 +598,12 @@ impl Session {
             "IntervalStyle",
         ]
         .iter()
-        .map(|n| (n.to_string(), self.gucs.get(guc::find(n).expect("registered"))))
+        .map(|n| {
+            (
+                n.to_string(),
+                self.gucs.get(guc::find(n).expect("registered")),
+            )
+        })
         .collect()
     }
 
@@ -867,7 +903,9 @@ impl Session {
         let txn = self.txn.as_deref_mut().expect("ensured");
         txn.new_statement();
         let r = (|| {
-            let def = txn.table(&cp.table)?.ok_or_else(|| plan::undefined_table(&cp.table))?;
+            let def = txn
+                .table(&cp.table)?
+                .ok_or_else(|| plan::undefined_table(&cp.table))?;
             let targets = match &cp.columns {
                 None => (0..def.columns.len()).collect(),
                 Some(cols) => cols
@@ -876,7 +914,10 @@ impl Session {
                         def.column_index(c).ok_or_else(|| {
                             Error::user(
                                 SqlState::UNDEFINED_COLUMN,
-                                format!("column \"{c}\" of relation \"{}\" does not exist", def.name),
+                                format!(
+                                    "column \"{c}\" of relation \"{}\" does not exist",
+                                    def.name
+                                ),
                             )
                         })
                     })
@@ -925,7 +966,12 @@ impl Session {
         self.finish_statement(r, autocommit)
     }
 
-    fn plan_and_run(&mut self, txn: &mut dyn Transaction, work: Work<'_>, params: &[Value]) -> Result<Output> {
+    fn plan_and_run(
+        &mut self,
+        txn: &mut dyn Transaction,
+        work: Work<'_>,
+        params: &[Value],
+    ) -> Result<Output> {
         let engine = self.engine.clone();
         let plan: Arc<Plan> = match work {
             Work::Ast(stmt) => {
@@ -936,7 +982,10 @@ impl Session {
                 };
                 let plan = planner.plan(stmt)?;
                 if !planner.params.is_empty() {
-                    return Err(Error::user(SqlState::UNDEFINED_PARAMETER, "there is no parameter $1"));
+                    return Err(Error::user(
+                        SqlState::UNDEFINED_PARAMETER,
+                        "there is no parameter $1",
+                    ));
                 }
                 Arc::new(plan)
             }
@@ -1014,7 +1063,9 @@ impl Session {
                 command("TRUNCATE TABLE")
             }
             Plan::AddPrimaryKey { table, columns } => {
-                let def = txn.table(table)?.ok_or_else(|| plan::undefined_table(table))?;
+                let def = txn
+                    .table(table)?
+                    .ok_or_else(|| plan::undefined_table(table))?;
                 let mut idx = Vec::with_capacity(columns.len());
                 for c in columns {
                     idx.push(def.column_index(c).ok_or_else(|| {
@@ -1027,7 +1078,11 @@ impl Session {
                 txn.add_primary_key(table, idx)?;
                 command("ALTER TABLE")
             }
-            other => return Err(Error::internal(format!("unexpected plan in executor: {other:?}"))),
+            other => {
+                return Err(Error::internal(format!(
+                    "unexpected plan in executor: {other:?}"
+                )))
+            }
         })
     }
 }
@@ -1045,16 +1100,29 @@ enum Work<'a> {
 /// The prepared plan, re-planned if the table it was compiled against changed (dropped and
 /// re-created, altered). The check is one catalog lookup and a pointer comparison in the common
 /// case.
-fn validated_plan(txn: &mut dyn Transaction, engine: &dyn Engine, p: &Prepared, plan: Arc<Plan>) -> Result<Arc<Plan>> {
-    let Some(dep) = plan.table_deps() else { return Ok(plan) };
+fn validated_plan(
+    txn: &mut dyn Transaction,
+    engine: &dyn Engine,
+    p: &Prepared,
+    plan: Arc<Plan>,
+) -> Result<Arc<Plan>> {
+    let Some(dep) = plan.table_deps() else {
+        return Ok(plan);
+    };
     let current = txn.table(&dep.name)?;
-    let same = current.as_ref().is_some_and(|c| Arc::ptr_eq(c, dep) || **c == **dep);
+    let same = current
+        .as_ref()
+        .is_some_and(|c| Arc::ptr_eq(c, dep) || **c == **dep);
     if same {
         return Ok(plan);
     }
     let Some(stmt) = &p.stmt else { return Ok(plan) };
     let params = p.param_types.iter().cloned().map(Some).collect();
-    let mut planner = Planner { txn, engine, params };
+    let mut planner = Planner {
+        txn,
+        engine,
+        params,
+    };
     let fresh = Arc::new(planner.plan(stmt)?);
     let fresh_columns = fresh.columns();
     if fresh_columns.as_deref() != p.columns.as_deref() {

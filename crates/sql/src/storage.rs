@@ -53,7 +53,11 @@ pub struct CommitOpts {
 
 impl Default for CommitOpts {
     fn default() -> Self {
-        CommitOpts { synchronous: true, commit_delay_us: 0, commit_siblings: 5 }
+        CommitOpts {
+            synchronous: true,
+            commit_delay_us: 0,
+            commit_siblings: 5,
+        }
     }
 }
 

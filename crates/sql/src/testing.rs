@@ -18,7 +18,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use walnut_common::value::encode_key;
-use walnut_common::{BlockNumber, ColumnDef, Error, Result, SqlState, TableDef, Tid, Value};
+use walnut_common::{
+    BlockNumber, ColumnDef, DataType, Error, Result, SqlState, TableDef, Tid, Value,
+};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum XStatus {
@@ -38,6 +40,8 @@ struct Version {
 
 struct MemTable {
     def: Arc<TableDef>,
+    /// OID in the `pg_class` view; its primary-key index (if any) is `oid + 1`.
+    oid: i64,
     versions: Vec<Version>,
     index: BTreeMap<Vec<u8>, Vec<usize>>,
 }
@@ -48,6 +52,8 @@ struct State {
     status: HashMap<u64, XStatus>,
     next_xid: u64,
     commit_seq: u64,
+    /// Next table OID (two per table: the table and its primary-key index).
+    next_oid: i64,
 }
 
 /// A system view: columns and rows.
@@ -85,6 +91,7 @@ impl MemEngine {
             inner: Arc::new(Inner {
                 state: Mutex::new(State {
                     next_xid: 3,
+                    next_oid: 16384,
                     ..State::default()
                 }),
                 changed: Condvar::new(),
@@ -100,7 +107,44 @@ impl MemEngine {
 
     /// Defines a system view returned by [`Engine::system_view`].
     pub fn set_view(&self, name: &str, columns: Vec<ColumnDef>, rows: Vec<Vec<Value>>) {
-        self.inner.views.lock().insert(name.to_string(), (columns, rows));
+        self.inner
+            .views
+            .lock()
+            .insert(name.to_string(), (columns, rows));
+    }
+
+    /// The `pg_class` view, as the real engine has it: one row per table (relkind `r`) and per
+    /// primary-key index (`i`, named `<table>_pkey`), ordered by OID.
+    fn pg_class(&self) -> View {
+        let col = |name: &str, ty: DataType| ColumnDef {
+            name: name.to_string(),
+            ty,
+            not_null: true,
+        };
+        let columns = vec![
+            col("oid", DataType::Int8),
+            col("relname", DataType::Text),
+            col("relkind", DataType::Char(1)),
+            col("relnamespace", DataType::Int8),
+        ];
+        let row = |oid: i64, name: String, kind: &str| {
+            vec![
+                Value::Int8(oid),
+                Value::Text(name),
+                Value::Text(kind.to_string()),
+                Value::Int8(2200),
+            ]
+        };
+        let st = self.inner.state.lock();
+        let mut rows = Vec::new();
+        for t in st.tables.values() {
+            rows.push(row(t.oid, t.def.name.clone(), "r"));
+            if t.def.primary_key.is_some() {
+                rows.push(row(t.oid + 1, format!("{}_pkey", t.def.name), "i"));
+            }
+        }
+        rows.sort_by_key(|r| r[0].as_i64());
+        (columns, rows)
     }
 
     /// Number of CHECKPOINTs run.
@@ -149,7 +193,10 @@ impl Engine for MemEngine {
     }
 
     fn system_view(&self, name: &str) -> Option<(Vec<ColumnDef>, Vec<Vec<Value>>)> {
-        self.inner.views.lock().get(name).cloned()
+        if let Some(v) = self.inner.views.lock().get(name) {
+            return Some(v.clone());
+        }
+        (name == "pg_class").then(|| self.pg_class())
     }
 }
 
@@ -173,7 +220,10 @@ fn idx_of(r: RowId) -> usize {
 }
 
 fn no_table(name: &str) -> Error {
-    Error::user(SqlState::UNDEFINED_TABLE, format!("relation \"{name}\" does not exist"))
+    Error::user(
+        SqlState::UNDEFINED_TABLE,
+        format!("relation \"{name}\" does not exist"),
+    )
 }
 
 impl State {
@@ -355,7 +405,13 @@ impl Transaction for MemTxn {
     }
 
     fn table(&mut self, name: &str) -> Result<Option<Arc<TableDef>>> {
-        Ok(self.inner.state.lock().tables.get(name).map(|t| t.def.clone()))
+        Ok(self
+            .inner
+            .state
+            .lock()
+            .tables
+            .get(name)
+            .map(|t| t.def.clone()))
     }
 
     fn create_table(&mut self, def: TableDef) -> Result<()> {
@@ -367,10 +423,13 @@ impl Transaction for MemTxn {
             ));
         }
         let name = def.name.clone();
+        let oid = st.next_oid;
+        st.next_oid += 2;
         st.tables.insert(
             name,
             MemTable {
                 def: Arc::new(def),
+                oid,
                 versions: Vec::new(),
                 index: BTreeMap::new(),
             },
@@ -380,10 +439,12 @@ impl Transaction for MemTxn {
 
     fn drop_table(&mut self, name: &str) -> Result<()> {
         let mut st = self.inner.state.lock();
-        st.tables
-            .remove(name)
-            .map(|_| ())
-            .ok_or_else(|| Error::user(SqlState::UNDEFINED_TABLE, format!("table \"{name}\" does not exist")))
+        st.tables.remove(name).map(|_| ()).ok_or_else(|| {
+            Error::user(
+                SqlState::UNDEFINED_TABLE,
+                format!("table \"{name}\" does not exist"),
+            )
+        })
     }
 
     fn truncate(&mut self, name: &str) -> Result<()> {
@@ -413,7 +474,8 @@ impl Transaction for MemTxn {
         for (i, v) in t.versions.iter().enumerate() {
             let key = pk_key(&def, &v.values).expect("has a key");
             let live = st.status(v.xmin) != XStatus::Aborted
-                && !(v.xmax != 0 && (v.xmax == self.xid || matches!(st.status(v.xmax), XStatus::Committed(_))));
+                && !(v.xmax != 0
+                    && (v.xmax == self.xid || matches!(st.status(v.xmax), XStatus::Committed(_))));
             if live {
                 if let Some(&c) = columns.iter().find(|&&c| v.values[c].is_null()) {
                     return Err(Error::user(
@@ -429,7 +491,8 @@ impl Transaction for MemTxn {
                         let w = &t.versions[j];
                         st.status(w.xmin) != XStatus::Aborted
                             && !(w.xmax != 0
-                                && (w.xmax == self.xid || matches!(st.status(w.xmax), XStatus::Committed(_))))
+                                && (w.xmax == self.xid
+                                    || matches!(st.status(w.xmax), XStatus::Committed(_))))
                     })
                 });
                 if dup {
@@ -475,8 +538,12 @@ impl Transaction for MemTxn {
                         (XStatus::InProgress, _) | (_, Some(XStatus::InProgress)) => wait = true,
                         _ => {
                             let pk = t.def.primary_key.as_ref().expect("has a key");
-                            let names: Vec<&str> = pk.iter().map(|&c| t.def.columns[c].name.as_str()).collect();
-                            let vals: Vec<String> = pk.iter().map(|&c| row[c].to_text().unwrap_or_default()).collect();
+                            let names: Vec<&str> =
+                                pk.iter().map(|&c| t.def.columns[c].name.as_str()).collect();
+                            let vals: Vec<String> = pk
+                                .iter()
+                                .map(|&c| row[c].to_text().unwrap_or_default())
+                                .collect();
                             return Err(Error::user(
                                 SqlState::UNIQUE_VIOLATION,
                                 format!("duplicate key value violates unique constraint \"{table}_pkey\""),
@@ -509,7 +576,11 @@ impl Transaction for MemTxn {
         }
     }
 
-    fn scan(&mut self, table: &str, visit: &mut dyn FnMut(RowId, Vec<Value>) -> Result<ScanControl>) -> Result<()> {
+    fn scan(
+        &mut self,
+        table: &str,
+        visit: &mut dyn FnMut(RowId, Vec<Value>) -> Result<ScanControl>,
+    ) -> Result<()> {
         self.inner.scans.fetch_add(1, Ordering::Relaxed);
         for (r, v) in self.collect(table, None)? {
             if visit(r, v)? == ScanControl::Stop {

@@ -59,8 +59,11 @@ fn err(s: &mut Session, sql: &str) -> SqlState {
 }
 
 fn exec(s: &mut Session, sql: &str, params: Vec<Value>) -> Output {
-    let p = s.prepare(sql, &[]).unwrap_or_else(|e| panic!("{sql}: {}", e.message));
-    s.execute(&p, params).unwrap_or_else(|e| panic!("{sql}: {}", e.message))
+    let p = s
+        .prepare(sql, &[])
+        .unwrap_or_else(|e| panic!("{sql}: {}", e.message));
+    s.execute(&p, params)
+        .unwrap_or_else(|e| panic!("{sql}: {}", e.message))
 }
 
 const PGBENCH_DDL: &[&str] = &[
@@ -108,8 +111,14 @@ fn pgbench_init(s: &mut Session) {
     assert_eq!(copy(s, "pgbench_branches", "1\t0\t\n".into(), 3), "COPY 1");
     let tellers: String = (1..=10).map(|t| format!("{t}\t1\t0\t\n")).collect();
     assert_eq!(copy(s, "pgbench_tellers", tellers, 7), "COPY 10");
-    let accounts: String = (1..=ACCOUNTS).map(|a| format!("{a}\t1\t0\t\n")).collect::<String>() + "\\.\n";
-    assert_eq!(copy(s, "pgbench_accounts", accounts, 4093), format!("COPY {ACCOUNTS}"));
+    let accounts: String = (1..=ACCOUNTS)
+        .map(|a| format!("{a}\t1\t0\t\n"))
+        .collect::<String>()
+        + "\\.\n";
+    assert_eq!(
+        copy(s, "pgbench_accounts", accounts, 4093),
+        format!("COPY {ACCOUNTS}")
+    );
     assert_eq!(s.txn_status(), TxnStatus::InBlock);
     assert_eq!(tag(s, "commit"), "COMMIT");
     assert_eq!(s.txn_status(), TxnStatus::Idle);
@@ -149,7 +158,10 @@ fn pgbench_init_and_tpcb_simple() {
     );
     assert_eq!(one(&mut s, "select count(*) from pgbench_branches"), "1");
     assert_eq!(
-        one(&mut s, "select length(filler) from pgbench_accounts where aid = 7"),
+        one(
+            &mut s,
+            "select length(filler) from pgbench_accounts where aid = 7"
+        ),
         "0"
     );
     assert_eq!(one(&mut s, "select filler from pgbench_branches").len(), 88);
@@ -157,7 +169,8 @@ fn pgbench_init_and_tpcb_simple() {
     // tpcb-like, -M simple (literals, negative delta).
     for (aid, tid, delta) in [(17, 3, -40), (17, 4, 100), (4999, 3, 7)] {
         assert_eq!(tag(&mut s, "BEGIN;"), "BEGIN");
-        let up = format!("UPDATE pgbench_accounts SET abalance = abalance + {delta} WHERE aid = {aid};");
+        let up =
+            format!("UPDATE pgbench_accounts SET abalance = abalance + {delta} WHERE aid = {aid};");
         assert_eq!(tag(&mut s, &up), "UPDATE 1");
         let _ = rows(
             &mut s,
@@ -166,14 +179,18 @@ fn pgbench_init_and_tpcb_simple() {
         assert_eq!(
             tag(
                 &mut s,
-                &format!("UPDATE pgbench_tellers SET tbalance = tbalance + {delta} WHERE tid = {tid};")
+                &format!(
+                    "UPDATE pgbench_tellers SET tbalance = tbalance + {delta} WHERE tid = {tid};"
+                )
             ),
             "UPDATE 1"
         );
         assert_eq!(
             tag(
                 &mut s,
-                &format!("UPDATE pgbench_branches SET bbalance = bbalance + {delta} WHERE bid = 1;")
+                &format!(
+                    "UPDATE pgbench_branches SET bbalance = bbalance + {delta} WHERE bid = 1;"
+                )
             ),
             "UPDATE 1"
         );
@@ -184,16 +201,25 @@ fn pgbench_init_and_tpcb_simple() {
         assert_eq!(tag(&mut s, "END;"), "COMMIT");
     }
     assert_eq!(
-        one(&mut s, "SELECT abalance FROM pgbench_accounts WHERE aid = 17"),
+        one(
+            &mut s,
+            "SELECT abalance FROM pgbench_accounts WHERE aid = 17"
+        ),
         "60"
     );
     assert_eq!(one(&mut s, "select bbalance from pgbench_branches"), "67");
     assert_eq!(one(&mut s, "select sum(delta) from pgbench_history"), "67");
     assert_eq!(
-        one(&mut s, "select count(*) from pgbench_history where mtime <= now()"),
+        one(
+            &mut s,
+            "select count(*) from pgbench_history where mtime <= now()"
+        ),
         "3"
     );
-    assert_eq!(one(&mut s, "select tbalance from pgbench_tellers where tid = 3"), "-33");
+    assert_eq!(
+        one(&mut s, "select tbalance from pgbench_tellers where tid = 3"),
+        "-33"
+    );
 }
 
 #[test]
@@ -239,7 +265,10 @@ fn pgbench_server_side_generate() {
         ),
         vec![vec!["6"], vec!["4"], vec!["2"]]
     );
-    assert_eq!(one(&mut s, "select count(*) from generate_series(10, 1, -3)"), "4");
+    assert_eq!(
+        one(&mut s, "select count(*) from generate_series(10, 1, -3)"),
+        "4"
+    );
 }
 
 #[test]
@@ -269,7 +298,9 @@ fn pgbench_prepared_scripts_and_plan_cache() {
         let aid = 1 + (i * 97) % ACCOUNTS as i32;
         s.execute(&p_begin, vec![]).unwrap();
         assert_eq!(s.txn_status(), TxnStatus::InBlock);
-        let out = s.execute(&p_upd, vec![Value::Int4(5), Value::Int4(aid)]).unwrap();
+        let out = s
+            .execute(&p_upd, vec![Value::Int4(5), Value::Int4(aid)])
+            .unwrap();
         assert!(
             matches!(out, Output::Command { ref tag } if tag == "UPDATE 1"),
             "{out:?}"
@@ -283,14 +314,22 @@ fn pgbench_prepared_scripts_and_plan_cache() {
         }
         s.execute(
             &p_ins,
-            vec![Value::Int4(1), Value::Int4(1), Value::Int4(aid), Value::Int4(5)],
+            vec![
+                Value::Int4(1),
+                Value::Int4(1),
+                Value::Int4(aid),
+                Value::Int4(5),
+            ],
         )
         .unwrap();
         s.execute(&p_end, vec![]).unwrap();
         s.sync().unwrap();
         assert_eq!(s.txn_status(), TxnStatus::Idle);
     }
-    assert_eq!(one(&mut s, "select sum(abalance) from pgbench_accounts"), "250");
+    assert_eq!(
+        one(&mut s, "select sum(abalance) from pgbench_accounts"),
+        "250"
+    );
     assert_eq!(one(&mut s, "select count(*) from pgbench_history"), "50");
     // Select-only outside a block autocommits.
     let before = e.commits();
@@ -349,7 +388,10 @@ fn select_features() {
         vec![vec!["2"], vec!["1"], vec!["4"], vec!["3"], vec!["5"]]
     );
     assert_eq!(
-        rows(&mut s, "select id from items order by qty nulls first limit 2"),
+        rows(
+            &mut s,
+            "select id from items order by qty nulls first limit 2"
+        ),
         vec![vec!["2"], vec!["5"]]
     );
     assert_eq!(
@@ -382,13 +424,19 @@ fn select_features() {
         rows(&mut s, "select id from items where 4 <= id"),
         vec![vec!["4"], vec!["5"]]
     );
-    assert_eq!(rows(&mut s, "select id from items where id = 3.0"), vec![vec!["3"]]);
+    assert_eq!(
+        rows(&mut s, "select id from items where id = 3.0"),
+        vec![vec!["3"]]
+    );
     assert_eq!(
         rows(&mut s, "select id from items where id = null"),
         Vec::<Vec<String>>::new()
     );
     assert_eq!(
-        rows(&mut s, "select code, count(*) from items group by code order by code"),
+        rows(
+            &mut s,
+            "select code, count(*) from items group by code order by code"
+        ),
         vec![
             vec!["ab  ", "2"],
             vec!["cd  ", "1"],
@@ -419,18 +467,30 @@ fn select_features() {
         vec![vec!["kiwi", "KIWI", "4"]]
     );
     assert_eq!(
-        one(&mut s, "select coalesce(name, 'none') from items where id = 5"),
+        one(
+            &mut s,
+            "select coalesce(name, 'none') from items where id = 5"
+        ),
         "none"
     );
     assert_eq!(one(&mut s, "select id from items where code = 'zz'"), "5");
     assert_eq!(
-        one(&mut s, "select count(*) from items where name like 'a%' or true"),
+        one(
+            &mut s,
+            "select count(*) from items where name like 'a%' or true"
+        ),
         "5"
     );
-    match ok(&mut s, "select *, 1, id + 1 as next from items where id = 1") {
+    match ok(
+        &mut s,
+        "select *, 1, id + 1 as next from items where id = 1",
+    ) {
         Output::Rows { columns, .. } => {
             let names: Vec<&str> = columns.iter().map(|c| c.name.as_str()).collect();
-            assert_eq!(names, ["id", "name", "price", "qty", "code", "?column?", "next"]);
+            assert_eq!(
+                names,
+                ["id", "name", "price", "qty", "code", "?column?", "next"]
+            );
             assert_eq!(columns[4].ty, DataType::Char(4));
         }
         other => panic!("{other:?}"),
@@ -445,15 +505,27 @@ fn select_features() {
         other => panic!("{other:?}"),
     }
     assert_eq!(
-        tag(&mut s, "update items set qty = qty + 1 where qty is null or qty < 5"),
+        tag(
+            &mut s,
+            "update items set qty = qty + 1 where qty is null or qty < 5"
+        ),
         "UPDATE 3"
     );
-    assert_eq!(tag(&mut s, "delete from items where price is null"), "DELETE 1");
+    assert_eq!(
+        tag(&mut s, "delete from items where price is null"),
+        "DELETE 1"
+    );
     assert_eq!(tag(&mut s, "delete from items where id = 42"), "DELETE 0");
     assert_eq!(one(&mut s, "select count(*) from items"), "4");
-    assert_eq!(tag(&mut s, "insert into items (id) values (9)"), "INSERT 0 1");
     assert_eq!(
-        one(&mut s, "select name is null and qty is null from items where id = 9"),
+        tag(&mut s, "insert into items (id) values (9)"),
+        "INSERT 0 1"
+    );
+    assert_eq!(
+        one(
+            &mut s,
+            "select name is null and qty is null from items where id = 9"
+        ),
         "t"
     );
 }
@@ -478,7 +550,10 @@ fn system_views() {
         vec![vec![Value::Int8(10), Value::Int8(2048)]],
     );
     let mut s = session(&e);
-    assert_eq!(rows(&mut s, "select * from pg_stat_wal"), vec![vec!["10", "2048"]]);
+    assert_eq!(
+        rows(&mut s, "select * from pg_stat_wal"),
+        vec![vec!["10", "2048"]]
+    );
     assert_eq!(
         rows(
             &mut s,
@@ -487,7 +562,11 @@ fn system_views() {
         vec![vec!["204"]]
     );
     assert_eq!(
-        err(&mut s, "select * from pg_catalog.pg_class"),
+        rows(&mut s, "select wal_records from pg_catalog.pg_stat_wal"),
+        vec![vec!["10"]]
+    );
+    assert_eq!(
+        err(&mut s, "select * from pg_catalog.nosuch"),
         SqlState::UNDEFINED_TABLE
     );
     assert_eq!(tag(&mut s, "checkpoint"), "CHECKPOINT");
@@ -509,7 +588,10 @@ fn transaction_states() {
         ("WARNING", SqlState::ACTIVE_SQL_TRANSACTION)
     );
     ok(&mut s, "insert into t values (1)");
-    assert_eq!(err(&mut s, "insert into t values (1)"), SqlState::UNIQUE_VIOLATION);
+    assert_eq!(
+        err(&mut s, "insert into t values (1)"),
+        SqlState::UNIQUE_VIOLATION
+    );
     assert_eq!(s.txn_status(), TxnStatus::Failed);
     assert_eq!(err(&mut s, "select 1"), SqlState::IN_FAILED_SQL_TRANSACTION);
     assert_eq!(err(&mut s, "show jit"), SqlState::IN_FAILED_SQL_TRANSACTION);
@@ -524,7 +606,10 @@ fn transaction_states() {
     // Multi-statement strings are one implicit transaction.
     let out = s.simple_query("insert into t values (1); insert into t values (2); select 1/0");
     assert_eq!(out.len(), 3);
-    assert_eq!(out[2].as_ref().unwrap_err().sqlstate, SqlState::DIVISION_BY_ZERO);
+    assert_eq!(
+        out[2].as_ref().unwrap_err().sqlstate,
+        SqlState::DIVISION_BY_ZERO
+    );
     assert_eq!(s.txn_status(), TxnStatus::Idle);
     assert_eq!(one(&mut s, "select count(*) from t"), "0");
     let out = s.simple_query("insert into t values (1); insert into t values (2)");
@@ -540,7 +625,10 @@ fn transaction_states() {
     ok(&mut s, "start transaction isolation level read committed");
     ok(&mut s, "insert into t values (4)");
     ok(&mut s, "abort");
-    assert_eq!(err(&mut s, "insert into t values (1)"), SqlState::UNIQUE_VIOLATION);
+    assert_eq!(
+        err(&mut s, "insert into t values (1)"),
+        SqlState::UNIQUE_VIOLATION
+    );
     assert_eq!(s.txn_status(), TxnStatus::Idle);
     assert_eq!(tag(&mut s, "vacuum"), "VACUUM");
     ok(&mut s, "begin");
@@ -552,7 +640,10 @@ fn transaction_states() {
     s.terminate();
     assert_eq!(s.txn_status(), TxnStatus::Idle);
     assert_eq!(one(&mut s, "select count(*) from t"), "2");
-    assert!(matches!(s.simple_query("  ;  ").pop().unwrap().unwrap(), Output::Empty));
+    assert!(matches!(
+        s.simple_query("  ;  ").pop().unwrap().unwrap(),
+        Output::Empty
+    ));
     assert!(matches!(
         s.simple_query("-- nothing").pop().unwrap().unwrap(),
         Output::Empty
@@ -563,36 +654,63 @@ fn transaction_states() {
 fn error_codes() {
     let e = MemEngine::new();
     let mut s = session(&e);
-    ok(&mut s, "create table t (a int primary key, b int not null, c text)");
+    ok(
+        &mut s,
+        "create table t (a int primary key, b int not null, c text)",
+    );
     let cases: &[(&str, SqlState)] = &[
         ("select * from nope", SqlState::UNDEFINED_TABLE),
         ("select zz from t", SqlState::UNDEFINED_COLUMN),
         ("selec 1", SqlState::SYNTAX_ERROR),
         ("insert into t (a) values (1)", SqlState::NOT_NULL_VIOLATION),
-        ("insert into t values (1, null)", SqlState::NOT_NULL_VIOLATION),
+        (
+            "insert into t values (1, null)",
+            SqlState::NOT_NULL_VIOLATION,
+        ),
         ("select 1/0", SqlState::DIVISION_BY_ZERO),
         ("select 5 % 0", SqlState::DIVISION_BY_ZERO),
-        ("select 2147483647 + 1", SqlState::NUMERIC_VALUE_OUT_OF_RANGE),
-        ("select 9223372036854775807 * 2", SqlState::NUMERIC_VALUE_OUT_OF_RANGE),
+        (
+            "select 2147483647 + 1",
+            SqlState::NUMERIC_VALUE_OUT_OF_RANGE,
+        ),
+        (
+            "select 9223372036854775807 * 2",
+            SqlState::NUMERIC_VALUE_OUT_OF_RANGE,
+        ),
         ("select * from t, t as u", SqlState::FEATURE_NOT_SUPPORTED),
         ("select * from t where 1", SqlState::DATATYPE_MISMATCH),
-        ("insert into t values ('x', 1)", SqlState::INVALID_TEXT_REPRESENTATION),
+        (
+            "insert into t values ('x', 1)",
+            SqlState::INVALID_TEXT_REPRESENTATION,
+        ),
         ("insert into t values (1, 1, 2, 3)", SqlState::SYNTAX_ERROR),
         ("select a from t where c = 1", SqlState::UNDEFINED_FUNCTION),
         ("select a, count(*) from t", SqlState::GROUPING_ERROR),
         ("create table t (x int)", SqlState::DUPLICATE_TABLE),
         ("drop table nope", SqlState::UNDEFINED_TABLE),
         ("truncate nope", SqlState::UNDEFINED_TABLE),
-        ("alter table t add primary key (a)", SqlState::INVALID_TABLE_DEFINITION),
+        (
+            "alter table t add primary key (a)",
+            SqlState::INVALID_TABLE_DEFINITION,
+        ),
         (
             "create table u (a int) with (fillfactor = 5)",
             SqlState::INVALID_PARAMETER_VALUE,
         ),
-        ("create table u (a numeric)", SqlState::FEATURE_NOT_SUPPORTED),
-        ("set shared_buffers = '1GB'", SqlState::CANT_CHANGE_RUNTIME_PARAM),
+        (
+            "create table u (a numeric)",
+            SqlState::FEATURE_NOT_SUPPORTED,
+        ),
+        (
+            "set shared_buffers = '1GB'",
+            SqlState::CANT_CHANGE_RUNTIME_PARAM,
+        ),
         ("set no_such_setting = 1", SqlState::UNDEFINED_OBJECT),
         ("show no_such_setting", SqlState::UNDEFINED_OBJECT),
-        ("set commit_delay = 100001", SqlState::INVALID_PARAMETER_VALUE),
+        (
+            "set commit_delay = 100001",
+            SqlState::INVALID_PARAMETER_VALUE,
+        ),
         ("copy t to stdout", SqlState::FEATURE_NOT_SUPPORTED),
         ("savepoint a", SqlState::FEATURE_NOT_SUPPORTED),
         ("select $1", SqlState::UNDEFINED_PARAMETER),
@@ -601,7 +719,10 @@ fn error_codes() {
         assert_eq!(err(&mut s, sql), *code, "{sql}");
     }
     ok(&mut s, "insert into t values (1, 1)");
-    assert_eq!(err(&mut s, "insert into t values (1, 2)"), SqlState::UNIQUE_VIOLATION);
+    assert_eq!(
+        err(&mut s, "insert into t values (1, 2)"),
+        SqlState::UNIQUE_VIOLATION
+    );
     let e23502 = s
         .simple_query("insert into t (a) values (2)")
         .pop()
@@ -611,8 +732,15 @@ fn error_codes() {
         e23502.message,
         "null value in column \"b\" of relation \"t\" violates not-null constraint"
     );
-    assert_eq!(e23502.detail.as_deref(), Some("Failing row contains (2, null, null)."));
-    let e = s.simple_query("select * from t, t as u").pop().unwrap().unwrap_err();
+    assert_eq!(
+        e23502.detail.as_deref(),
+        Some("Failing row contains (2, null, null).")
+    );
+    let e = s
+        .simple_query("select * from t, t as u")
+        .pop()
+        .unwrap()
+        .unwrap_err();
     assert!(e.message.contains("joins"), "{}", e.message);
     // The pgbench startup catalog query fails cleanly.
     let q = "select o.n, p.partstrat, pg_catalog.count(i.inhparent) from pg_catalog.pg_class as c join pg_catalog.pg_namespace as n on (n.oid = c.relnamespace) cross join lateral (select pg_catalog.array_position(pg_catalog.current_schemas(true), n.nspname)) as o(n) left join pg_catalog.pg_partitioned_table as p on (p.partrelid = c.oid) left join pg_catalog.pg_inherits as i on (c.oid = i.inhparent) where c.relname = 'pgbench_accounts' and o.n is not null group by 1, 2 order by 1 asc limit 1";
@@ -632,7 +760,8 @@ fn copy_streams_and_reports_errors() {
         &mut s,
         "create table c (a int primary key, b text, d char(3), e boolean)",
     );
-    let data = "1\thello\\tworld\tx\tt\n2\t\\N\t\\N\tf\n3\tback\\\\slash\\n\tyz\ton\r\n4\tlast\t\t\\N";
+    let data =
+        "1\thello\\tworld\tx\tt\n2\t\\N\t\\N\tf\n3\tback\\\\slash\\n\tyz\ton\r\n4\tlast\t\t\\N";
     // Byte-at-a-time delivery; the last line has no newline.
     assert!(matches!(
         ok(&mut s, "copy c (a, b, d, e) from stdin"),
@@ -673,7 +802,10 @@ fn copy_streams_and_reports_errors() {
     let e1 = s.copy_data(b"x\ta\tb\tt\n").unwrap_err();
     assert_eq!(
         (e1.sqlstate, e1.detail.as_deref()),
-        (SqlState::INVALID_TEXT_REPRESENTATION, Some("COPY c, line 1"))
+        (
+            SqlState::INVALID_TEXT_REPRESENTATION,
+            Some("COPY c, line 1")
+        )
     );
     assert_eq!(s.copy_data(b"ignored").map(|_| 1).unwrap(), 1);
     // Extra columns.
@@ -692,7 +824,10 @@ fn copy_streams_and_reports_errors() {
     let f = s.copy_fail("client gave up");
     assert_eq!(
         (f.sqlstate, f.message.as_str()),
-        (SqlState::QUERY_CANCELED, "COPY from stdin failed: client gave up")
+        (
+            SqlState::QUERY_CANCELED,
+            "COPY from stdin failed: client gave up"
+        )
     );
     assert_eq!(s.txn_status(), TxnStatus::Failed);
     ok(&mut s, "rollback");
@@ -715,7 +850,10 @@ fn copy_streams_and_reports_errors() {
 fn char_padding_and_varchar_limits() {
     let e = MemEngine::new();
     let mut s = session(&e);
-    ok(&mut s, "create table p (k character(5) primary key, v varchar(3))");
+    ok(
+        &mut s,
+        "create table p (k character(5) primary key, v varchar(3))",
+    );
     ok(&mut s, "insert into p values ('ab', 'xyz')");
     assert_eq!(one(&mut s, "select k || '|' from p"), "ab   |");
     assert_eq!(one(&mut s, "select length(k) from p"), "2");
@@ -750,7 +888,13 @@ fn gucs_set_show_reset() {
     ];
     let mut s = Session::new(Arc::new(e.clone()), &defaults, &opts).unwrap();
     let params = s.startup_parameters();
-    let get = |n: &str| params.iter().find(|p| p.0 == n).map(|p| p.1.clone()).unwrap();
+    let get = |n: &str| {
+        params
+            .iter()
+            .find(|p| p.0 == n)
+            .map(|p| p.1.clone())
+            .unwrap()
+    };
     assert_eq!(get("server_version"), "18.0 (walnut 0.1)");
     assert_eq!(get("application_name"), "pgbench");
     assert_eq!(get("client_encoding"), "UTF8");
@@ -762,7 +906,10 @@ fn gucs_set_show_reset() {
     assert_eq!(one(&mut s, "show synchronous_commit"), "off");
     match ok(&mut s, "show datestyle") {
         Output::Rows { columns, tag, .. } => {
-            assert_eq!((columns[0].name.as_str(), tag.as_str()), ("DateStyle", "SHOW"))
+            assert_eq!(
+                (columns[0].name.as_str(), tag.as_str()),
+                ("DateStyle", "SHOW")
+            )
         }
         other => panic!("{other:?}"),
     }
@@ -770,7 +917,10 @@ fn gucs_set_show_reset() {
     assert_eq!(tag(&mut s, "set synchronous_commit to on"), "SET");
     ok(&mut s, "create table t (a int)");
     let o = e.last_commit_opts().unwrap();
-    assert_eq!((o.synchronous, o.commit_delay_us, o.commit_siblings), (true, 10, 7));
+    assert_eq!(
+        (o.synchronous, o.commit_delay_us, o.commit_siblings),
+        (true, 10, 7)
+    );
     assert_eq!(one(&mut s, "show statement_timeout"), "0");
     ok(&mut s, "set statement_timeout = '5s'");
     assert_eq!(one(&mut s, "show statement_timeout"), "5s");
@@ -797,24 +947,39 @@ fn gucs_set_show_reset() {
     ok(&mut s, "set synchronous_commit = default");
     assert_eq!(one(&mut s, "show synchronous_commit"), "off");
     let all = rows(&mut s, "show all");
-    assert!(all.iter().any(|r| r[0] == "max_connections" && r[1] == "100"));
-    assert!(all.iter().any(|r| r[0] == "checkpoint_timeout" && r[1] == "5min"));
-    assert!(all.iter().any(|r| r[0] == "group_commit" && r[1] == "adaptive"));
+    assert!(all
+        .iter()
+        .any(|r| r[0] == "max_connections" && r[1] == "100"));
+    assert!(all
+        .iter()
+        .any(|r| r[0] == "checkpoint_timeout" && r[1] == "5min"));
+    assert!(all
+        .iter()
+        .any(|r| r[0] == "group_commit" && r[1] == "adaptive"));
     // Startup options that cannot be set per session.
     let bad = vec![("shared_buffers".to_string(), "1GB".to_string())];
     assert_eq!(
-        Session::new(Arc::new(e.clone()), &vec![], &bad).err().unwrap().sqlstate,
+        Session::new(Arc::new(e.clone()), &vec![], &bad)
+            .err()
+            .unwrap()
+            .sqlstate,
         SqlState::CANT_CHANGE_RUNTIME_PARAM
     );
     let bad = vec![("bogus".to_string(), "1".to_string())];
     assert_eq!(
-        Session::new(Arc::new(e.clone()), &vec![], &bad).err().unwrap().sqlstate,
+        Session::new(Arc::new(e.clone()), &vec![], &bad)
+            .err()
+            .unwrap()
+            .sqlstate,
         SqlState::UNDEFINED_OBJECT
     );
     // Extended protocol: SET/SHOW prepared.
     let p = s.prepare("show commit_siblings", &[]).unwrap();
     assert_eq!(p.columns.as_ref().unwrap()[0].name, "commit_siblings");
-    assert!(matches!(s.execute(&p, vec![]).unwrap(), Output::Rows { .. }));
+    assert!(matches!(
+        s.execute(&p, vec![]).unwrap(),
+        Output::Rows { .. }
+    ));
 }
 
 /// Golden table: expression → printed result, or the error's SQLSTATE.
@@ -911,23 +1076,40 @@ fn parameter_type_inference() {
         &mut s,
         "create table t (a bigint primary key, b text, c timestamp, d double precision)",
     );
-    let p = s.prepare("insert into t values ($1, $2, $3, $4)", &[]).unwrap();
+    let p = s
+        .prepare("insert into t values ($1, $2, $3, $4)", &[])
+        .unwrap();
     assert_eq!(
         p.param_types,
-        vec![DataType::Int8, DataType::Text, DataType::Timestamp, DataType::Float8]
+        vec![
+            DataType::Int8,
+            DataType::Text,
+            DataType::Timestamp,
+            DataType::Float8
+        ]
     );
     let p = s
         .prepare("select a from t where b = $1 and a > $2 limit $3", &[])
         .unwrap();
-    assert_eq!(p.param_types, vec![DataType::Text, DataType::Int8, DataType::Int8]);
+    assert_eq!(
+        p.param_types,
+        vec![DataType::Text, DataType::Int8, DataType::Int8]
+    );
     let p = s.prepare("select $1, $2 + 1", &[0, 20]).unwrap();
     assert_eq!(p.param_types, vec![DataType::Text, DataType::Int8]);
-    let p = s.prepare("update t set d = d * $1 where a = $2", &[701, 0]).unwrap();
+    let p = s
+        .prepare("update t set d = d * $1 where a = $2", &[701, 0])
+        .unwrap();
     assert_eq!(p.param_types, vec![DataType::Float8, DataType::Int8]);
     exec(
         &mut s,
         "insert into t values ($1, $2, $3, $4)",
-        vec![Value::Int8(1), Value::Null, Value::Timestamp(0), Value::Float8(2.0)],
+        vec![
+            Value::Int8(1),
+            Value::Null,
+            Value::Timestamp(0),
+            Value::Float8(2.0),
+        ],
     );
     exec(
         &mut s,
@@ -961,8 +1143,14 @@ fn concurrent_updates_follow_the_newest_version() {
     ok(&mut s1, "create table acc (id int primary key, bal int)");
     ok(&mut s1, "insert into acc values (1, 100), (2, 100)");
     ok(&mut s1, "begin");
-    assert_eq!(tag(&mut s1, "update acc set bal = bal + 10 where id = 1"), "UPDATE 1");
-    assert_eq!(tag(&mut s1, "update acc set bal = 0 where id = 2"), "UPDATE 1");
+    assert_eq!(
+        tag(&mut s1, "update acc set bal = bal + 10 where id = 1"),
+        "UPDATE 1"
+    );
+    assert_eq!(
+        tag(&mut s1, "update acc set bal = 0 where id = 2"),
+        "UPDATE 1"
+    );
     let e2 = e.clone();
     let h = std::thread::spawn(move || {
         let mut s2 = session(&e2);
@@ -990,7 +1178,10 @@ fn ddl_forms() {
         "create table if not exists k (a int, b int, c smallint, primary key (a, b))",
     );
     ok(&mut s, "create table if not exists k (a int)");
-    assert_eq!(s.take_notices()[0].message, "relation \"k\" already exists, skipping");
+    assert_eq!(
+        s.take_notices()[0].message,
+        "relation \"k\" already exists, skipping"
+    );
     ok(
         &mut s,
         "insert into k values (1, 1, 1), (1, 2, 2), (2, 1, 3), (2, 2, 4)",
@@ -999,8 +1190,14 @@ fn ddl_forms() {
         rows(&mut s, "select c from k where a = 2 and b >= 1 order by b"),
         vec![vec!["3"], vec!["4"]]
     );
-    assert_eq!(rows(&mut s, "select c from k where a = 1 and b > 1"), vec![vec!["2"]]);
-    assert_eq!(rows(&mut s, "select c from k where a = 1 and b < 2"), vec![vec!["1"]]);
+    assert_eq!(
+        rows(&mut s, "select c from k where a = 1 and b > 1"),
+        vec![vec!["2"]]
+    );
+    assert_eq!(
+        rows(&mut s, "select c from k where a = 1 and b < 2"),
+        vec![vec!["1"]]
+    );
     assert_eq!(one(&mut s, "select c from k where a = 2 and b = 2"), "4");
     assert_eq!(
         err(&mut s, "insert into k values (1, 1, 9)"),
@@ -1017,7 +1214,10 @@ fn ddl_forms() {
         SqlState::UNIQUE_VIOLATION
     );
     assert_eq!(tag(&mut s, "truncate m"), "TRUNCATE TABLE");
-    assert_eq!(tag(&mut s, "drop table if exists m, nothere, k"), "DROP TABLE");
+    assert_eq!(
+        tag(&mut s, "drop table if exists m, nothere, k"),
+        "DROP TABLE"
+    );
     assert_eq!(s.take_notices().len(), 1);
     assert_eq!(err(&mut s, "select * from k"), SqlState::UNDEFINED_TABLE);
 }
@@ -1026,15 +1226,24 @@ fn ddl_forms() {
 fn key_predicates_use_the_index() {
     let e = MemEngine::new();
     let mut s = session(&e);
-    ok(&mut s, "create table a (aid int primary key, bid int, abalance int)");
-    ok(&mut s, "insert into a select x, 1, 0 from generate_series(1, 100) as x");
+    ok(
+        &mut s,
+        "create table a (aid int primary key, bid int, abalance int)",
+    );
+    ok(
+        &mut s,
+        "insert into a select x, 1, 0 from generate_series(1, 100) as x",
+    );
     let count = |e: &MemEngine| e.scan_counts();
     let before = count(&e);
     let upd = s
         .prepare("UPDATE a SET abalance = abalance + $1 WHERE aid = $2", &[])
         .unwrap();
-    let sel = s.prepare("SELECT abalance FROM a WHERE aid = $1", &[]).unwrap();
-    s.execute(&upd, vec![Value::Int4(3), Value::Int4(42)]).unwrap();
+    let sel = s
+        .prepare("SELECT abalance FROM a WHERE aid = $1", &[])
+        .unwrap();
+    s.execute(&upd, vec![Value::Int4(3), Value::Int4(42)])
+        .unwrap();
     s.execute(&sel, vec![Value::Int4(42)]).unwrap();
     ok(&mut s, "select * from a where aid between 10 and 20");
     ok(&mut s, "delete from a where aid = 99");
@@ -1045,7 +1254,10 @@ fn key_predicates_use_the_index() {
     ok(&mut s, "select * from a where bid = 1");
     ok(&mut s, "select * from a where aid = 5 or aid = 6");
     assert_eq!(one(&mut s, "select count(*) from a where aid = 5.5"), "0");
-    assert_eq!(one(&mut s, "select count(*) from a where aid < 3000000000"), "99");
+    assert_eq!(
+        one(&mut s, "select count(*) from a where aid < 3000000000"),
+        "99"
+    );
     // (The last one range-scans with an open upper bound: 3e9 does not fit the int4 key.)
     assert_eq!(count(&e).0 - after.0, 3);
     assert_eq!(one(&mut s, "select abalance from a where aid = 42"), "3");
@@ -1075,7 +1287,10 @@ fn statement_timeout_cancels_long_statements() {
     let err = out.last().unwrap().as_ref().unwrap_err();
     assert_eq!(
         (err.sqlstate, err.message.as_str()),
-        (SqlState::QUERY_CANCELED, "canceling statement due to statement timeout")
+        (
+            SqlState::QUERY_CANCELED,
+            "canceling statement due to statement timeout"
+        )
     );
     ok(&mut s, "set statement_timeout = 0");
     assert_eq!(one(&mut s, "select count(*) from big"), "0");
@@ -1116,4 +1331,136 @@ mod props {
             prop_assert_eq!(got, want);
         }
     }
+}
+
+/// pgbench 18 asks `SELECT relkind FROM pg_catalog.pg_class WHERE oid=$1::pg_catalog.regclass`
+/// before COPY ... FREEZE.
+#[test]
+fn regclass_and_pg_catalog() {
+    let e = MemEngine::new();
+    let mut s = session(&e);
+    ok(
+        &mut s,
+        "create table pgbench_accounts (aid int primary key, abalance int)",
+    );
+    ok(&mut s, "create table \"Mixed\" (x int)");
+    ok(&mut s, "create table public.plain (x int)");
+
+    // The pgbench 18 query, extended protocol, untyped parameter: inferred as text.
+    let q = "SELECT relkind FROM pg_catalog.pg_class WHERE oid=$1::pg_catalog.regclass";
+    let p = s.prepare(q, &[]).unwrap();
+    assert_eq!(p.param_types, vec![DataType::Text]);
+    for (name, kind) in [
+        ("pgbench_accounts", "r"),
+        ("pgbench_accounts_pkey", "i"),
+        ("public.pgbench_accounts", "r"),
+        ("PGBENCH_ACCOUNTS", "r"),
+        ("\"Mixed\"", "r"),
+    ] {
+        match exec(&mut s, q, vec![Value::Text(name.into())]) {
+            Output::Rows { rows, columns, .. } => {
+                assert_eq!(columns[0].ty, DataType::Char(1));
+                assert_eq!(rows, vec![vec![Value::Text(kind.into())]], "{name}");
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+    let p = s.prepare(q, &[]).unwrap();
+    let e2 = s
+        .execute(&p, vec![Value::Text("nosuch".into())])
+        .unwrap_err();
+    assert_eq!(e2.sqlstate, SqlState::UNDEFINED_TABLE);
+    assert_eq!(e2.message, "relation \"nosuch\" does not exist");
+    // NULL in, no rows out.
+    match exec(&mut s, q, vec![Value::Null]) {
+        Output::Rows { rows, .. } => assert!(rows.is_empty()),
+        other => panic!("{other:?}"),
+    }
+
+    // Literals, CAST, unqualified pg_class, ::oid.
+    assert_eq!(
+        one(
+            &mut s,
+            "select relkind from pg_class where oid = 'pgbench_accounts'::regclass"
+        ),
+        "r"
+    );
+    assert_eq!(
+        one(
+            &mut s,
+            "select relname from pg_catalog.pg_class where oid = cast('plain' as regclass)"
+        ),
+        "plain"
+    );
+    let oid = one(&mut s, "select 'pgbench_accounts'::regclass");
+    assert_eq!(
+        one(
+            &mut s,
+            &format!("select relname from pg_class where oid = {oid}::oid")
+        ),
+        "pgbench_accounts"
+    );
+    assert_eq!(
+        one(
+            &mut s,
+            &format!("select {oid}::regclass = '{oid}'::regclass")
+        ),
+        "t"
+    );
+    assert_eq!(
+        rows(&mut s, "select relname, relkind from pg_class order by oid"),
+        vec![
+            vec!["pgbench_accounts", "r"],
+            vec!["pgbench_accounts_pkey", "i"],
+            vec!["Mixed", "r"],
+            vec!["plain", "r"],
+        ]
+    );
+    assert_eq!(
+        err(
+            &mut s,
+            "select relkind from pg_class where oid = 'nosuch'::regclass"
+        ),
+        SqlState::UNDEFINED_TABLE
+    );
+    assert_eq!(
+        err(&mut s, "select 'pg_catalog.nosuch'::pg_catalog.regclass"),
+        SqlState::UNDEFINED_TABLE
+    );
+    assert_eq!(
+        err(&mut s, "select 'other.plain'::regclass"),
+        SqlState("3F000")
+    );
+    assert_eq!(err(&mut s, "select true::regclass"), SqlState("42846"));
+
+    // Schema qualification: public.* is tables only, pg_catalog.* views only.
+    assert_eq!(
+        one(&mut s, "select count(*) from public.pgbench_accounts"),
+        "0"
+    );
+    assert_eq!(
+        err(&mut s, "select * from public.pg_class"),
+        SqlState::UNDEFINED_TABLE
+    );
+    assert_eq!(
+        err(&mut s, "select * from pg_catalog.pgbench_accounts"),
+        SqlState::UNDEFINED_TABLE
+    );
+    assert_eq!(
+        err(&mut s, "select * from other.plain"),
+        SqlState::UNDEFINED_TABLE
+    );
+    // A user table shadows a view of the same name only when unqualified.
+    ok(&mut s, "create table pg_class (x int)");
+    assert_eq!(
+        rows(&mut s, "select * from pg_class"),
+        Vec::<Vec<String>>::new()
+    );
+    assert_eq!(
+        one(
+            &mut s,
+            "select relkind from pg_catalog.pg_class where relname = 'pgbench_accounts'"
+        ),
+        "r"
+    );
 }

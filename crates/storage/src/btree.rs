@@ -92,8 +92,13 @@ fn init_node(p: &mut PageBuf, lvl: u16) {
 /// # Errors
 /// Corruption if malformed.
 pub fn parse_item(item: &[u8]) -> Result<(&[u8], &[u8])> {
-    let len = item.get(..2).map(|b| u16::from_le_bytes([b[0], b[1]]) as usize).ok_or_else(|| Error::corruption("B-tree item is truncated"))?;
-    let key = item.get(2..2 + len).ok_or_else(|| Error::corruption("B-tree item key is truncated"))?;
+    let len = item
+        .get(..2)
+        .map(|b| u16::from_le_bytes([b[0], b[1]]) as usize)
+        .ok_or_else(|| Error::corruption("B-tree item is truncated"))?;
+    let key = item
+        .get(2..2 + len)
+        .ok_or_else(|| Error::corruption("B-tree item key is truncated"))?;
     Ok((key, &item[2 + len..]))
 }
 
@@ -107,20 +112,31 @@ fn make_item(key: &[u8], val: &[u8]) -> Vec<u8> {
 
 /// High key of a page (empty on the rightmost page: +infinity).
 pub fn high_key(p: &PageBuf) -> Result<&[u8]> {
-    Ok(parse_item(page::item(p, 0).ok_or_else(|| Error::corruption("B-tree page has no high key"))?)?.0)
+    Ok(parse_item(
+        page::item(p, 0).ok_or_else(|| Error::corruption("B-tree page has no high key"))?,
+    )?
+    .0)
 }
 
 fn key_at(p: &PageBuf, i: usize) -> Result<&[u8]> {
-    Ok(parse_item(page::item(p, i).ok_or_else(|| Error::corruption(format!("B-tree line pointer {i} is unused")))?)?.0)
+    Ok(parse_item(
+        page::item(p, i)
+            .ok_or_else(|| Error::corruption(format!("B-tree line pointer {i} is unused")))?,
+    )?
+    .0)
 }
 
 fn child_at(p: &PageBuf, i: usize) -> Result<BlockNumber> {
-    let (_, v) = parse_item(page::item(p, i).ok_or_else(|| Error::corruption("B-tree item missing"))?)?;
-    Ok(BlockNumber(u32::from_le_bytes(v.try_into().map_err(|_| Error::corruption("B-tree downlink is malformed"))?)))
+    let (_, v) =
+        parse_item(page::item(p, i).ok_or_else(|| Error::corruption("B-tree item missing"))?)?;
+    Ok(BlockNumber(u32::from_le_bytes(v.try_into().map_err(
+        |_| Error::corruption("B-tree downlink is malformed"),
+    )?)))
 }
 
 fn tid_at(p: &PageBuf, i: usize) -> Result<Tid> {
-    let (_, v) = parse_item(page::item(p, i).ok_or_else(|| Error::corruption("B-tree item missing"))?)?;
+    let (_, v) =
+        parse_item(page::item(p, i).ok_or_else(|| Error::corruption("B-tree item missing"))?)?;
     Tid::from_bytes(v).ok_or_else(|| Error::corruption("B-tree leaf TID is malformed"))
 }
 
@@ -166,7 +182,11 @@ fn root(st: &Storage, rel: &Relation) -> Result<BlockNumber> {
     let pin = st.pool.pin(rel, BlockNumber(0), ReadMode::Normal)?;
     let p = pin.read();
     if page::kind(&p) != Some(PageKind::BTreeMeta) {
-        return Err(Error::new(walnut_common::ErrorKind::Corruption, SqlState::INDEX_CORRUPTED, format!("index base/{} has no meta page", rel.id.0)));
+        return Err(Error::new(
+            walnut_common::ErrorKind::Corruption,
+            SqlState::INDEX_CORRUPTED,
+            format!("index base/{} has no meta page", rel.id.0),
+        ));
     }
     let root = u32::from_le_bytes(p[24..28].try_into().expect("4"));
     rel.btree_root.store(root, Ordering::Release);
@@ -182,7 +202,14 @@ fn descend(st: &Storage, rel: &Relation, key: &[u8]) -> Result<(BlockNumber, Vec
         let pin = st.pool.pin(rel, block, ReadMode::Normal)?;
         let p = pin.read();
         if page::kind(&p) != Some(PageKind::BTree) {
-            return Err(Error::new(walnut_common::ErrorKind::Corruption, SqlState::INDEX_CORRUPTED, format!("block {} of index base/{} is not a B-tree page", block.0, rel.id.0)));
+            return Err(Error::new(
+                walnut_common::ErrorKind::Corruption,
+                SqlState::INDEX_CORRUPTED,
+                format!(
+                    "block {} of index base/{} is not a B-tree page",
+                    block.0, rel.id.0
+                ),
+            ));
         }
         if level(&p) == 0 {
             return Ok((block, path));
@@ -244,7 +271,13 @@ pub fn insert_unique(
     index_name: &str,
 ) -> Result<InsertOutcome> {
     if key.len() > MAX_KEY_SIZE {
-        return Err(Error::user(SqlState("54000"), format!("index row size {} exceeds maximum {MAX_KEY_SIZE} for index \"{index_name}\"", key.len())));
+        return Err(Error::user(
+            SqlState("54000"),
+            format!(
+                "index row size {} exceeds maximum {MAX_KEY_SIZE} for index \"{index_name}\"",
+                key.len()
+            ),
+        ));
     }
     let item = make_item(key, &tid.to_bytes());
     loop {
@@ -259,7 +292,12 @@ pub fn insert_unique(
                 match check(old)? {
                     Existing::Wait(x) => return Ok(InsertOutcome::Wait(x)),
                     Existing::Duplicate => {
-                        return Err(Error::user(SqlState::UNIQUE_VIOLATION, format!("duplicate key value violates unique constraint \"{index_name}\"")));
+                        return Err(Error::user(
+                            SqlState::UNIQUE_VIOLATION,
+                            format!(
+                                "duplicate key value violates unique constraint \"{index_name}\""
+                            ),
+                        ));
                     }
                     Existing::Replace => {
                         set_tid_locked(st, rel, leaf, &mut p, i, tid, xid)?;
@@ -275,7 +313,20 @@ pub fn insert_unique(
                     d.extend_from_slice(&(i as u16).to_le_bytes());
                     d.extend_from_slice(&item);
                     let image = (st.full_page_writes && page::lsn(&p) <= redo).then(|| p.to_vec());
-                    Record { rmgr: RM_BTREE, info: BTREE_INSERT, xid, flags: 0, blocks: vec![BlockRef { rel: rel.id, block: leaf, will_init: false, image, data: d }], main_data: vec![] }
+                    Record {
+                        rmgr: RM_BTREE,
+                        info: BTREE_INSERT,
+                        xid,
+                        flags: 0,
+                        blocks: vec![BlockRef {
+                            rel: rel.id,
+                            block: leaf,
+                            will_init: false,
+                            image,
+                            data: d,
+                        }],
+                        main_data: vec![],
+                    }
                 })?;
                 page::set_lsn(&mut p, end);
                 pin.mark_dirty();
@@ -286,7 +337,15 @@ pub fn insert_unique(
     }
 }
 
-fn set_tid_locked(st: &Storage, rel: &Relation, leaf: BlockNumber, p: &mut PageBuf, i: usize, tid: Tid, xid: Xid) -> Result<()> {
+fn set_tid_locked(
+    st: &Storage,
+    rel: &Relation,
+    leaf: BlockNumber,
+    p: &mut PageBuf,
+    i: usize,
+    tid: Tid,
+    xid: Xid,
+) -> Result<()> {
     let item = page::item_mut(p, i).ok_or_else(|| Error::corruption("B-tree item missing"))?;
     let n = item.len();
     if n < Tid::SIZE + 2 {
@@ -298,7 +357,20 @@ fn set_tid_locked(st: &Storage, rel: &Relation, leaf: BlockNumber, p: &mut PageB
         d.extend_from_slice(&(i as u16).to_le_bytes());
         d.extend_from_slice(&tid.to_bytes());
         let image = (st.full_page_writes && page::lsn(p) <= redo).then(|| p.to_vec());
-        Record { rmgr: RM_BTREE, info: BTREE_SET_TID, xid, flags: 0, blocks: vec![BlockRef { rel: rel.id, block: leaf, will_init: false, image, data: d }], main_data: vec![] }
+        Record {
+            rmgr: RM_BTREE,
+            info: BTREE_SET_TID,
+            xid,
+            flags: 0,
+            blocks: vec![BlockRef {
+                rel: rel.id,
+                block: leaf,
+                will_init: false,
+                image,
+                data: d,
+            }],
+            main_data: vec![],
+        }
     })?;
     page::set_lsn(p, end);
     Ok(())
@@ -315,7 +387,11 @@ pub fn set_tid(st: &Storage, rel: &Relation, xid: Xid, key: &[u8], tid: Tid) -> 
     let mut p = pin.write();
     let i = lower_bound(&p, key)?;
     if i >= page::slot_count(&p) || key_at(&p, i)? != key {
-        return Err(Error::new(walnut_common::ErrorKind::Corruption, SqlState::INDEX_CORRUPTED, format!("key missing from index base/{}", rel.id.0)));
+        return Err(Error::new(
+            walnut_common::ErrorKind::Corruption,
+            SqlState::INDEX_CORRUPTED,
+            format!("key missing from index base/{}", rel.id.0),
+        ));
     }
     set_tid_locked(st, rel, leaf, &mut p, i, tid, xid)?;
     pin.mark_dirty();
@@ -328,7 +404,13 @@ pub fn set_tid(st: &Storage, rel: &Relation, xid: Xid, key: &[u8], tid: Tid) -> 
 ///
 /// # Errors
 /// Corruption and I/O errors, and `visit`'s. `visit` returns false to stop.
-pub fn range(st: &Storage, rel: &Relation, lo: Bound<&[u8]>, hi: Bound<&[u8]>, visit: &mut dyn FnMut(&[u8], Tid) -> Result<bool>) -> Result<()> {
+pub fn range(
+    st: &Storage,
+    rel: &Relation,
+    lo: Bound<&[u8]>,
+    hi: Bound<&[u8]>,
+    visit: &mut dyn FnMut(&[u8], Tid) -> Result<bool>,
+) -> Result<()> {
     let mut start: Bound<Vec<u8>> = match lo {
         Bound::Included(k) => Bound::Included(k.to_vec()),
         Bound::Excluded(k) => Bound::Excluded(k.to_vec()),
@@ -404,13 +486,18 @@ fn split(st: &Storage, rel: &Relation, key: &[u8], need: usize, xid: Xid) -> Res
     let pin = st.pool.pin(rel, leaf, ReadMode::Normal)?;
     let img: Box<PageBuf> = {
         let p = pin.read();
-        let mut c: Box<PageBuf> = vec![0u8; BLCKSZ].into_boxed_slice().try_into().expect("BLCKSZ");
+        let mut c: Box<PageBuf> = vec![0u8; BLCKSZ]
+            .into_boxed_slice()
+            .try_into()
+            .expect("BLCKSZ");
         c.copy_from_slice(&p[..]);
         c
     };
     drop(pin);
     let n = page::slot_count(&img);
-    let items: Vec<Vec<u8>> = (1..n).map(|i| page::item(&img, i).expect("item").to_vec()).collect();
+    let items: Vec<Vec<u8>> = (1..n)
+        .map(|i| page::item(&img, i).expect("item").to_vec())
+        .collect();
     split_node(st, rel, xid, Vec::new(), leaf, &img, items, &path, None)
 }
 
@@ -431,7 +518,10 @@ fn split_node(
     let load = |b: BlockNumber| -> Result<Box<PageBuf>> {
         let pin = st.pool.pin(rel, b, ReadMode::Normal)?;
         let p = pin.read();
-        let mut c: Box<PageBuf> = vec![0u8; BLCKSZ].into_boxed_slice().try_into().expect("BLCKSZ");
+        let mut c: Box<PageBuf> = vec![0u8; BLCKSZ]
+            .into_boxed_slice()
+            .try_into()
+            .expect("BLCKSZ");
         c.copy_from_slice(&p[..]);
         Ok(c)
     };
@@ -441,27 +531,40 @@ fn split_node(
     };
     let lvl = level(page_img);
     if items.len() < 2 {
-        return Err(Error::corruption(format!("B-tree page {} of base/{} is full with fewer than two items", block.0, rel.id.0)));
+        return Err(Error::corruption(format!(
+            "B-tree page {} of base/{} is full with fewer than two items",
+            block.0, rel.id.0
+        )));
     }
     let cut = (items.len() / 2).clamp(1, items.len() - 1);
     let old_high = page::item(page_img, 0).expect("high key").to_vec();
     let old_right = right_link(page_img);
     let right_block = alloc();
     let sep = parse_item(&items[cut])?.0.to_vec();
-    let mut left: Box<PageBuf> = vec![0u8; BLCKSZ].into_boxed_slice().try_into().expect("BLCKSZ");
+    let mut left: Box<PageBuf> = vec![0u8; BLCKSZ]
+        .into_boxed_slice()
+        .try_into()
+        .expect("BLCKSZ");
     init_node(&mut left, lvl);
     set_links(&mut left, Some(right_block), left_link(page_img));
     page::add_item(&mut left, 0, &make_item(&sep, &[]));
     for (j, it) in items[..cut].iter().enumerate() {
         page::add_item(&mut left, j + 1, it);
     }
-    let mut right: Box<PageBuf> = vec![0u8; BLCKSZ].into_boxed_slice().try_into().expect("BLCKSZ");
+    let mut right: Box<PageBuf> = vec![0u8; BLCKSZ]
+        .into_boxed_slice()
+        .try_into()
+        .expect("BLCKSZ");
     init_node(&mut right, lvl);
     set_links(&mut right, old_right, Some(block));
     page::add_item(&mut right, 0, &old_high);
     for (j, it) in items[cut..].iter().enumerate() {
         // The first downlink of an internal page has key -infinity.
-        let it = if lvl > 0 && j == 0 { make_item(&[], parse_item(it)?.1) } else { it.clone() };
+        let it = if lvl > 0 && j == 0 {
+            make_item(&[], parse_item(it)?.1)
+        } else {
+            it.clone()
+        };
         page::add_item(&mut right, j + 1, &it);
     }
     if let Some(rb) = old_right {
@@ -475,7 +578,10 @@ fn split_node(
     let downlink = make_item(&sep, &right_block.0.to_le_bytes());
     if path.is_empty() {
         let root_block = alloc();
-        let mut r: Box<PageBuf> = vec![0u8; BLCKSZ].into_boxed_slice().try_into().expect("BLCKSZ");
+        let mut r: Box<PageBuf> = vec![0u8; BLCKSZ]
+            .into_boxed_slice()
+            .try_into()
+            .expect("BLCKSZ");
         init_node(&mut r, lvl + 1);
         page::add_item(&mut r, 0, &make_item(&[], &[]));
         page::add_item(&mut r, 1, &make_item(&[], &block.0.to_le_bytes()));
@@ -497,16 +603,44 @@ fn split_node(
         return finish_smo(st, rel, xid, pages, new_root);
     }
     let n = page::slot_count(&pp);
-    let mut big: Vec<Vec<u8>> = (1..n).map(|i| page::item(&pp, i).expect("item").to_vec()).collect();
+    let mut big: Vec<Vec<u8>> = (1..n)
+        .map(|i| page::item(&pp, i).expect("item").to_vec())
+        .collect();
     big.insert(ci, downlink);
-    split_node(st, rel, xid, pages, parent, &pp, big, &path[..path.len() - 1], new_root)
+    split_node(
+        st,
+        rel,
+        xid,
+        pages,
+        parent,
+        &pp,
+        big,
+        &path[..path.len() - 1],
+        new_root,
+    )
 }
 
 /// Writes the working copies into the buffer pool and logs them in one atomic record.
-fn finish_smo(st: &Storage, rel: &Relation, xid: Xid, pages: Vec<(BlockNumber, Box<PageBuf>, bool)>, new_root: Option<BlockNumber>) -> Result<()> {
+fn finish_smo(
+    st: &Storage,
+    rel: &Relation,
+    xid: Xid,
+    pages: Vec<(BlockNumber, Box<PageBuf>, bool)>,
+    new_root: Option<BlockNumber>,
+) -> Result<()> {
     let pins: Vec<_> = pages
         .iter()
-        .map(|(b, _, is_new)| st.pool.pin(rel, *b, if *is_new { ReadMode::Zero } else { ReadMode::Normal }))
+        .map(|(b, _, is_new)| {
+            st.pool.pin(
+                rel,
+                *b,
+                if *is_new {
+                    ReadMode::Zero
+                } else {
+                    ReadMode::Normal
+                },
+            )
+        })
         .collect::<Result<_>>()?;
     let mut guards: Vec<_> = pins.iter().map(|p| p.write()).collect();
     for (g, (_, img, _)) in guards.iter_mut().zip(&pages) {
@@ -519,7 +653,13 @@ fn finish_smo(st: &Storage, rel: &Relation, xid: Xid, pages: Vec<(BlockNumber, B
         flags: RECORD_MULTI_BLOCK_ATOMIC,
         blocks: pages
             .iter()
-            .map(|(b, img, is_new)| BlockRef { rel: rel.id, block: *b, will_init: *is_new, image: Some(img.to_vec()), data: vec![] })
+            .map(|(b, img, is_new)| BlockRef {
+                rel: rel.id,
+                block: *b,
+                will_init: *is_new,
+                image: Some(img.to_vec()),
+                data: vec![],
+            })
             .collect(),
         main_data: vec![],
     })?;
@@ -546,9 +686,16 @@ pub fn build(st: &Storage, rel: &Relation, xid: Xid, entries: &[(Vec<u8>, Tid)])
     };
     // The meta page is block 0.
     let meta_block = alloc();
-    assert_eq!(meta_block, BlockNumber(0), "index build into a non-empty relation");
+    assert_eq!(
+        meta_block,
+        BlockNumber(0),
+        "index build into a non-empty relation"
+    );
     // Level by level: (first key, block) of each page built.
-    let mut level_items: Vec<(Vec<u8>, Vec<u8>)> = entries.iter().map(|(k, t)| (k.clone(), t.to_bytes().to_vec())).collect();
+    let mut level_items: Vec<(Vec<u8>, Vec<u8>)> = entries
+        .iter()
+        .map(|(k, t)| (k.clone(), t.to_bytes().to_vec()))
+        .collect();
     let mut lvl = 0u16;
     loop {
         // Group items into pages.
@@ -566,20 +713,36 @@ pub fn build(st: &Storage, rel: &Relation, xid: Xid, entries: &[(Vec<u8>, Tid)])
         let blocks: Vec<BlockNumber> = groups.iter().map(|_| alloc()).collect();
         let mut next_level = Vec::new();
         for (gi, g) in groups.iter().enumerate() {
-            let mut p: Box<PageBuf> = vec![0u8; BLCKSZ].into_boxed_slice().try_into().expect("BLCKSZ");
+            let mut p: Box<PageBuf> = vec![0u8; BLCKSZ]
+                .into_boxed_slice()
+                .try_into()
+                .expect("BLCKSZ");
             init_node(&mut p, lvl);
-            set_links(&mut p, blocks.get(gi + 1).copied(), gi.checked_sub(1).map(|i| blocks[i]));
-            let high = groups.get(gi + 1).map(|n| n[0].0.clone()).unwrap_or_default();
+            set_links(
+                &mut p,
+                blocks.get(gi + 1).copied(),
+                gi.checked_sub(1).map(|i| blocks[i]),
+            );
+            let high = groups
+                .get(gi + 1)
+                .map(|n| n[0].0.clone())
+                .unwrap_or_default();
             page::add_item(&mut p, 0, &make_item(&high, &[]));
             for (j, (k, v)) in g.iter().enumerate() {
                 let k: &[u8] = if lvl > 0 && j == 0 { &[] } else { k };
                 page::add_item(&mut p, j + 1, &make_item(k, v));
             }
             write_new_page(st, rel, xid, blocks[gi], &p)?;
-            next_level.push((g.first().map(|x| x.0.clone()).unwrap_or_default(), blocks[gi].0.to_le_bytes().to_vec()));
+            next_level.push((
+                g.first().map(|x| x.0.clone()).unwrap_or_default(),
+                blocks[gi].0.to_le_bytes().to_vec(),
+            ));
         }
         if blocks.len() == 1 {
-            let mut m: Box<PageBuf> = vec![0u8; BLCKSZ].into_boxed_slice().try_into().expect("BLCKSZ");
+            let mut m: Box<PageBuf> = vec![0u8; BLCKSZ]
+                .into_boxed_slice()
+                .try_into()
+                .expect("BLCKSZ");
             page::init(&mut m, PageKind::BTreeMeta, 0);
             m[24..28].copy_from_slice(&blocks[0].0.to_le_bytes());
             m[28..32].copy_from_slice(&(lvl as u32).to_le_bytes());
@@ -592,7 +755,13 @@ pub fn build(st: &Storage, rel: &Relation, xid: Xid, entries: &[(Vec<u8>, Tid)])
     }
 }
 
-fn write_new_page(st: &Storage, rel: &Relation, xid: Xid, block: BlockNumber, img: &PageBuf) -> Result<()> {
+fn write_new_page(
+    st: &Storage,
+    rel: &Relation,
+    xid: Xid,
+    block: BlockNumber,
+    img: &PageBuf,
+) -> Result<()> {
     let pin = st.pool.pin(rel, block, ReadMode::Zero)?;
     let mut p = pin.write();
     p.copy_from_slice(img);
@@ -601,7 +770,13 @@ fn write_new_page(st: &Storage, rel: &Relation, xid: Xid, block: BlockNumber, im
         info: BTREE_NEWPAGE,
         xid,
         flags: 0,
-        blocks: vec![BlockRef { rel: rel.id, block, will_init: true, image: Some(img.to_vec()), data: vec![] }],
+        blocks: vec![BlockRef {
+            rel: rel.id,
+            block,
+            will_init: true,
+            image: Some(img.to_vec()),
+            data: vec![],
+        }],
         main_data: vec![],
     })?;
     page::set_lsn(&mut p, end);
@@ -614,25 +789,35 @@ fn write_new_page(st: &Storage, rel: &Relation, xid: Xid, block: BlockNumber, im
 /// # Errors
 /// Corruption if the record does not fit the page.
 pub fn redo_block(info: u8, data: &[u8], p: &mut PageBuf) -> Result<()> {
-    let pos = data.get(..2).map(|b| u16::from_le_bytes([b[0], b[1]]) as usize).ok_or_else(|| Error::corruption("B-tree record is truncated"))?;
+    let pos = data
+        .get(..2)
+        .map(|b| u16::from_le_bytes([b[0], b[1]]) as usize)
+        .ok_or_else(|| Error::corruption("B-tree record is truncated"))?;
     match info {
         BTREE_INSERT => {
             if pos > page::slot_count(p) || !page::fits(p, data.len() - 2) {
-                return Err(Error::corruption("B-tree insert redo does not fit the page"));
+                return Err(Error::corruption(
+                    "B-tree insert redo does not fit the page",
+                ));
             }
             page::add_item(p, pos, &data[2..]);
             Ok(())
         }
         BTREE_SET_TID => {
-            let item = page::item_mut(p, pos).ok_or_else(|| Error::corruption("B-tree set-tid redo: no such item"))?;
+            let item = page::item_mut(p, pos)
+                .ok_or_else(|| Error::corruption("B-tree set-tid redo: no such item"))?;
             let n = item.len();
-            let tid = data.get(2..8).ok_or_else(|| Error::corruption("B-tree record is truncated"))?;
+            let tid = data
+                .get(2..8)
+                .ok_or_else(|| Error::corruption("B-tree record is truncated"))?;
             if n < 8 {
                 return Err(Error::corruption("B-tree item is truncated"));
             }
             item[n - 6..].copy_from_slice(tid);
             Ok(())
         }
-        _ => Err(Error::corruption(format!("B-tree record {info:#x} without a page image"))),
+        _ => Err(Error::corruption(format!(
+            "B-tree record {info:#x} without a page image"
+        ))),
     }
 }

@@ -38,7 +38,10 @@ impl BufTag {
         (self.rel.0 as u64) << 32 | self.block.0 as u64
     }
     fn unpack(v: u64) -> Option<BufTag> {
-        (v != NO_TAG).then(|| BufTag { rel: RelFileId((v >> 32) as u32), block: BlockNumber(v as u32) })
+        (v != NO_TAG).then(|| BufTag {
+            rel: RelFileId((v >> 32) as u32),
+            block: BlockNumber(v as u32),
+        })
     }
 }
 
@@ -92,13 +95,17 @@ impl Pinned<'_> {
 
     /// Marks the page dirty. Call while holding the exclusive latch, after the change.
     pub fn mark_dirty(&self) {
-        self.pool.frames[self.idx].dirty.store(true, Ordering::Release);
+        self.pool.frames[self.idx]
+            .dirty
+            .store(true, Ordering::Release);
     }
 }
 
 impl Drop for Pinned<'_> {
     fn drop(&mut self) {
-        let prev = self.pool.frames[self.idx].pins.fetch_sub(1, Ordering::AcqRel);
+        let prev = self.pool.frames[self.idx]
+            .pins
+            .fetch_sub(1, Ordering::AcqRel);
         assert!(prev > 0, "unpinned a buffer that was not pinned");
     }
 }
@@ -116,7 +123,10 @@ impl BufferPool {
                 usage: AtomicU8::new(0),
                 io: Mutex::new(()),
                 page: RwLock::new(
-                    vec![0u8; BLCKSZ].into_boxed_slice().try_into().expect("BLCKSZ bytes"),
+                    vec![0u8; BLCKSZ]
+                        .into_boxed_slice()
+                        .try_into()
+                        .expect("BLCKSZ bytes"),
                 ),
             })
             .collect();
@@ -141,7 +151,8 @@ impl BufferPool {
     }
 
     fn shard(&self, tag: BufTag) -> &Mutex<HashMap<BufTag, usize>> {
-        let h = (tag.rel.0 as usize).wrapping_mul(0x9E37_79B9) ^ (tag.block.0 as usize).wrapping_mul(0x85EB_CA6B);
+        let h = (tag.rel.0 as usize).wrapping_mul(0x9E37_79B9)
+            ^ (tag.block.0 as usize).wrapping_mul(0x85EB_CA6B);
         &self.shards[h % SHARDS]
     }
 
@@ -162,7 +173,11 @@ impl BufferPool {
                     if f.usage.load(Ordering::Relaxed) < USAGE_MAX {
                         f.usage.fetch_add(1, Ordering::Relaxed);
                     }
-                    let pinned = Pinned { pool: self, idx: i, tag };
+                    let pinned = Pinned {
+                        pool: self,
+                        idx: i,
+                        tag,
+                    };
                     if !f.valid.load(Ordering::Acquire) {
                         // Someone is loading it: wait for their I/O to end.
                         drop(f.io.lock());
@@ -195,7 +210,10 @@ impl BufferPool {
                     }
                     ReadMode::Normal => self.smgr.read(rel, block, &mut page[..]).and_then(|()| {
                         page::check(&page).map_err(|e| {
-                            Error::corruption(format!("invalid page in block {} of relation base/{}: {}", block.0, rel.id.0, e.message))
+                            Error::corruption(format!(
+                                "invalid page in block {} of relation base/{}: {}",
+                                block.0, rel.id.0, e.message
+                            ))
                         })
                     }),
                 }
@@ -205,7 +223,11 @@ impl BufferPool {
                     f.usage.store(1, Ordering::Relaxed);
                     f.valid.store(true, Ordering::Release);
                     drop(io);
-                    return Ok(Pinned { pool: self, idx: v, tag });
+                    return Ok(Pinned {
+                        pool: self,
+                        idx: v,
+                        tag,
+                    });
                 }
                 Err(e) => {
                     let mut map = self.shard(tag).lock();
@@ -235,7 +257,10 @@ impl BufferPool {
                 continue;
             }
             let Some(tag) = BufTag::unpack(f.tag.load(Ordering::Acquire)) else {
-                if f.pins.compare_exchange(0, 1, Ordering::AcqRel, Ordering::Relaxed).is_ok() {
+                if f.pins
+                    .compare_exchange(0, 1, Ordering::AcqRel, Ordering::Relaxed)
+                    .is_ok()
+                {
                     if f.tag.load(Ordering::Acquire) == NO_TAG {
                         return Ok(i);
                     }
@@ -246,7 +271,9 @@ impl BufferPool {
             {
                 let map = self.shard(tag).lock();
                 if map.get(&tag) != Some(&i)
-                    || f.pins.compare_exchange(0, 1, Ordering::AcqRel, Ordering::Relaxed).is_err()
+                    || f.pins
+                        .compare_exchange(0, 1, Ordering::AcqRel, Ordering::Relaxed)
+                        .is_err()
                 {
                     continue;
                 }
@@ -268,13 +295,20 @@ impl BufferPool {
             f.valid.store(false, Ordering::Release);
             return Ok(i);
         }
-        Err(Error::new(ErrorKind::Resource, SqlState("53400"), "no unpinned buffers available"))
+        Err(Error::new(
+            ErrorKind::Resource,
+            SqlState("53400"),
+            "no unpinned buffers available",
+        ))
     }
 
     /// Writes frame `i` (pinned by the caller) out, obeying the WAL rule.
     fn write_frame(&self, i: usize, tag: BufTag) -> Result<()> {
         let f = &self.frames[i];
-        let mut copy: Box<PageBuf> = vec![0u8; BLCKSZ].into_boxed_slice().try_into().expect("BLCKSZ");
+        let mut copy: Box<PageBuf> = vec![0u8; BLCKSZ]
+            .into_boxed_slice()
+            .try_into()
+            .expect("BLCKSZ");
         {
             let page = f.page.read();
             f.dirty.store(false, Ordering::Release);
@@ -287,7 +321,16 @@ impl BufferPool {
             }
         }
         page::set_checksum(&mut copy);
-        let rel = self.smgr.open(tag.rel)?;
+        let rel = match self.smgr.open(tag.rel) {
+            Ok(rel) => rel,
+            // The relation was dropped (its buffers are discarded lazily when they were
+            // pinned at the time): the page is garbage, not a failure.
+            Err(_) if !self.smgr.exists(tag.rel) => return Ok(()),
+            Err(e) => {
+                f.dirty.store(true, Ordering::Release);
+                return Err(e);
+            }
+        };
         if let Err(e) = self.smgr.write(&rel, tag.block, &copy[..]) {
             f.dirty.store(true, Ordering::Release);
             return Err(e);
@@ -305,7 +348,9 @@ impl BufferPool {
             if !f.dirty.load(Ordering::Acquire) {
                 continue;
             }
-            let Some(tag) = BufTag::unpack(f.tag.load(Ordering::Acquire)) else { continue };
+            let Some(tag) = BufTag::unpack(f.tag.load(Ordering::Acquire)) else {
+                continue;
+            };
             {
                 let map = self.shard(tag).lock();
                 if map.get(&tag) != Some(&i) {
@@ -313,7 +358,11 @@ impl BufferPool {
                 }
                 f.pins.fetch_add(1, Ordering::AcqRel);
             }
-            let pinned = Pinned { pool: self, idx: i, tag };
+            let pinned = Pinned {
+                pool: self,
+                idx: i,
+                tag,
+            };
             let r = if f.valid.load(Ordering::Acquire) && f.dirty.load(Ordering::Acquire) {
                 self.write_frame(i, tag).map(|()| written += 1)
             } else {
@@ -329,7 +378,9 @@ impl BufferPool {
     /// Nobody may hold a pin on them.
     pub fn drop_relation(&self, rel: RelFileId) {
         for (i, f) in self.frames.iter().enumerate() {
-            let Some(tag) = BufTag::unpack(f.tag.load(Ordering::Acquire)) else { continue };
+            let Some(tag) = BufTag::unpack(f.tag.load(Ordering::Acquire)) else {
+                continue;
+            };
             if tag.rel != rel {
                 continue;
             }
@@ -355,7 +406,10 @@ impl BufferPool {
 
     /// The lowest page LSN among dirty pages, for diagnostics.
     pub fn dirty_count(&self) -> usize {
-        self.frames.iter().filter(|f| f.dirty.load(Ordering::Relaxed)).count()
+        self.frames
+            .iter()
+            .filter(|f| f.dirty.load(Ordering::Relaxed))
+            .count()
     }
 }
 

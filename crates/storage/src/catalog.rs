@@ -17,7 +17,9 @@ use parking_lot::RwLock;
 use std::collections::HashMap;
 use std::sync::Arc;
 use walnut_common::value::{decode_row, encode_row};
-use walnut_common::{BlockNumber, ColumnDef, DataType, Error, RelFileId, Result, TableDef, Tid, Value, Xid};
+use walnut_common::{
+    BlockNumber, ColumnDef, DataType, Error, RelFileId, Result, TableDef, Tid, Value, Xid,
+};
 
 /// A table as the engine knows it.
 #[derive(Clone, Debug)]
@@ -42,13 +44,36 @@ impl TableInfo {
 }
 
 fn catalog_types() -> Vec<DataType> {
-    vec![DataType::Text, DataType::Int8, DataType::Int8, DataType::Int8, DataType::Text, DataType::Text, DataType::Int4]
+    vec![
+        DataType::Text,
+        DataType::Int8,
+        DataType::Int8,
+        DataType::Int8,
+        DataType::Text,
+        DataType::Text,
+        DataType::Int4,
+    ]
 }
 
 /// Encodes a table's catalog row.
 pub fn encode(info: &TableInfo) -> Vec<u8> {
-    let cols: Vec<String> = info.def.columns.iter().map(|c| format!("{}\t{}\t{}", c.ty.to_catalog(), c.not_null as u8, c.name)).collect();
-    let pk = info.def.primary_key.as_ref().map(|k| k.iter().map(|i| i.to_string()).collect::<Vec<_>>().join(",")).unwrap_or_default();
+    let cols: Vec<String> = info
+        .def
+        .columns
+        .iter()
+        .map(|c| format!("{}\t{}\t{}", c.ty.to_catalog(), c.not_null as u8, c.name))
+        .collect();
+    let pk = info
+        .def
+        .primary_key
+        .as_ref()
+        .map(|k| {
+            k.iter()
+                .map(|i| i.to_string())
+                .collect::<Vec<_>>()
+                .join(",")
+        })
+        .unwrap_or_default();
     let row = vec![
         Value::Text(info.def.name.clone()),
         Value::Int8(info.table_id as i64),
@@ -87,14 +112,27 @@ pub fn decode(tid: Tid, bytes: &[u8]) -> Result<TableInfo> {
     let primary_key = if pk_text.is_empty() {
         None
     } else {
-        Some(pk_text.split(',').map(|s| s.parse::<usize>().map_err(|_| bad())).collect::<Result<Vec<_>>>()?)
+        Some(
+            pk_text
+                .split(',')
+                .map(|s| s.parse::<usize>().map_err(|_| bad()))
+                .collect::<Result<Vec<_>>>()?,
+        )
     };
-    if primary_key.as_ref().is_some_and(|k| k.iter().any(|&i| i >= columns.len())) {
+    if primary_key
+        .as_ref()
+        .is_some_and(|k| k.iter().any(|&i| i >= columns.len()))
+    {
         return Err(bad());
     }
     let index = int(3)?;
     Ok(TableInfo {
-        def: Arc::new(TableDef { name: text(0)?, columns, primary_key, fillfactor: int(6)? as u8 }),
+        def: Arc::new(TableDef {
+            name: text(0)?,
+            columns,
+            primary_key,
+            fillfactor: int(6)? as u8,
+        }),
         table_id: int(1)? as u64,
         relfile: RelFileId(int(2)? as u32),
         index: (index != 0).then_some(RelFileId(index as u32)),
@@ -113,13 +151,18 @@ pub fn scan(st: &Storage, snap: &Snapshot) -> Result<Vec<TableInfo>> {
     for b in 0..n {
         heap::scan_block(st, &rel, BlockNumber(b), snap, &mut rows)?;
     }
-    rows.iter().map(|(tid, bytes)| decode(*tid, bytes)).collect()
+    rows.iter()
+        .map(|(tid, bytes)| decode(*tid, bytes))
+        .collect()
 }
 
 /// The committed catalog, by table name.
 #[derive(Default)]
 pub struct CatalogCache {
     tables: RwLock<HashMap<String, Arc<TableInfo>>>,
+    /// Serializes reloads, so a reload that took an older snapshot can never overwrite one
+    /// that took a newer snapshot.
+    reload_lock: parking_lot::Mutex<()>,
 }
 
 impl CatalogCache {
@@ -133,8 +176,12 @@ impl CatalogCache {
     /// # Errors
     /// Corruption and I/O errors.
     pub fn reload(&self, st: &Storage) -> Result<()> {
+        let _serial = self.reload_lock.lock();
         let snap = st.xact.snapshot(Xid::INVALID);
-        let map = scan(st, &snap)?.into_iter().map(|t| (t.def.name.clone(), Arc::new(t))).collect();
+        let map = scan(st, &snap)?
+            .into_iter()
+            .map(|t| (t.def.name.clone(), Arc::new(t)))
+            .collect();
         *self.tables.write() = map;
         Ok(())
     }

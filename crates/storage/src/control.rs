@@ -56,24 +56,42 @@ pub struct ControlFile {
 pub fn durable_replace(vfs: &dyn Vfs, path: &Path, bytes: &[u8]) -> Result<()> {
     let tmp = path.with_extension("tmp");
     let ctx = |what: &str| format!("could not {what} \"{}\"", tmp.display());
-    let f = vfs.open(&tmp, OpenMode { create: true, ..Default::default() }).map_err(|e| Error::io(ctx("create"), e))?;
+    let f = vfs
+        .open(
+            &tmp,
+            OpenMode {
+                create: true,
+                ..Default::default()
+            },
+        )
+        .map_err(|e| Error::io(ctx("create"), e))?;
     f.set_len(0).map_err(|e| Error::io(ctx("truncate"), e))?;
-    f.write_at(bytes, 0).map_err(|e| Error::io(ctx("write"), e))?;
+    f.write_at(bytes, 0)
+        .map_err(|e| Error::io(ctx("write"), e))?;
     f.sync_all().map_err(|e| Error::io(ctx("fsync"), e))?;
     drop(f);
-    vfs.rename(&tmp, path).map_err(|e| Error::io(format!("could not rename \"{}\"", tmp.display()), e))?;
+    vfs.rename(&tmp, path)
+        .map_err(|e| Error::io(format!("could not rename \"{}\"", tmp.display()), e))?;
     let dir = path.parent().unwrap_or(Path::new("."));
-    vfs.sync_dir(dir).map_err(|e| Error::io(format!("could not fsync directory \"{}\"", dir.display()), e))
+    vfs.sync_dir(dir).map_err(|e| {
+        Error::io(
+            format!("could not fsync directory \"{}\"", dir.display()),
+            e,
+        )
+    })
 }
 
 fn read_all(vfs: &dyn Vfs, path: &Path) -> Result<Option<Vec<u8>>> {
     if !vfs.exists(path) {
         return Ok(None);
     }
-    let f = vfs.open(path, OpenMode::default()).map_err(|e| Error::io(format!("could not open \"{}\"", path.display()), e))?;
+    let f = vfs
+        .open(path, OpenMode::default())
+        .map_err(|e| Error::io(format!("could not open \"{}\"", path.display()), e))?;
     let len = f.len().map_err(|e| Error::io("could not stat", e))? as usize;
     let mut buf = vec![0u8; len];
-    f.read_exact_at(&mut buf, 0).map_err(|e| Error::io(format!("could not read \"{}\"", path.display()), e))?;
+    f.read_exact_at(&mut buf, 0)
+        .map_err(|e| Error::io(format!("could not read \"{}\"", path.display()), e))?;
     Ok(Some(buf))
 }
 
@@ -100,12 +118,17 @@ impl ControlFile {
     /// Corruption for a wrong magic, version, size or CRC.
     pub fn decode(b: &[u8]) -> Result<ControlFile> {
         if b.len() != 48 {
-            return Err(Error::corruption(format!("control file has {} bytes, expected 48", b.len())));
+            return Err(Error::corruption(format!(
+                "control file has {} bytes, expected 48",
+                b.len()
+            )));
         }
         let u32_at = |i: usize| u32::from_le_bytes(b[i..i + 4].try_into().expect("4"));
         let u64_at = |i: usize| u64::from_le_bytes(b[i..i + 8].try_into().expect("8"));
         if u32_at(0) != MAGIC || u32_at(4) != 1 {
-            return Err(Error::corruption("control file has a wrong magic number or version"));
+            return Err(Error::corruption(
+                "control file has a wrong magic number or version",
+            ));
         }
         if walnut_common::crc32c(&b[..44]) != u32_at(44) {
             return Err(Error::corruption("incorrect checksum in control file"));
@@ -113,9 +136,19 @@ impl ControlFile {
         let state = match u32_at(8) {
             1 => DbState::ShutDown,
             2 => DbState::InProduction,
-            s => return Err(Error::corruption(format!("control file has unknown state {s}"))),
+            s => {
+                return Err(Error::corruption(format!(
+                    "control file has unknown state {s}"
+                )))
+            }
         };
-        Ok(ControlFile { state, checkpoint_lsn: Lsn(u64_at(16)), redo_lsn: Lsn(u64_at(24)), next_xid: Xid(u64_at(32)), next_relfile: u32_at(40) })
+        Ok(ControlFile {
+            state,
+            checkpoint_lsn: Lsn(u64_at(16)),
+            redo_lsn: Lsn(u64_at(24)),
+            next_xid: Xid(u64_at(32)),
+            next_relfile: u32_at(40),
+        })
     }
 
     /// Reads `DATADIR/global/pg_control`.
@@ -126,7 +159,14 @@ impl ControlFile {
         let path = datadir.join("global/pg_control");
         match read_all(vfs, &path)? {
             Some(b) => ControlFile::decode(&b),
-            None => Err(Error::user(walnut_common::SqlState("58P01"), format!("\"{}\" is not a walnut data directory: {} is missing", datadir.display(), path.display()))),
+            None => Err(Error::user(
+                walnut_common::SqlState("58P01"),
+                format!(
+                    "\"{}\" is not a walnut data directory: {} is missing",
+                    datadir.display(),
+                    path.display()
+                ),
+            )),
         }
     }
 
@@ -159,17 +199,23 @@ pub fn write_xact_status(vfs: &dyn Vfs, datadir: &Path, status: &[u8]) -> Result
 /// # Errors
 /// I/O errors; corruption for a bad magic, length or CRC.
 pub fn read_xact_status(vfs: &dyn Vfs, datadir: &Path) -> Result<Vec<u8>> {
-    let Some(b) = read_all(vfs, &datadir.join("pg_xact/status"))? else { return Ok(Vec::new()) };
+    let Some(b) = read_all(vfs, &datadir.join("pg_xact/status"))? else {
+        return Ok(Vec::new());
+    };
     if b.len() < 20 || u32::from_le_bytes(b[0..4].try_into().expect("4")) != XST_MAGIC {
         return Err(Error::corruption("transaction status file is malformed"));
     }
     let n = u64::from_le_bytes(b[8..16].try_into().expect("8")) as usize;
     if b.len() != 16 + n + 4 {
-        return Err(Error::corruption("transaction status file has a wrong length"));
+        return Err(Error::corruption(
+            "transaction status file has a wrong length",
+        ));
     }
     let crc = u32::from_le_bytes(b[16 + n..].try_into().expect("4"));
     if walnut_common::crc32c(&b[..16 + n]) != crc {
-        return Err(Error::corruption("incorrect checksum in transaction status file"));
+        return Err(Error::corruption(
+            "incorrect checksum in transaction status file",
+        ));
     }
     Ok(b[16..16 + n].to_vec())
 }
@@ -180,7 +226,13 @@ mod tests {
 
     #[test]
     fn control_round_trip_and_crc() {
-        let c = ControlFile { state: DbState::InProduction, checkpoint_lsn: Lsn(100), redo_lsn: Lsn(64), next_xid: Xid(9), next_relfile: 16390 };
+        let c = ControlFile {
+            state: DbState::InProduction,
+            checkpoint_lsn: Lsn(100),
+            redo_lsn: Lsn(64),
+            next_xid: Xid(9),
+            next_relfile: 16390,
+        };
         let mut b = c.encode();
         assert_eq!(ControlFile::decode(&b).unwrap(), c);
         b[20] ^= 1;

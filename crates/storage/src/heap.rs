@@ -71,7 +71,10 @@ fn rd_tid(b: &[u8]) -> Tid {
 /// Corruption if shorter than the header.
 pub fn parse_version(item: &[u8]) -> Result<Version> {
     if item.len() < TUPLE_HEADER_SIZE {
-        return Err(Error::corruption(format!("heap tuple of {} bytes is shorter than its header", item.len())));
+        return Err(Error::corruption(format!(
+            "heap tuple of {} bytes is shorter than its header",
+            item.len()
+        )));
     }
     Ok(Version {
         xmin: Xid(u64::from_le_bytes(item[0..8].try_into().expect("8"))),
@@ -106,7 +109,9 @@ fn set_xmax_next(item: &mut [u8], xmax: Xid, next: Tid) {
 fn slot_index(p: &PageBuf, slot: u16) -> Result<usize> {
     let i = slot as usize;
     if i == 0 || i > page::slot_count(p) || page::item(p, i - 1).is_none() {
-        return Err(Error::corruption(format!("heap line pointer {slot} does not exist")));
+        return Err(Error::corruption(format!(
+            "heap line pointer {slot} does not exist"
+        )));
     }
     Ok(i - 1)
 }
@@ -139,7 +144,11 @@ fn check_xmax(st: &Storage, item: &[u8], me: Xid) -> Option<WriteCheck> {
         XidStatus::InProgress => Some(WriteCheck::WaitFor(xmax)),
         XidStatus::Committed(_) => {
             let next = rd_tid(&item[22..28]);
-            Some(if next.is_valid() { WriteCheck::Updated(next) } else { WriteCheck::Deleted })
+            Some(if next.is_valid() {
+                WriteCheck::Updated(next)
+            } else {
+                WriteCheck::Deleted
+            })
         }
     }
 }
@@ -148,21 +157,43 @@ fn needs_image(st: &Storage, p: &PageBuf, redo: Lsn) -> bool {
     st.full_page_writes && page::lsn(p) <= redo
 }
 
-fn block_ref(st: &Storage, rel: &Relation, block: BlockNumber, p: &PageBuf, redo: Lsn, will_init: bool, data: Vec<u8>) -> BlockRef {
+fn block_ref(
+    st: &Storage,
+    rel: &Relation,
+    block: BlockNumber,
+    p: &PageBuf,
+    redo: Lsn,
+    will_init: bool,
+    data: Vec<u8>,
+) -> BlockRef {
     let image = (!will_init && needs_image(st, p, redo)).then(|| p.to_vec());
-    BlockRef { rel: rel.id, block, will_init, image, data }
+    BlockRef {
+        rel: rel.id,
+        block,
+        will_init,
+        image,
+        data,
+    }
 }
 
 /// Pins a page with room for `len` bytes (leaving `reserve` bytes free for fillfactor),
 /// preferring the relation's insert hint, else extending the relation. `avoid` is a block
 /// that must not be chosen. Returns the pinned page; the caller latches and rechecks space.
-fn target_page<'a>(st: &'a Storage, rel: &Relation, len: usize, reserve: usize, avoid: Option<BlockNumber>) -> Result<Pinned<'a>> {
+fn target_page<'a>(
+    st: &'a Storage,
+    rel: &Relation,
+    len: usize,
+    reserve: usize,
+    avoid: Option<BlockNumber>,
+) -> Result<Pinned<'a>> {
     let hint = BlockNumber(rel.insert_hint.load(Ordering::Acquire));
     if hint.0 < rel.nblocks.load(Ordering::Acquire) && Some(hint) != avoid {
         let pin = st.pool.pin(rel, hint, ReadMode::Normal)?;
         let ok = {
             let p = pin.read();
-            page::is_new(&p) || (page::kind(&p) == Some(PageKind::Heap) && page::free_space(&p) >= len + page::LINE_POINTER_SIZE + reserve)
+            page::is_new(&p)
+                || (page::kind(&p) == Some(PageKind::Heap)
+                    && page::free_space(&p) >= len + page::LINE_POINTER_SIZE + reserve)
         };
         if ok {
             return Ok(pin);
@@ -183,10 +214,24 @@ fn target_page<'a>(st: &'a Storage, rel: &Relation, len: usize, reserve: usize, 
 ///
 /// # Errors
 /// 54000 if the row is larger than a page; I/O errors.
-pub fn insert(st: &Storage, rel: &Relation, xid: Xid, prev: Tid, data: &[u8], fillfactor: u8) -> Result<Tid> {
+pub fn insert(
+    st: &Storage,
+    rel: &Relation,
+    xid: Xid,
+    prev: Tid,
+    data: &[u8],
+    fillfactor: u8,
+) -> Result<Tid> {
     let tuple = build_tuple(xid, prev, data);
     if tuple.len() > MAX_TUPLE_SIZE {
-        return Err(Error::user(walnut_common::SqlState("54000"), format!("row is too big: size {}, maximum size {}", tuple.len(), MAX_TUPLE_SIZE)));
+        return Err(Error::user(
+            walnut_common::SqlState("54000"),
+            format!(
+                "row is too big: size {}, maximum size {}",
+                tuple.len(),
+                MAX_TUPLE_SIZE
+            ),
+        ));
     }
     let reserve = BLCKSZ * (100 - fillfactor.clamp(10, 100) as usize) / 100;
     loop {
@@ -196,11 +241,18 @@ pub fn insert(st: &Storage, rel: &Relation, xid: Xid, prev: Tid, data: &[u8], fi
         if will_init {
             page::init(&mut p, PageKind::Heap, 0);
         }
-        if page::free_space(&p) < tuple.len() + page::LINE_POINTER_SIZE + if will_init { 0 } else { reserve } {
+        if page::free_space(&p)
+            < tuple.len() + page::LINE_POINTER_SIZE + if will_init { 0 } else { reserve }
+        {
             drop(p);
             // Someone filled it: point the hint past the end so the next try extends.
             let b = pin.tag.block.0;
-            let _ = rel.insert_hint.compare_exchange(b, rel.nblocks.load(Ordering::Acquire), Ordering::AcqRel, Ordering::Relaxed);
+            let _ = rel.insert_hint.compare_exchange(
+                b,
+                rel.nblocks.load(Ordering::Acquire),
+                Ordering::AcqRel,
+                Ordering::Relaxed,
+            );
             continue;
         }
         let slot = page::append_item(&mut p, &tuple) as u16 + 1;
@@ -209,7 +261,14 @@ pub fn insert(st: &Storage, rel: &Relation, xid: Xid, prev: Tid, data: &[u8], fi
             let mut d = Vec::with_capacity(2 + tuple.len());
             d.extend_from_slice(&slot.to_le_bytes());
             d.extend_from_slice(&tuple);
-            Record { rmgr: RM_HEAP, info: HEAP_INSERT, xid, flags: 0, blocks: vec![block_ref(st, rel, block, &p, redo, will_init, d)], main_data: vec![] }
+            Record {
+                rmgr: RM_HEAP,
+                info: HEAP_INSERT,
+                xid,
+                flags: 0,
+                blocks: vec![block_ref(st, rel, block, &p, redo, will_init, d)],
+                main_data: vec![],
+            }
         })?;
         page::set_lsn(&mut p, end);
         pin.mark_dirty();
@@ -223,7 +282,10 @@ pub fn insert(st: &Storage, rel: &Relation, xid: Xid, prev: Tid, data: &[u8], fi
 /// Corruption if `tid` does not exist; I/O errors.
 pub fn fetch(st: &Storage, rel: &Relation, tid: Tid) -> Result<Version> {
     if tid.block.0 >= rel.nblocks.load(Ordering::Acquire) {
-        return Err(Error::corruption(format!("TID ({},{}) is beyond the end of relation base/{}", tid.block.0, tid.slot, rel.id.0)));
+        return Err(Error::corruption(format!(
+            "TID ({},{}) is beyond the end of relation base/{}",
+            tid.block.0, tid.slot, rel.id.0
+        )));
     }
     let pin = st.pool.pin(rel, tid.block, ReadMode::Normal)?;
     let p = pin.read();
@@ -236,7 +298,12 @@ pub fn fetch(st: &Storage, rel: &Relation, tid: Tid) -> Result<Version> {
 ///
 /// # Errors
 /// Corruption and I/O errors.
-pub fn visible_version(st: &Storage, rel: &Relation, head: Tid, snap: &Snapshot) -> Result<Option<(Tid, Version)>> {
+pub fn visible_version(
+    st: &Storage,
+    rel: &Relation,
+    head: Tid,
+    snap: &Snapshot,
+) -> Result<Option<(Tid, Version)>> {
     let mut tid = head;
     for _ in 0..1_000_000 {
         if !tid.is_valid() {
@@ -251,7 +318,10 @@ pub fn visible_version(st: &Storage, rel: &Relation, head: Tid, snap: &Snapshot)
         }
         tid = v.prev;
     }
-    Err(Error::corruption(format!("version chain from ({},{}) does not end", head.block.0, head.slot)))
+    Err(Error::corruption(format!(
+        "version chain from ({},{}) does not end",
+        head.block.0, head.slot
+    )))
 }
 
 /// Follows `next` links from `tid` to the newest version whose creator committed, returning it
@@ -259,10 +329,15 @@ pub fn visible_version(st: &Storage, rel: &Relation, head: Tid, snap: &Snapshot)
 ///
 /// # Errors
 /// Corruption and I/O errors.
-pub fn newest_committed(st: &Storage, rel: &Relation, mut tid: Tid) -> Result<Option<(Tid, Version)>> {
+pub fn newest_committed(
+    st: &Storage,
+    rel: &Relation,
+    mut tid: Tid,
+) -> Result<Option<(Tid, Version)>> {
     loop {
         let v = fetch(st, rel, tid)?;
-        let xmax_committed = v.xmax.is_valid() && matches!(st.xact.status(v.xmax), XidStatus::Committed(_));
+        let xmax_committed =
+            v.xmax.is_valid() && matches!(st.xact.status(v.xmax), XidStatus::Committed(_));
         if xmax_committed {
             if v.next.is_valid() {
                 tid = v.next;
@@ -285,12 +360,23 @@ pub fn delete(st: &Storage, rel: &Relation, tid: Tid, xid: Xid) -> Result<WriteC
     if let Some(c) = check_xmax(st, page::item(&p, i).expect("checked"), xid) {
         return Ok(c);
     }
-    set_xmax_next(page::item_mut(&mut p, i).expect("checked"), xid, Tid::INVALID);
+    set_xmax_next(
+        page::item_mut(&mut p, i).expect("checked"),
+        xid,
+        Tid::INVALID,
+    );
     let (_, end) = st.wal().insert(&mut |redo| {
         let mut d = Vec::with_capacity(10);
         d.extend_from_slice(&tid.slot.to_le_bytes());
         d.extend_from_slice(&xid.0.to_le_bytes());
-        Record { rmgr: RM_HEAP, info: HEAP_DELETE, xid, flags: 0, blocks: vec![block_ref(st, rel, tid.block, &p, redo, false, d)], main_data: vec![] }
+        Record {
+            rmgr: RM_HEAP,
+            info: HEAP_DELETE,
+            xid,
+            flags: 0,
+            blocks: vec![block_ref(st, rel, tid.block, &p, redo, false, d)],
+            main_data: vec![],
+        }
     })?;
     page::set_lsn(&mut p, end);
     pin.mark_dirty();
@@ -305,7 +391,14 @@ pub fn delete(st: &Storage, rel: &Relation, tid: Tid, xid: Xid) -> Result<WriteC
 pub fn update(st: &Storage, rel: &Relation, old: Tid, xid: Xid, data: &[u8]) -> Result<WriteCheck> {
     let tuple = build_tuple(xid, old, data);
     if tuple.len() > MAX_TUPLE_SIZE {
-        return Err(Error::user(walnut_common::SqlState("54000"), format!("row is too big: size {}, maximum size {}", tuple.len(), MAX_TUPLE_SIZE)));
+        return Err(Error::user(
+            walnut_common::SqlState("54000"),
+            format!(
+                "row is too big: size {}, maximum size {}",
+                tuple.len(),
+                MAX_TUPLE_SIZE
+            ),
+        ));
     }
     // Same page if it fits (updates may use the space fillfactor keeps free).
     {
@@ -317,7 +410,10 @@ pub fn update(st: &Storage, rel: &Relation, old: Tid, xid: Xid, data: &[u8]) -> 
         }
         if page::fits(&p, tuple.len()) {
             let new_slot = page::append_item(&mut p, &tuple) as u16 + 1;
-            let new = Tid { block: old.block, slot: new_slot };
+            let new = Tid {
+                block: old.block,
+                slot: new_slot,
+            };
             set_xmax_next(page::item_mut(&mut p, i).expect("checked"), xid, new);
             let (_, end) = st.wal().insert(&mut |redo| {
                 let mut d = Vec::with_capacity(18 + tuple.len());
@@ -326,7 +422,14 @@ pub fn update(st: &Storage, rel: &Relation, old: Tid, xid: Xid, data: &[u8]) -> 
                 d.extend_from_slice(&new.to_bytes());
                 d.extend_from_slice(&new_slot.to_le_bytes());
                 d.extend_from_slice(&tuple);
-                Record { rmgr: RM_HEAP, info: HEAP_UPDATE, xid, flags: 0, blocks: vec![block_ref(st, rel, old.block, &p, redo, false, d)], main_data: vec![] }
+                Record {
+                    rmgr: RM_HEAP,
+                    info: HEAP_UPDATE,
+                    xid,
+                    flags: 0,
+                    blocks: vec![block_ref(st, rel, old.block, &p, redo, false, d)],
+                    main_data: vec![],
+                }
             })?;
             page::set_lsn(&mut p, end);
             pin.mark_dirty();
@@ -359,11 +462,19 @@ pub fn update(st: &Storage, rel: &Relation, old: Tid, xid: Xid, data: &[u8]) -> 
         if !page::fits(&tp, tuple.len()) {
             drop((tp, op));
             let b = tpin.tag.block.0;
-            let _ = rel.insert_hint.compare_exchange(b, rel.nblocks.load(Ordering::Acquire), Ordering::AcqRel, Ordering::Relaxed);
+            let _ = rel.insert_hint.compare_exchange(
+                b,
+                rel.nblocks.load(Ordering::Acquire),
+                Ordering::AcqRel,
+                Ordering::Relaxed,
+            );
             continue;
         }
         let new_slot = page::append_item(&mut tp, &tuple) as u16 + 1;
-        let new = Tid { block: tpin.tag.block, slot: new_slot };
+        let new = Tid {
+            block: tpin.tag.block,
+            slot: new_slot,
+        };
         set_xmax_next(page::item_mut(&mut op, i).expect("checked"), xid, new);
         let (_, end) = st.wal().insert(&mut |redo| {
             let mut d0 = Vec::with_capacity(16);
@@ -398,16 +509,28 @@ pub fn update(st: &Storage, rel: &Relation, old: Tid, xid: Xid, data: &[u8]) -> 
 ///
 /// # Errors
 /// I/O and corruption errors, and `visit`'s.
-pub fn scan_block(st: &Storage, rel: &Relation, block: BlockNumber, snap: &Snapshot, out: &mut Vec<(Tid, Vec<u8>)>) -> Result<()> {
+pub fn scan_block(
+    st: &Storage,
+    rel: &Relation,
+    block: BlockNumber,
+    snap: &Snapshot,
+    out: &mut Vec<(Tid, Vec<u8>)>,
+) -> Result<()> {
     let pin = st.pool.pin(rel, block, ReadMode::Normal)?;
     let p = pin.read();
     if page::is_new(&p) || page::kind(&p) != Some(PageKind::Heap) {
         return Ok(());
     }
     for i in 0..page::slot_count(&p) {
-        let Some(item) = page::item(&p, i) else { continue };
+        let Some(item) = page::item(&p, i) else {
+            continue;
+        };
         if item.len() < TUPLE_HEADER_SIZE {
-            return Err(Error::corruption(format!("heap tuple ({},{}) is truncated", block.0, i + 1)));
+            return Err(Error::corruption(format!(
+                "heap tuple ({},{}) is truncated",
+                block.0,
+                i + 1
+            )));
         }
         let xmin = Xid(u64::from_le_bytes(item[0..8].try_into().expect("8")));
         if !st.xact.visible(snap, xmin) {
@@ -417,7 +540,13 @@ pub fn scan_block(st: &Storage, rel: &Relation, block: BlockNumber, snap: &Snaps
         if xmax.is_valid() && st.xact.visible(snap, xmax) {
             continue;
         }
-        out.push((Tid { block, slot: i as u16 + 1 }, item[TUPLE_HEADER_SIZE..].to_vec()));
+        out.push((
+            Tid {
+                block,
+                slot: i as u16 + 1,
+            },
+            item[TUPLE_HEADER_SIZE..].to_vec(),
+        ));
     }
     Ok(())
 }
@@ -426,16 +555,23 @@ pub fn scan_block(st: &Storage, rel: &Relation, block: BlockNumber, snap: &Snaps
 // Redo
 
 fn rd_u16(d: &[u8], at: usize) -> Result<u16> {
-    d.get(at..at + 2).map(|b| u16::from_le_bytes([b[0], b[1]])).ok_or_else(|| Error::corruption("heap WAL record is truncated"))
+    d.get(at..at + 2)
+        .map(|b| u16::from_le_bytes([b[0], b[1]]))
+        .ok_or_else(|| Error::corruption("heap WAL record is truncated"))
 }
 
 fn rd_u64(d: &[u8], at: usize) -> Result<u64> {
-    d.get(at..at + 8).map(|b| u64::from_le_bytes(b.try_into().expect("8"))).ok_or_else(|| Error::corruption("heap WAL record is truncated"))
+    d.get(at..at + 8)
+        .map(|b| u64::from_le_bytes(b.try_into().expect("8")))
+        .ok_or_else(|| Error::corruption("heap WAL record is truncated"))
 }
 
 fn redo_add(p: &mut PageBuf, slot: u16, tuple: &[u8]) -> Result<()> {
     if slot as usize != page::slot_count(p) + 1 || !page::fits(p, tuple.len()) {
-        return Err(Error::corruption(format!("heap redo: slot {slot} does not follow {} on the page", page::slot_count(p))));
+        return Err(Error::corruption(format!(
+            "heap redo: slot {slot} does not follow {} on the page",
+            page::slot_count(p)
+        )));
     }
     page::add_item(p, slot as usize - 1, tuple);
     Ok(())
@@ -456,12 +592,19 @@ fn redo_set_xmax(p: &mut PageBuf, slot: u16, xmax: Xid, next: Tid) -> Result<()>
 ///
 /// # Errors
 /// Corruption if the record does not fit the page.
-pub fn redo_block(info: u8, block_id: usize, nblocks: usize, data: &[u8], p: &mut PageBuf) -> Result<()> {
+pub fn redo_block(
+    info: u8,
+    block_id: usize,
+    nblocks: usize,
+    data: &[u8],
+    p: &mut PageBuf,
+) -> Result<()> {
     match (info, block_id) {
         (HEAP_INSERT, 0) => redo_add(p, rd_u16(data, 0)?, &data[2..]),
         (HEAP_DELETE, 0) => redo_set_xmax(p, rd_u16(data, 0)?, Xid(rd_u64(data, 2)?), Tid::INVALID),
         (HEAP_UPDATE, 0) => {
-            let next = Tid::from_bytes(data.get(10..16).unwrap_or(&[])).ok_or_else(|| Error::corruption("heap update record is truncated"))?;
+            let next = Tid::from_bytes(data.get(10..16).unwrap_or(&[]))
+                .ok_or_else(|| Error::corruption("heap update record is truncated"))?;
             redo_set_xmax(p, rd_u16(data, 0)?, Xid(rd_u64(data, 2)?), next)?;
             if nblocks == 1 {
                 redo_add(p, rd_u16(data, 16)?, &data[18..])?;
@@ -469,7 +612,9 @@ pub fn redo_block(info: u8, block_id: usize, nblocks: usize, data: &[u8], p: &mu
             Ok(())
         }
         (HEAP_UPDATE, 1) => redo_add(p, rd_u16(data, 0)?, &data[2..]),
-        _ => Err(Error::corruption(format!("unknown heap record info {info:#x} block {block_id}"))),
+        _ => Err(Error::corruption(format!(
+            "unknown heap record info {info:#x} block {block_id}"
+        ))),
     }
 }
 

@@ -121,7 +121,9 @@ pub fn panic_fatal(what: &str) -> ! {
 impl Storage {
     /// The WAL (after recovery).
     pub fn wal(&self) -> &Arc<Wal> {
-        self.wal.get().expect("WAL is attached once recovery has ended")
+        self.wal
+            .get()
+            .expect("WAL is attached once recovery has ended")
     }
 
     /// Allocates a new relation file id.
@@ -135,16 +137,43 @@ impl Storage {
     /// # Errors
     /// Bad input if `dir` is a non-empty directory; I/O errors.
     pub fn initdb(vfs: Arc<dyn Vfs>, dir: &Path) -> Result<()> {
-        if dir.exists() && std::fs::read_dir(dir).map(|mut d| d.next().is_some()).unwrap_or(false) {
-            return Err(Error::user(walnut_common::SqlState("42P04"), format!("directory \"{}\" exists but is not empty", dir.display())));
+        if dir.exists()
+            && std::fs::read_dir(dir)
+                .map(|mut d| d.next().is_some())
+                .unwrap_or(false)
+        {
+            return Err(Error::user(
+                walnut_common::SqlState("42P04"),
+                format!("directory \"{}\" exists but is not empty", dir.display()),
+            ));
         }
         for sub in ["", "base", "wal", "global", "pg_xact"] {
-            vfs.create_dir_all(&dir.join(sub)).map_err(|e| Error::io(format!("could not create directory \"{}\"", dir.join(sub).display()), e))?;
+            vfs.create_dir_all(&dir.join(sub)).map_err(|e| {
+                Error::io(
+                    format!("could not create directory \"{}\"", dir.join(sub).display()),
+                    e,
+                )
+            })?;
         }
         let cfg = wal_config(dir, &StorageConfig::default());
         Wal::create(vfs.clone(), &cfg)?;
-        let ctl = ControlFile { state: DbState::ShutDown, checkpoint_lsn: Lsn::INVALID, redo_lsn: Lsn::FIRST, next_xid: Xid::FIRST_NORMAL, next_relfile: RelFileId::FIRST_USER.0 };
-        let st = Storage::new(vfs.clone(), dir, StorageConfig { shared_buffers_pages: 64, ..Default::default() }, &ctl, &[]);
+        let ctl = ControlFile {
+            state: DbState::ShutDown,
+            checkpoint_lsn: Lsn::INVALID,
+            redo_lsn: Lsn::FIRST,
+            next_xid: Xid::FIRST_NORMAL,
+            next_relfile: RelFileId::FIRST_USER.0,
+        };
+        let st = Storage::new(
+            vfs.clone(),
+            dir,
+            StorageConfig {
+                shared_buffers_pages: 64,
+                ..Default::default()
+            },
+            &ctl,
+            &[],
+        );
         let wal = Wal::open(vfs.clone(), cfg, Lsn::FIRST, Lsn::FIRST, Arc::new(|| 0))?;
         st.pool.attach_wal(wal.clone());
         let _ = st.wal.set(wal);
@@ -154,7 +183,13 @@ impl Storage {
         Ok(())
     }
 
-    fn new(vfs: Arc<dyn Vfs>, dir: &Path, config: StorageConfig, ctl: &ControlFile, xact_status: &[u8]) -> Storage {
+    fn new(
+        vfs: Arc<dyn Vfs>,
+        dir: &Path,
+        config: StorageConfig,
+        ctl: &ControlFile,
+        xact_status: &[u8],
+    ) -> Storage {
         let smgr = Arc::new(Smgr::new(vfs.clone(), dir.join("base")));
         Storage {
             dir: dir.to_path_buf(),
@@ -184,10 +219,22 @@ impl Storage {
     pub fn open(vfs: Arc<dyn Vfs>, dir: &Path, config: StorageConfig) -> Result<Arc<Storage>> {
         let ctl = ControlFile::read(&*vfs, dir)?;
         let status = control::read_xact_status(&*vfs, dir)?;
-        let st = Arc::new(Storage::new(vfs.clone(), dir, config.clone(), &ctl, &status));
+        let st = Arc::new(Storage::new(
+            vfs.clone(),
+            dir,
+            config.clone(),
+            &ctl,
+            &status,
+        ));
         let end = recovery::redo(&st, &ctl)?;
         let st2 = st.clone();
-        let wal = Wal::open(vfs, wal_config(dir, &config), end.end_lsn, ctl.redo_lsn, Arc::new(move || st2.xact.active_count()))?;
+        let wal = Wal::open(
+            vfs,
+            wal_config(dir, &config),
+            end.end_lsn,
+            ctl.redo_lsn,
+            Arc::new(move || st2.xact.active_count()),
+        )?;
         st.pool.attach_wal(wal.clone());
         let _ = st.wal.set(wal);
         st.xact.abort_unresolved();
@@ -206,7 +253,14 @@ impl Storage {
     }
 
     fn log_smgr_create(&self, rel: RelFileId) -> Result<()> {
-        self.wal().insert(&mut |_| Record { rmgr: RM_SMGR, info: SMGR_CREATE, xid: Xid::INVALID, flags: 0, blocks: vec![], main_data: rel.0.to_le_bytes().to_vec() })?;
+        self.wal().insert(&mut |_| Record {
+            rmgr: RM_SMGR,
+            info: SMGR_CREATE,
+            xid: Xid::INVALID,
+            flags: 0,
+            blocks: vec![],
+            main_data: rel.0.to_le_bytes().to_vec(),
+        })?;
         self.smgr.create(rel)?;
         Ok(())
     }
@@ -262,9 +316,23 @@ impl Storage {
         main.extend_from_slice(&redo.0.to_le_bytes());
         main.extend_from_slice(&next_xid.0.to_le_bytes());
         main.extend_from_slice(&next_relfile.to_le_bytes());
-        let (start, end) = wal.insert(&mut |_| Record { rmgr: RM_XLOG, info: XLOG_CHECKPOINT, xid: Xid::INVALID, flags: 0, blocks: vec![], main_data: main.clone() })?;
+        let (start, end) = wal.insert(&mut |_| Record {
+            rmgr: RM_XLOG,
+            info: XLOG_CHECKPOINT,
+            xid: Xid::INVALID,
+            flags: 0,
+            blocks: vec![],
+            main_data: main.clone(),
+        })?;
         wal.flush(end, Default::default())?;
-        ControlFile { state, checkpoint_lsn: start, redo_lsn: redo, next_xid, next_relfile }.write(&*self.vfs, &self.dir)?;
+        ControlFile {
+            state,
+            checkpoint_lsn: start,
+            redo_lsn: redo,
+            next_xid,
+            next_relfile,
+        }
+        .write(&*self.vfs, &self.dir)?;
         wal.remove_old_segments(redo)?;
         self.last_redo.store(redo.0, Ordering::Release);
         self.checkpoints_done.fetch_add(1, Ordering::AcqRel);
@@ -314,7 +382,11 @@ impl Storage {
 }
 
 fn wal_config(dir: &Path, c: &StorageConfig) -> WalConfig {
-    WalConfig { dir: dir.join("wal"), wal_buffers_bytes: c.wal_buffers_bytes.next_power_of_two().max(1 << 20), prealloc_segments: 2 }
+    WalConfig {
+        dir: dir.join("wal"),
+        wal_buffers_bytes: c.wal_buffers_bytes.next_power_of_two().max(1 << 20),
+        prealloc_segments: 2,
+    }
 }
 
 fn checkpointer(weak: std::sync::Weak<Storage>) {
@@ -336,8 +408,14 @@ fn checkpointer(weak: std::sync::Weak<Storage>) {
             }
             s.requested
         };
-        let wal_since = st.wal().insert_lsn().0.saturating_sub(st.last_redo.load(Ordering::Acquire));
-        let due = requested > st.ckpt.lock().completed || last.elapsed() >= timeout || wal_since >= wal_limit;
+        let wal_since = st
+            .wal()
+            .insert_lsn()
+            .0
+            .saturating_sub(st.last_redo.load(Ordering::Acquire));
+        let due = requested > st.ckpt.lock().completed
+            || last.elapsed() >= timeout
+            || wal_since >= wal_limit;
         if due {
             let r = st.checkpoint_now(DbState::InProduction);
             last = Instant::now();

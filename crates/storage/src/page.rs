@@ -125,7 +125,11 @@ pub fn check(p: &PageBuf) -> Result<()> {
 /// # Errors
 /// A corruption error.
 pub fn check_header(p: &PageBuf) -> Result<()> {
-    let (lower, upper, special) = (rd16(p, 14) as usize, rd16(p, 16) as usize, rd16(p, 18) as usize);
+    let (lower, upper, special) = (
+        rd16(p, 14) as usize,
+        rd16(p, 16) as usize,
+        rd16(p, 18) as usize,
+    );
     if kind(p).is_none()
         || lower < PAGE_HEADER_SIZE
         || (lower - PAGE_HEADER_SIZE) % LINE_POINTER_SIZE != 0
@@ -140,7 +144,9 @@ pub fn check_header(p: &PageBuf) -> Result<()> {
     for i in 0..slot_count(p) {
         let (off, len) = line_pointer(p, i);
         if off != 0 && (off < upper || off + len > special) {
-            return Err(Error::corruption(format!("line pointer {i} is corrupt: offset {off}, length {len}")));
+            return Err(Error::corruption(format!(
+                "line pointer {i} is corrupt: offset {off}, length {len}"
+            )));
         }
     }
     Ok(())
@@ -209,7 +215,11 @@ pub fn fits(p: &PageBuf, len: usize) -> bool {
 pub fn add_item(p: &mut PageBuf, pos: usize, data: &[u8]) -> usize {
     let n = slot_count(p);
     assert!(pos <= n, "line pointer index {pos} beyond {n}");
-    assert!(fits(p, data.len()), "item of {} bytes does not fit", data.len());
+    assert!(
+        fits(p, data.len()),
+        "item of {} bytes does not fit",
+        data.len()
+    );
     let upper = rd16(p, 16) as usize - data.len();
     p[upper..upper + data.len()].copy_from_slice(data);
     if pos < n {
@@ -219,7 +229,11 @@ pub fn add_item(p: &mut PageBuf, pos: usize, data: &[u8]) -> usize {
     }
     set_line_pointer(p, pos, upper, data.len());
     wr16(p, 16, upper as u16);
-    wr16(p, 14, (PAGE_HEADER_SIZE + (n + 1) * LINE_POINTER_SIZE) as u16);
+    wr16(
+        p,
+        14,
+        (PAGE_HEADER_SIZE + (n + 1) * LINE_POINTER_SIZE) as u16,
+    );
     pos
 }
 

@@ -15,7 +15,10 @@
 use crate::bufpool::ReadMode;
 use crate::control::ControlFile;
 use crate::page::{self, PageBuf};
-use crate::{btree, heap, Storage, RM_SMGR, RM_XACT, RM_XLOG, SMGR_CREATE, XACT_ABORT, XACT_COMMIT, XLOG_CHECKPOINT};
+use crate::{
+    btree, heap, Storage, RM_SMGR, RM_XACT, RM_XLOG, SMGR_CREATE, XACT_ABORT, XACT_COMMIT,
+    XLOG_CHECKPOINT,
+};
 use std::sync::atomic::Ordering;
 use walnut_common::{Error, Lsn, RelFileId, Result, Xid};
 use walnut_wal::{DecodedRecord, WalReader};
@@ -33,11 +36,22 @@ pub struct RedoEnd {
 /// # Errors
 /// Corruption if truncated.
 pub fn parse_rel_list(d: &[u8]) -> Result<Vec<RelFileId>> {
-    let n = d.get(..4).map(|b| u32::from_le_bytes(b.try_into().expect("4")) as usize).unwrap_or(0);
+    let n = d
+        .get(..4)
+        .map(|b| u32::from_le_bytes(b.try_into().expect("4")) as usize)
+        .unwrap_or(0);
     if d.len() < 4 + 4 * n {
-        return Err(Error::corruption("transaction record relation list is truncated"));
+        return Err(Error::corruption(
+            "transaction record relation list is truncated",
+        ));
     }
-    Ok((0..n).map(|i| RelFileId(u32::from_le_bytes(d[4 + 4 * i..8 + 4 * i].try_into().expect("4")))).collect())
+    Ok((0..n)
+        .map(|i| {
+            RelFileId(u32::from_le_bytes(
+                d[4 + 4 * i..8 + 4 * i].try_into().expect("4"),
+            ))
+        })
+        .collect())
 }
 
 /// Encodes a relation list for a transaction record.
@@ -62,13 +76,22 @@ pub fn redo(st: &Storage, ctl: &ControlFile) -> Result<RedoEnd> {
         if rec.lsn == ctl.checkpoint_lsn {
             saw_checkpoint = true;
         }
-        apply(st, &rec).map_err(|e| Error { message: format!("redo of record at {} failed: {}", rec.lsn, e.message), ..e })?;
+        apply(st, &rec).map_err(|e| Error {
+            message: format!("redo of record at {} failed: {}", rec.lsn, e.message),
+            ..e
+        })?;
         n += 1;
     }
     if !saw_checkpoint {
-        return Err(Error::corruption(format!("could not locate a valid checkpoint record at {}", ctl.checkpoint_lsn)));
+        return Err(Error::corruption(format!(
+            "could not locate a valid checkpoint record at {}",
+            ctl.checkpoint_lsn
+        )));
     }
-    Ok(RedoEnd { end_lsn: reader.end_lsn(), records_replayed: n })
+    Ok(RedoEnd {
+        end_lsn: reader.end_lsn(),
+        records_replayed: n,
+    })
 }
 
 /// Applies one record.
@@ -88,18 +111,29 @@ pub fn apply(st: &Storage, rec: &DecodedRecord) -> Result<()> {
             Err(e) => return Err(e),
         };
         st.smgr.note_block(&rel, b.block);
-        let mode = if b.image.is_some() || b.will_init { ReadMode::Zero } else { ReadMode::Normal };
+        let mode = if b.image.is_some() || b.will_init {
+            ReadMode::Zero
+        } else {
+            ReadMode::Normal
+        };
         let pin = st.pool.pin(&rel, b.block, mode)?;
         let mut p = pin.write();
         if let Some(img) = &b.image {
-            let img: &PageBuf = img.as_slice().try_into().map_err(|_| Error::corruption("full-page image is not BLCKSZ bytes"))?;
+            let img: &PageBuf = img
+                .as_slice()
+                .try_into()
+                .map_err(|_| Error::corruption("full-page image is not BLCKSZ bytes"))?;
             p.copy_from_slice(img);
             page::check_header(&p)?;
         } else {
             if b.will_init {
                 match r.rmgr {
                     heap::RM_HEAP => heap::init_page(&mut p),
-                    _ => return Err(Error::corruption("will_init block without an image in a non-heap record")),
+                    _ => {
+                        return Err(Error::corruption(
+                            "will_init block without an image in a non-heap record",
+                        ))
+                    }
                 }
             } else if page::lsn(&p) >= rec.end_lsn {
                 continue;
@@ -107,7 +141,12 @@ pub fn apply(st: &Storage, rec: &DecodedRecord) -> Result<()> {
             match r.rmgr {
                 heap::RM_HEAP => heap::redo_block(r.info, id, nblocks, &b.data, &mut p)?,
                 btree::RM_BTREE => btree::redo_block(r.info, &b.data, &mut p)?,
-                _ => return Err(Error::corruption(format!("block reference in record of resource manager {}", r.rmgr.0))),
+                _ => {
+                    return Err(Error::corruption(format!(
+                        "block reference in record of resource manager {}",
+                        r.rmgr.0
+                    )))
+                }
             }
         }
         page::set_lsn(&mut p, rec.end_lsn);
@@ -127,15 +166,24 @@ pub fn apply(st: &Storage, rec: &DecodedRecord) -> Result<()> {
             }
         }
         (RM_SMGR, SMGR_CREATE) => {
-            let id = r.main_data.get(..4).map(|b| u32::from_le_bytes(b.try_into().expect("4"))).ok_or_else(|| Error::corruption("smgr create record is truncated"))?;
+            let id = r
+                .main_data
+                .get(..4)
+                .map(|b| u32::from_le_bytes(b.try_into().expect("4")))
+                .ok_or_else(|| Error::corruption("smgr create record is truncated"))?;
             st.smgr.create(RelFileId(id))?;
             st.next_relfile.fetch_max(id + 1, Ordering::AcqRel);
         }
         (RM_XLOG, XLOG_CHECKPOINT) => {
             let d = &r.main_data;
             if d.len() >= 20 {
-                st.xact.observe_xid(Xid(u64::from_le_bytes(d[8..16].try_into().expect("8")).saturating_sub(1)));
-                st.next_relfile.fetch_max(u32::from_le_bytes(d[16..20].try_into().expect("4")), Ordering::AcqRel);
+                st.xact.observe_xid(Xid(
+                    u64::from_le_bytes(d[8..16].try_into().expect("8")).saturating_sub(1)
+                ));
+                st.next_relfile.fetch_max(
+                    u32::from_le_bytes(d[16..20].try_into().expect("4")),
+                    Ordering::AcqRel,
+                );
             }
         }
         _ => {}

@@ -44,7 +44,12 @@ pub struct Smgr {
 impl Smgr {
     /// Opens the storage manager over `base` (`DATADIR/base`).
     pub fn new(vfs: Arc<dyn Vfs>, base: PathBuf) -> Smgr {
-        Smgr { vfs, base, rels: RwLock::new(HashMap::new()), dirty: Mutex::new(HashSet::new()) }
+        Smgr {
+            vfs,
+            base,
+            rels: RwLock::new(HashMap::new()),
+            dirty: Mutex::new(HashSet::new()),
+        }
     }
 
     fn path(&self, id: RelFileId) -> PathBuf {
@@ -60,9 +65,19 @@ impl Smgr {
         let path = self.path(id);
         if !self.vfs.exists(&path) {
             self.vfs
-                .open(&path, OpenMode { create: true, ..Default::default() })
-                .map_err(|e| Error::io(format!("could not create file \"{}\"", path.display()), e))?;
-            self.vfs.sync_dir(&self.base).map_err(|e| Error::io("could not fsync directory base", e))?;
+                .open(
+                    &path,
+                    OpenMode {
+                        create: true,
+                        ..Default::default()
+                    },
+                )
+                .map_err(|e| {
+                    Error::io(format!("could not create file \"{}\"", path.display()), e)
+                })?;
+            self.vfs
+                .sync_dir(&self.base)
+                .map_err(|e| Error::io("could not fsync directory base", e))?;
         }
         self.open(id)
     }
@@ -84,7 +99,9 @@ impl Smgr {
             .vfs
             .open(&path, OpenMode::default())
             .map_err(|e| Error::io(format!("could not open file \"{}\"", path.display()), e))?;
-        let len = file.len().map_err(|e| Error::io(format!("could not stat \"{}\"", path.display()), e))?;
+        let len = file
+            .len()
+            .map_err(|e| Error::io(format!("could not stat \"{}\"", path.display()), e))?;
         let nblocks = (len / BLCKSZ as u64) as u32;
         let rel = Arc::new(Relation {
             id,
@@ -112,9 +129,18 @@ impl Smgr {
         let off = block.0 as u64 * BLCKSZ as u64;
         let mut done = 0;
         while done < BLCKSZ {
-            let n = rel.file.read_at(&mut buf[done..BLCKSZ], off + done as u64).map_err(|e| {
-                Error::io(format!("could not read block {} in file \"base/{}\"", block.0, rel.id.0), e)
-            })?;
+            let n = rel
+                .file
+                .read_at(&mut buf[done..BLCKSZ], off + done as u64)
+                .map_err(|e| {
+                    Error::io(
+                        format!(
+                            "could not read block {} in file \"base/{}\"",
+                            block.0, rel.id.0
+                        ),
+                        e,
+                    )
+                })?;
             if n == 0 {
                 buf[done..BLCKSZ].fill(0);
                 break;
@@ -137,7 +163,13 @@ impl Smgr {
             }
         }
         rel.file.write_at(&buf[..BLCKSZ], off).map_err(|e| {
-            Error::io(format!("could not write block {} in file \"base/{}\"", block.0, rel.id.0), e)
+            Error::io(
+                format!(
+                    "could not write block {} in file \"base/{}\"",
+                    block.0, rel.id.0
+                ),
+                e,
+            )
         })
     }
 
@@ -181,8 +213,15 @@ impl Smgr {
         match self.vfs.remove(&self.path(id)) {
             Ok(()) => {}
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => return Err(Error::io(format!("could not remove file \"base/{}\"", id.0), e)),
+            Err(e) => {
+                return Err(Error::io(
+                    format!("could not remove file \"base/{}\"", id.0),
+                    e,
+                ))
+            }
         }
-        self.vfs.sync_dir(&self.base).map_err(|e| Error::io("could not fsync directory base", e))
+        self.vfs
+            .sync_dir(&self.base)
+            .map_err(|e| Error::io("could not fsync directory base", e))
     }
 }

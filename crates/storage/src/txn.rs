@@ -54,14 +54,26 @@ pub struct Txn {
 }
 
 fn no_table(name: &str) -> Error {
-    Error::user(SqlState::UNDEFINED_TABLE, format!("relation \"{name}\" does not exist"))
+    Error::user(
+        SqlState::UNDEFINED_TABLE,
+        format!("relation \"{name}\" does not exist"),
+    )
 }
 
 impl Txn {
     /// Begins a transaction (no xid until the first write).
     pub fn begin(st: Arc<Storage>, cancel: Arc<AtomicBool>) -> Txn {
         let snap = st.xact.snapshot(Xid::INVALID);
-        Txn { st, xid: Xid::INVALID, snap, cancel, overlay: HashMap::new(), created: Vec::new(), drop_at_commit: Vec::new(), finished: false }
+        Txn {
+            st,
+            xid: Xid::INVALID,
+            snap,
+            cancel,
+            overlay: HashMap::new(),
+            created: Vec::new(),
+            drop_at_commit: Vec::new(),
+            finished: false,
+        }
     }
 
     /// New statement: a fresh read-committed snapshot.
@@ -113,7 +125,12 @@ impl Txn {
                 match heap::update(&self.st, &cat, tid, xid, &bytes)? {
                     WriteCheck::Done(t) => break t,
                     WriteCheck::WaitFor(x) => self.st.xact.wait_for(xid, x, &self.cancel)?,
-                    _ => return Err(Error::user(SqlState::SERIALIZATION_FAILURE, format!("table \"{}\" was changed concurrently", info.def.name))),
+                    _ => {
+                        return Err(Error::user(
+                            SqlState::SERIALIZATION_FAILURE,
+                            format!("table \"{}\" was changed concurrently", info.def.name),
+                        ))
+                    }
                 }
             },
         };
@@ -126,18 +143,38 @@ impl Txn {
     /// 42P07 if the name is taken; I/O errors.
     pub fn create_table(&mut self, def: TableDef) -> Result<()> {
         if self.table(&def.name).is_some() {
-            return Err(Error::user(SqlState::DUPLICATE_TABLE, format!("relation \"{}\" already exists", def.name)));
+            return Err(Error::user(
+                SqlState::DUPLICATE_TABLE,
+                format!("relation \"{}\" already exists", def.name),
+            ));
         }
-        if def.columns.iter().any(|c| c.name.contains('\n') || c.name.contains('\t')) {
-            return Err(Error::unsupported("column names containing tabs or newlines"));
+        if def
+            .columns
+            .iter()
+            .any(|c| c.name.contains('\n') || c.name.contains('\t'))
+        {
+            return Err(Error::unsupported(
+                "column names containing tabs or newlines",
+            ));
         }
         let xid = self.xid();
         let relfile = self.st.create_relation()?;
         self.created.push(relfile);
-        let index = if def.primary_key.is_some() { Some(self.new_index(xid, &[])?) } else { None };
-        let mut info = TableInfo { def: Arc::new(def), table_id: relfile.0 as u64, relfile, index, catalog_tid: Tid::INVALID };
+        let index = if def.primary_key.is_some() {
+            Some(self.new_index(xid, &[])?)
+        } else {
+            None
+        };
+        let mut info = TableInfo {
+            def: Arc::new(def),
+            table_id: relfile.0 as u64,
+            relfile,
+            index,
+            catalog_tid: Tid::INVALID,
+        };
         self.write_catalog(xid, None, &mut info)?;
-        self.overlay.insert(info.def.name.clone(), Some(Arc::new(info)));
+        self.overlay
+            .insert(info.def.name.clone(), Some(Arc::new(info)));
         Ok(())
     }
 
@@ -171,8 +208,16 @@ impl Txn {
         let xid = self.xid();
         let relfile = self.st.create_relation()?;
         self.created.push(relfile);
-        let index = if info.index.is_some() { Some(self.new_index(xid, &[])?) } else { None };
-        let mut new = TableInfo { relfile, index, ..(*info).clone() };
+        let index = if info.index.is_some() {
+            Some(self.new_index(xid, &[])?)
+        } else {
+            None
+        };
+        let mut new = TableInfo {
+            relfile,
+            index,
+            ..(*info).clone()
+        };
         self.write_catalog(xid, Some(info.catalog_tid), &mut new)?;
         self.drop_at_commit.push(info.relfile);
         self.drop_at_commit.extend(info.index);
@@ -187,7 +232,10 @@ impl Txn {
     pub fn add_primary_key(&mut self, name: &str, cols: Vec<usize>) -> Result<()> {
         let info = self.table_or_err(name)?;
         if info.def.primary_key.is_some() {
-            return Err(Error::user(SqlState::INVALID_TABLE_DEFINITION, format!("multiple primary keys for table \"{name}\" are not allowed")));
+            return Err(Error::user(
+                SqlState::INVALID_TABLE_DEFINITION,
+                format!("multiple primary keys for table \"{name}\" are not allowed"),
+            ));
         }
         let xid = self.xid();
         let mut entries = Vec::new();
@@ -203,14 +251,31 @@ impl Txn {
             Ok(true)
         })?;
         if let Some(c) = null_col {
-            return Err(Error::user(SqlState::NOT_NULL_VIOLATION, format!("column \"{}\" of relation \"{name}\" contains null values", def.columns[c].name)));
+            return Err(Error::user(
+                SqlState::NOT_NULL_VIOLATION,
+                format!(
+                    "column \"{}\" of relation \"{name}\" contains null values",
+                    def.columns[c].name
+                ),
+            ));
         }
         entries.sort_by(|a, b| a.0.cmp(&b.0));
         if let Some(w) = entries.windows(2).find(|w| w[0].0 == w[1].0) {
             let names: Vec<&str> = cols.iter().map(|&c| def.columns[c].name.as_str()).collect();
-            let vals: Vec<String> = w[0].2.iter().map(|v| v.to_text().unwrap_or_default()).collect();
-            return Err(Error::user(SqlState::UNIQUE_VIOLATION, format!("could not create unique index \"{}\"", info.index_name()))
-                .with_detail(format!("Key ({})=({}) is duplicated.", names.join(", "), vals.join(", "))));
+            let vals: Vec<String> = w[0]
+                .2
+                .iter()
+                .map(|v| v.to_text().unwrap_or_default())
+                .collect();
+            return Err(Error::user(
+                SqlState::UNIQUE_VIOLATION,
+                format!("could not create unique index \"{}\"", info.index_name()),
+            )
+            .with_detail(format!(
+                "Key ({})=({}) is duplicated.",
+                names.join(", "),
+                vals.join(", ")
+            )));
         }
         let pairs: Vec<(Vec<u8>, Tid)> = entries.into_iter().map(|(k, t, _)| (k, t)).collect();
         let index = self.new_index(xid, &pairs)?;
@@ -219,7 +284,11 @@ impl Txn {
             newdef.columns[c].not_null = true;
         }
         newdef.primary_key = Some(cols);
-        let mut new = TableInfo { def: Arc::new(newdef), index: Some(index), ..(*info).clone() };
+        let mut new = TableInfo {
+            def: Arc::new(newdef),
+            index: Some(index),
+            ..(*info).clone()
+        };
         self.write_catalog(xid, Some(info.catalog_tid), &mut new)?;
         self.overlay.insert(name.to_string(), Some(Arc::new(new)));
         Ok(())
@@ -241,7 +310,14 @@ impl Txn {
         let mut data = Vec::with_capacity(64);
         encode_row(row, &mut data);
         let Some(index) = info.index else {
-            heap::insert(&self.st, &rel, xid, Tid::INVALID, &data, info.def.fillfactor)?;
+            heap::insert(
+                &self.st,
+                &rel,
+                xid,
+                Tid::INVALID,
+                &data,
+                info.def.fillfactor,
+            )?;
             return Ok(());
         };
         let key = Self::key_of(info, row).expect("a table with an index has a primary key");
@@ -251,7 +327,8 @@ impl Txn {
         let st = self.st.clone();
         let index_name = info.index_name();
         loop {
-            let mut check = |existing: Tid| -> Result<Existing> { existing_state(&st, &rel, existing, xid) };
+            let mut check =
+                |existing: Tid| -> Result<Existing> { existing_state(&st, &rel, existing, xid) };
             match btree::insert_unique(&st, &irel, xid, &key, tid, &mut check, &index_name)? {
                 InsertOutcome::Done(_) => return Ok(()),
                 InsertOutcome::Wait(x) => st.xact.wait_for(xid, x, &self.cancel)?,
@@ -263,7 +340,11 @@ impl Txn {
     ///
     /// # Errors
     /// I/O, corruption, cancellation, and `visit`'s errors.
-    pub fn scan(&self, info: &TableInfo, visit: &mut dyn FnMut(Tid, Vec<Value>) -> Result<bool>) -> Result<()> {
+    pub fn scan(
+        &self,
+        info: &TableInfo,
+        visit: &mut dyn FnMut(Tid, Vec<Value>) -> Result<bool>,
+    ) -> Result<()> {
         let rel = self.st.smgr.open(info.relfile)?;
         let types = info.def.types();
         let n = rel.nblocks.load(Ordering::Acquire);
@@ -285,9 +366,18 @@ impl Txn {
     ///
     /// # Errors
     /// As for [`Txn::scan`]; 42P16-free: bad input if the table has no primary key.
-    pub fn index_scan(&self, info: &TableInfo, lo: Bound<&[Value]>, hi: Bound<&[Value]>, visit: &mut dyn FnMut(Tid, Vec<Value>) -> Result<bool>) -> Result<()> {
+    pub fn index_scan(
+        &self,
+        info: &TableInfo,
+        lo: Bound<&[Value]>,
+        hi: Bound<&[Value]>,
+        visit: &mut dyn FnMut(Tid, Vec<Value>) -> Result<bool>,
+    ) -> Result<()> {
         let Some(index) = info.index else {
-            return Err(Error::internal(format!("table \"{}\" has no primary key index", info.def.name)));
+            return Err(Error::internal(format!(
+                "table \"{}\" has no primary key index",
+                info.def.name
+            )));
         };
         let enc = |b: Bound<&[Value]>| b.map(encode_key);
         let (lo, hi) = (enc(lo), enc(hi));
@@ -296,15 +386,24 @@ impl Txn {
         let types = info.def.types();
         let snap = self.snap;
         let st = &self.st;
-        btree::range(st, &irel, lo.as_ref().map(|v| v.as_slice()), hi.as_ref().map(|v| v.as_slice()), &mut |_k, tid| {
-            match heap::visible_version(st, &rel, tid, &snap)? {
+        btree::range(
+            st,
+            &irel,
+            lo.as_ref().map(|v| v.as_slice()),
+            hi.as_ref().map(|v| v.as_slice()),
+            &mut |_k, tid| match heap::visible_version(st, &rel, tid, &snap)? {
                 Some((t, v)) => visit(t, decode_row(&types, &v.data)?),
                 None => Ok(true),
-            }
-        })
+            },
+        )
     }
 
-    fn write_loop(&mut self, info: &TableInfo, mut tid: Tid, new_row: Option<&[Value]>) -> Result<RowWrite> {
+    fn write_loop(
+        &mut self,
+        info: &TableInfo,
+        mut tid: Tid,
+        new_row: Option<&[Value]>,
+    ) -> Result<RowWrite> {
         let xid = self.xid();
         let rel = self.st.smgr.open(info.relfile)?;
         let mut data = Vec::new();
@@ -328,14 +427,21 @@ impl Txn {
                 WriteCheck::WaitFor(x) => {
                     self.st.xact.wait_for(xid, x, &self.cancel)?;
                     tid = match heap::newest_committed(&self.st, &rel, tid)? {
-                        Some((t, v)) if t != tid => return Ok(RowWrite::Changed(t, decode_row(&info.def.types(), &v.data)?)),
+                        Some((t, v)) if t != tid => {
+                            return Ok(RowWrite::Changed(
+                                t,
+                                decode_row(&info.def.types(), &v.data)?,
+                            ))
+                        }
                         Some((t, _)) => t,
                         None => return Ok(RowWrite::Gone),
                     };
                 }
                 WriteCheck::Updated(next) => {
                     return Ok(match heap::newest_committed(&self.st, &rel, next)? {
-                        Some((t, v)) => RowWrite::Changed(t, decode_row(&info.def.types(), &v.data)?),
+                        Some((t, v)) => {
+                            RowWrite::Changed(t, decode_row(&info.def.types(), &v.data)?)
+                        }
                         None => RowWrite::Gone,
                     })
                 }
@@ -348,9 +454,17 @@ impl Txn {
     ///
     /// # Errors
     /// 0A000 if the key changes; 40P01 on deadlock; 57014 on cancel.
-    pub fn update(&mut self, info: &TableInfo, tid: Tid, old_row: &[Value], row: &[Value]) -> Result<RowWrite> {
+    pub fn update(
+        &mut self,
+        info: &TableInfo,
+        tid: Tid,
+        old_row: &[Value],
+        row: &[Value],
+    ) -> Result<RowWrite> {
         if Self::key_of(info, old_row) != Self::key_of(info, row) {
-            return Err(Error::unsupported("changing the primary key of a row with UPDATE"));
+            return Err(Error::unsupported(
+                "changing the primary key of a row with UPDATE",
+            ));
         }
         self.write_loop(info, tid, Some(row))
     }
@@ -386,7 +500,14 @@ impl Txn {
         let end = {
             let _c = st.xact.commit_lock.read();
             let main = encode_rel_list(&self.drop_at_commit);
-            let (_, end) = st.wal().insert(&mut |_| Record { rmgr: RM_XACT, info: XACT_COMMIT, xid, flags: 0, blocks: vec![], main_data: main.clone() })?;
+            let (_, end) = st.wal().insert(&mut |_| Record {
+                rmgr: RM_XACT,
+                info: XACT_COMMIT,
+                xid,
+                flags: 0,
+                blocks: vec![],
+                main_data: main.clone(),
+            })?;
             st.xact.mark_committing(xid);
             end
         };
@@ -418,7 +539,14 @@ impl Txn {
         }
         let xid = self.xid;
         let main = encode_rel_list(&self.created);
-        if let Err(e) = self.st.wal().insert(&mut |_| Record { rmgr: RM_XACT, info: XACT_ABORT, xid, flags: 0, blocks: vec![], main_data: main.clone() }) {
+        if let Err(e) = self.st.wal().insert(&mut |_| Record {
+            rmgr: RM_XACT,
+            info: XACT_ABORT,
+            xid,
+            flags: 0,
+            blocks: vec![],
+            main_data: main.clone(),
+        }) {
             tracing::warn!("could not log abort of transaction {}: {e}", xid.0);
         }
         self.st.xact.abort(xid);
@@ -437,14 +565,23 @@ impl Drop for Txn {
 }
 
 /// Uniqueness decision for an existing index entry pointing at `head`.
-fn existing_state(st: &Storage, rel: &crate::smgr::Relation, head: Tid, me: Xid) -> Result<Existing> {
+fn existing_state(
+    st: &Storage,
+    rel: &crate::smgr::Relation,
+    head: Tid,
+    me: Xid,
+) -> Result<Existing> {
     let mut tid = head;
     for _ in 0..1_000_000 {
         if !tid.is_valid() {
             return Ok(Existing::Replace);
         }
         let v = heap::fetch(st, rel, tid)?;
-        let xmin_state = if v.xmin == me { XidStatus::Committed(0) } else { st.xact.status(v.xmin) };
+        let xmin_state = if v.xmin == me {
+            XidStatus::Committed(0)
+        } else {
+            st.xact.status(v.xmin)
+        };
         match xmin_state {
             XidStatus::InProgress => return Ok(Existing::Wait(v.xmin)),
             XidStatus::Aborted => {
@@ -457,7 +594,11 @@ fn existing_state(st: &Storage, rel: &crate::smgr::Relation, head: Tid, me: Xid)
             return Ok(Existing::Duplicate);
         }
         if v.xmax == me {
-            return Ok(if v.next.is_valid() { Existing::Duplicate } else { Existing::Replace });
+            return Ok(if v.next.is_valid() {
+                Existing::Duplicate
+            } else {
+                Existing::Replace
+            });
         }
         return Ok(match st.xact.status(v.xmax) {
             XidStatus::InProgress => Existing::Wait(v.xmax),

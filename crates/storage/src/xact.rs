@@ -121,7 +121,8 @@ impl XactManager {
     }
 
     fn raw(&self, xid: Xid) -> u64 {
-        self.slot(xid, |s| s.load(Ordering::Acquire)).unwrap_or(ST_UNKNOWN)
+        self.slot(xid, |s| s.load(Ordering::Acquire))
+            .unwrap_or(ST_UNKNOWN)
     }
 
     /// Status of `xid`.
@@ -138,7 +139,10 @@ impl XactManager {
 
     /// A snapshot for a new statement of transaction `xid`.
     pub fn snapshot(&self, xid: Xid) -> Snapshot {
-        Snapshot { xid, csn: self.last_csn.load(Ordering::Acquire) }
+        Snapshot {
+            xid,
+            csn: self.last_csn.load(Ordering::Acquire),
+        }
     }
 
     /// True if changes of `xid` are visible to `snap`.
@@ -155,7 +159,10 @@ impl XactManager {
     /// Assigns a new xid and registers it as running.
     pub fn assign_xid(&self) -> Xid {
         let xid = Xid(self.next_xid.fetch_add(1, Ordering::AcqRel));
-        let lock = Arc::new(XidLock { done: Mutex::new(false), cond: Condvar::new() });
+        let lock = Arc::new(XidLock {
+            done: Mutex::new(false),
+            cond: Condvar::new(),
+        });
         self.active.lock().insert(xid, lock);
         xid
     }
@@ -249,7 +256,9 @@ impl XactManager {
     /// # Errors
     /// 40P01 if waiting would close a cycle of waits; 57014 if `cancel` is set meanwhile.
     pub fn wait_for(&self, me: Xid, holder: Xid, cancel: &AtomicBool) -> Result<()> {
-        let Some(lock) = self.active.lock().get(&holder).cloned() else { return Ok(()) };
+        let Some(lock) = self.active.lock().get(&holder).cloned() else {
+            return Ok(());
+        };
         {
             let mut w = self.waits_for.lock();
             let mut cur = holder;
@@ -296,10 +305,16 @@ mod tests {
         let a = m.assign_xid();
         let before = m.snapshot(Xid::INVALID);
         m.mark_committing(a);
-        assert!(!m.visible(&m.snapshot(Xid::INVALID), a), "committing is not yet visible");
+        assert!(
+            !m.visible(&m.snapshot(Xid::INVALID), a),
+            "committing is not yet visible"
+        );
         m.publish_commit(a);
         assert!(m.visible(&m.snapshot(Xid::INVALID), a));
-        assert!(!m.visible(&before, a), "an older snapshot does not see a later commit");
+        assert!(
+            !m.visible(&before, a),
+            "an older snapshot does not see a later commit"
+        );
         assert_eq!(m.durable_snapshot()[a.0 as usize], CLOG_COMMITTED);
     }
 

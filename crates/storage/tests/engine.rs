@@ -9,12 +9,18 @@ use std::path::Path;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use walnut_common::value::encode_key;
-use walnut_common::{ColumnDef, DataType, RelFileId, SqlState, TableDef, Tid, Value, Xid, BlockNumber};
+use walnut_common::{
+    BlockNumber, ColumnDef, DataType, RelFileId, SqlState, TableDef, Tid, Value, Xid,
+};
 use walnut_storage::txn::{CommitSettings, RowWrite, Txn};
 use walnut_storage::{btree, Storage, StorageConfig};
 
 fn config(pages: usize) -> StorageConfig {
-    StorageConfig { shared_buffers_pages: pages, checkpoint_timeout_s: 3600, ..Default::default() }
+    StorageConfig {
+        shared_buffers_pages: pages,
+        checkpoint_timeout_s: 3600,
+        ..Default::default()
+    }
 }
 
 fn fresh(dir: &Path, pages: usize) -> Arc<Storage> {
@@ -23,16 +29,32 @@ fn fresh(dir: &Path, pages: usize) -> Arc<Storage> {
 }
 
 fn commit(t: Txn) {
-    t.commit(CommitSettings { synchronous: true, flush: Default::default() }).unwrap();
+    t.commit(CommitSettings {
+        synchronous: true,
+        flush: Default::default(),
+    })
+    .unwrap();
 }
 
 fn accounts() -> TableDef {
     TableDef {
         name: "accounts".into(),
         columns: vec![
-            ColumnDef { name: "aid".into(), ty: DataType::Int4, not_null: true },
-            ColumnDef { name: "abalance".into(), ty: DataType::Int4, not_null: false },
-            ColumnDef { name: "filler".into(), ty: DataType::Char(84), not_null: false },
+            ColumnDef {
+                name: "aid".into(),
+                ty: DataType::Int4,
+                not_null: true,
+            },
+            ColumnDef {
+                name: "abalance".into(),
+                ty: DataType::Int4,
+                not_null: false,
+            },
+            ColumnDef {
+                name: "filler".into(),
+                ty: DataType::Char(84),
+                not_null: false,
+            },
         ],
         primary_key: Some(vec![0]),
         fillfactor: 100,
@@ -40,7 +62,11 @@ fn accounts() -> TableDef {
 }
 
 fn row(aid: i32, bal: i32) -> Vec<Value> {
-    vec![Value::Int4(aid), Value::Int4(bal), Value::Text(format!("{:84}", ""))]
+    vec![
+        Value::Int4(aid),
+        Value::Int4(bal),
+        Value::Text(format!("{:84}", "")),
+    ]
 }
 
 fn contents(st: &Arc<Storage>, table: &str) -> BTreeMap<i32, i32> {
@@ -48,7 +74,11 @@ fn contents(st: &Arc<Storage>, table: &str) -> BTreeMap<i32, i32> {
     let info = t.table(table).expect("table exists");
     let mut m = BTreeMap::new();
     t.scan(&info, &mut |_, r| {
-        assert!(m.insert(r[0].as_i64().unwrap() as i32, r[1].as_i64().unwrap() as i32).is_none(), "two visible versions of one row");
+        assert!(
+            m.insert(r[0].as_i64().unwrap() as i32, r[1].as_i64().unwrap() as i32)
+                .is_none(),
+            "two visible versions of one row"
+        );
         Ok(true)
     })
     .unwrap();
@@ -128,10 +158,15 @@ fn rows_survive_redo_of_every_record_type() {
         t.new_statement();
         for aid in (1..=3000).step_by(7) {
             let mut hits = Vec::new();
-            t.index_scan(&info, Bound::Included(&[Value::Int4(aid)]), Bound::Included(&[Value::Int4(aid)]), &mut |tid, r| {
-                hits.push((tid, r));
-                Ok(true)
-            })
+            t.index_scan(
+                &info,
+                Bound::Included(&[Value::Int4(aid)]),
+                Bound::Included(&[Value::Int4(aid)]),
+                &mut |tid, r| {
+                    hits.push((tid, r));
+                    Ok(true)
+                },
+            )
             .unwrap();
             for (tid, r) in hits {
                 let new = row(aid, r[1].as_i64().unwrap() as i32 + 10);
@@ -180,9 +215,16 @@ fn rows_survive_redo_of_every_record_type() {
     let copy = tmp.path().join("copy");
     crash_copy(&dir, &copy);
     let st2 = Storage::open(Arc::new(walnut_io::RealVfs), &copy, config(64)).unwrap();
-    assert_eq!(contents(&st2, "accounts"), expect, "redo restored the accounts table");
+    assert_eq!(
+        contents(&st2, "accounts"),
+        expect,
+        "redo restored the accounts table"
+    );
     assert_eq!(contents(&st2, "history").len(), 20);
-    assert!(st2.catalog.get("gone").is_none(), "a committed DROP stays dropped");
+    assert!(
+        st2.catalog.get("gone").is_none(),
+        "a committed DROP stays dropped"
+    );
     let t = Txn::begin(st2.clone(), cancel.clone());
     assert!(t.table("history").unwrap().def.primary_key.is_some());
     drop(t);
@@ -235,10 +277,15 @@ fn concurrent_updates_of_one_row_serialize() {
                     let info = t.table("accounts").unwrap();
                     t.new_statement();
                     let mut target = None;
-                    t.index_scan(&info, Bound::Included(&[Value::Int4(1)]), Bound::Included(&[Value::Int4(1)]), &mut |tid, r| {
-                        target = Some((tid, r));
-                        Ok(true)
-                    })
+                    t.index_scan(
+                        &info,
+                        Bound::Included(&[Value::Int4(1)]),
+                        Bound::Included(&[Value::Int4(1)]),
+                        &mut |tid, r| {
+                            target = Some((tid, r));
+                            Ok(true)
+                        },
+                    )
                     .unwrap();
                     let (mut tid, mut r) = target.unwrap();
                     loop {
@@ -260,7 +307,11 @@ fn concurrent_updates_of_one_row_serialize() {
     for th in threads {
         th.join().unwrap();
     }
-    assert_eq!(contents(&st, "accounts"), BTreeMap::from([(1, 200)]), "no update was lost");
+    assert_eq!(
+        contents(&st, "accounts"),
+        BTreeMap::from([(1, 200)]),
+        "no update was lost"
+    );
 }
 
 #[derive(Debug, Clone)]

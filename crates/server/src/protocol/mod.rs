@@ -30,7 +30,9 @@ use crate::config;
 use async_trait::async_trait;
 use futures::{Sink, SinkExt};
 use parking_lot::Mutex;
-use pgwire::api::auth::{protocol_negotiation, save_startup_parameters_to_metadata, StartupHandler};
+use pgwire::api::auth::{
+    protocol_negotiation, save_startup_parameters_to_metadata, StartupHandler,
+};
 use pgwire::api::cancel::CancelHandler;
 use pgwire::api::copy::CopyHandler;
 use pgwire::api::portal::Portal as PgPortal;
@@ -38,16 +40,20 @@ use pgwire::api::query::{ExtendedQueryHandler, SimpleQueryHandler};
 use pgwire::api::results::Response;
 use pgwire::api::stmt::NoopQueryParser;
 use pgwire::api::store::PortalStore;
-use pgwire::api::{ClientInfo, ClientPortalStore, ErrorHandler, PgWireConnectionState, PgWireServerHandlers};
+use pgwire::api::{
+    ClientInfo, ClientPortalStore, ErrorHandler, PgWireConnectionState, PgWireServerHandlers,
+};
 use pgwire::error::{ErrorInfo, PgWireError, PgWireResult};
 use pgwire::messages::cancel::CancelRequest;
 use pgwire::messages::copy::{CopyData, CopyDone, CopyFail, CopyInResponse};
 use pgwire::messages::data::{NoData, ParameterDescription};
 use pgwire::messages::extendedquery::{
-    Bind, BindComplete, Close, CloseComplete, Describe, Execute, Flush, Parse, ParseComplete, PortalSuspended,
-    Sync as PgSync, TARGET_TYPE_BYTE_PORTAL, TARGET_TYPE_BYTE_STATEMENT,
+    Bind, BindComplete, Close, CloseComplete, Describe, Execute, Flush, Parse, ParseComplete,
+    PortalSuspended, Sync as PgSync, TARGET_TYPE_BYTE_PORTAL, TARGET_TYPE_BYTE_STATEMENT,
 };
-use pgwire::messages::response::{CommandComplete, EmptyQueryResponse, ReadyForQuery, TransactionStatus};
+use pgwire::messages::response::{
+    CommandComplete, EmptyQueryResponse, ReadyForQuery, TransactionStatus,
+};
 use pgwire::messages::simplequery::Query;
 use pgwire::messages::startup::{Authentication, BackendKeyData, ParameterStatus};
 use pgwire::messages::{PgWireBackendMessage, PgWireFrontendMessage, ProtocolVersion};
@@ -148,7 +154,11 @@ fn status_from_u8(v: u8) -> TransactionStatus {
 
 /// ErrorInfo for a walnut error with the given severity.
 fn error_info(e: &Error, severity: &str) -> ErrorInfo {
-    let mut info = ErrorInfo::new(severity.to_string(), e.sqlstate.0.to_string(), e.message.clone());
+    let mut info = ErrorInfo::new(
+        severity.to_string(),
+        e.sqlstate.0.to_string(),
+        e.message.clone(),
+    );
     info.severity_nonlocalized = Some(severity.to_string());
     info.detail = e.detail.clone();
     info
@@ -169,7 +179,11 @@ fn error_message(e: &Error) -> PgWireBackendMessage {
 }
 
 fn notice_message(n: &Notice) -> PgWireBackendMessage {
-    let mut info = ErrorInfo::new(n.severity.to_string(), n.sqlstate.0.to_string(), n.message.clone());
+    let mut info = ErrorInfo::new(
+        n.severity.to_string(),
+        n.sqlstate.0.to_string(),
+        n.message.clone(),
+    );
     info.severity_nonlocalized = Some(n.severity.to_string());
     PgWireBackendMessage::NoticeResponse(info.into())
 }
@@ -234,7 +248,12 @@ fn startup_parameters(
 /// Feeds (without flushing) the messages of one statement result. `describe` adds the
 /// RowDescription (simple query); `formats` are the result format codes (empty = text).
 /// Returns `true` if the result was CopyIn (the caller switches to COPY mode).
-async fn feed_output<C>(client: &mut C, output: Output, formats: &[i16], describe: bool) -> PgWireResult<bool>
+async fn feed_output<C>(
+    client: &mut C,
+    output: Output,
+    formats: &[i16],
+    describe: bool,
+) -> PgWireResult<bool>
 where
     C: Sink<PgWireBackendMessage> + Unpin + Send,
     C::Error: Debug,
@@ -244,25 +263,43 @@ where
         Output::Rows { columns, rows, tag } => {
             if describe {
                 client
-                    .feed(PgWireBackendMessage::RowDescription(values::row_description(&columns, formats)))
+                    .feed(PgWireBackendMessage::RowDescription(
+                        values::row_description(&columns, formats),
+                    ))
                     .await?;
             }
             for row in &rows {
-                let data = values::encode_row(row, &columns, formats).map_err(|e| user_error(&e))?;
+                let data =
+                    values::encode_row(row, &columns, formats).map_err(|e| user_error(&e))?;
                 client.feed(PgWireBackendMessage::DataRow(data)).await?;
             }
-            client.feed(PgWireBackendMessage::CommandComplete(CommandComplete::new(tag))).await?;
+            client
+                .feed(PgWireBackendMessage::CommandComplete(CommandComplete::new(
+                    tag,
+                )))
+                .await?;
         }
         Output::Command { tag } => {
-            client.feed(PgWireBackendMessage::CommandComplete(CommandComplete::new(tag))).await?;
+            client
+                .feed(PgWireBackendMessage::CommandComplete(CommandComplete::new(
+                    tag,
+                )))
+                .await?;
         }
         Output::Empty => {
-            client.feed(PgWireBackendMessage::EmptyQueryResponse(EmptyQueryResponse::new())).await?;
+            client
+                .feed(PgWireBackendMessage::EmptyQueryResponse(
+                    EmptyQueryResponse::new(),
+                ))
+                .await?;
         }
         Output::CopyIn { columns } => {
-            let n = i16::try_from(columns).map_err(|_| user_error(&Error::internal("too many COPY columns")))?;
+            let n = i16::try_from(columns)
+                .map_err(|_| user_error(&Error::internal("too many COPY columns")))?;
             let response = CopyInResponse::new(0, n, vec![0; columns]);
-            client.feed(PgWireBackendMessage::CopyInResponse(response)).await?;
+            client
+                .feed(PgWireBackendMessage::CopyInResponse(response))
+                .await?;
             return Ok(true);
         }
     }
@@ -326,7 +363,9 @@ impl Conn {
         tracing::info!(sqlstate = %e.sqlstate, "connection rejected: {}", e.message);
         self.rejected.store(true, Ordering::Relaxed);
         let info = error_info(e, "FATAL");
-        client.send(PgWireBackendMessage::ErrorResponse(info.into())).await?;
+        client
+            .send(PgWireBackendMessage::ErrorResponse(info.into()))
+            .await?;
         client.close().await?;
         Ok(())
     }
@@ -341,8 +380,15 @@ impl Conn {
     }
 
     fn missing_portal(name: &str) -> PgWireError {
-        let what = if name.is_empty() { "unnamed portal".to_string() } else { format!("portal \"{name}\"") };
-        user_error(&Error::user(SqlState::INVALID_CURSOR_NAME, format!("{what} does not exist")))
+        let what = if name.is_empty() {
+            "unnamed portal".to_string()
+        } else {
+            format!("portal \"{name}\"")
+        };
+        user_error(&Error::user(
+            SqlState::INVALID_CURSOR_NAME,
+            format!("{what} does not exist"),
+        ))
     }
 
     /// Decodes a Bind message into a portal.
@@ -367,21 +413,30 @@ impl Conn {
                         statement_label(name)
                     )));
                 }
-                let param_formats = values::resolve_formats(&message.parameter_format_codes, n, "parameter")?;
+                let param_formats =
+                    values::resolve_formats(&message.parameter_format_codes, n, "parameter")?;
                 let params = p
                     .param_types
                     .iter()
                     .zip(&message.parameters)
                     .zip(&param_formats)
                     .enumerate()
-                    .map(|(i, ((ty, bytes), format))| values::decode_param(ty, *format, bytes.as_deref(), i))
+                    .map(|(i, ((ty, bytes), format))| {
+                        values::decode_param(ty, *format, bytes.as_deref(), i)
+                    })
                     .collect::<Result<Vec<_>, _>>()?;
                 let ncols = p.columns.as_ref().map_or(0, |c| c.len());
-                let formats = values::resolve_formats(&message.result_column_format_codes, ncols, "result")?;
+                let formats =
+                    values::resolve_formats(&message.result_column_format_codes, ncols, "result")?;
                 (params, Arc::from(formats))
             }
         };
-        Ok(Portal { stmt, params, formats, pending: None })
+        Ok(Portal {
+            stmt,
+            params,
+            formats,
+            pending: None,
+        })
     }
 
     /// Sends up to `max_rows` (0 = all) rows of `pending`, then CommandComplete, or
@@ -401,19 +456,30 @@ impl Conn {
         while max_rows == 0 || sent < max_rows {
             let Some(row) = pending.rows.next() else {
                 let tag = partial_tag(&pending.tag, sent);
-                client.feed(PgWireBackendMessage::CommandComplete(CommandComplete::new(tag))).await?;
+                client
+                    .feed(PgWireBackendMessage::CommandComplete(CommandComplete::new(
+                        tag,
+                    )))
+                    .await?;
                 return Ok(false);
             };
-            let data = values::encode_row(&row, &pending.columns, formats).map_err(|e| user_error(&e))?;
+            let data =
+                values::encode_row(&row, &pending.columns, formats).map_err(|e| user_error(&e))?;
             client.feed(PgWireBackendMessage::DataRow(data)).await?;
             sent += 1;
         }
         if pending.rows.len() == 0 {
             let tag = partial_tag(&pending.tag, sent);
-            client.feed(PgWireBackendMessage::CommandComplete(CommandComplete::new(tag))).await?;
+            client
+                .feed(PgWireBackendMessage::CommandComplete(CommandComplete::new(
+                    tag,
+                )))
+                .await?;
             return Ok(false);
         }
-        client.feed(PgWireBackendMessage::PortalSuspended(PortalSuspended::new())).await?;
+        client
+            .feed(PgWireBackendMessage::PortalSuspended(PortalSuspended::new()))
+            .await?;
         Ok(true)
     }
 }
@@ -427,21 +493,30 @@ impl ErrorHandler for Conn {
 #[async_trait]
 impl CancelHandler for Conn {
     async fn on_cancel_request(&self, request: CancelRequest) {
-        let matched = self.shared.registry.cancel(request.pid, &request.secret_key);
+        let matched = self
+            .shared
+            .registry
+            .cancel(request.pid, &request.secret_key);
         tracing::debug!(pid = request.pid, matched, "cancel request");
     }
 }
 
 #[async_trait]
 impl StartupHandler for Conn {
-    async fn on_startup<C>(&self, client: &mut C, message: PgWireFrontendMessage) -> PgWireResult<()>
+    async fn on_startup<C>(
+        &self,
+        client: &mut C,
+        message: PgWireFrontendMessage,
+    ) -> PgWireResult<()>
     where
         C: ClientInfo + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
         C::Error: Debug,
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
         if self.rejected.load(Ordering::Relaxed) {
-            return Err(PgWireError::IoError(std::io::ErrorKind::ConnectionAborted.into()));
+            return Err(PgWireError::IoError(
+                std::io::ErrorKind::ConnectionAborted.into(),
+            ));
         }
         let PgWireFrontendMessage::Startup(startup) = message else {
             let e = protocol_error("expected startup message");
@@ -460,7 +535,10 @@ impl StartupHandler for Conn {
             Err(e) => return self.reject(client, &e).await,
         };
         let pid = reservation.pid();
-        let secret = registry.new_secret(pid, client.protocol_version() != ProtocolVersion::PROTOCOL3_0);
+        let secret = registry.new_secret(
+            pid,
+            client.protocol_version() != ProtocolVersion::PROTOCOL3_0,
+        );
         let started = Backend::start(
             reservation,
             secret.clone(),
@@ -474,14 +552,32 @@ impl StartupHandler for Conn {
             Err(e) => return self.reject(client, &e).await,
         };
         client.set_pid_and_secret_key(pid, secret.clone());
-        client.feed(PgWireBackendMessage::Authentication(Authentication::Ok)).await?;
+        client
+            .feed(PgWireBackendMessage::Authentication(Authentication::Ok))
+            .await?;
         for (name, value) in startup_parameters(start.parameters, &startup.parameters) {
-            client.feed(PgWireBackendMessage::ParameterStatus(ParameterStatus::new(name, value))).await?;
+            client
+                .feed(PgWireBackendMessage::ParameterStatus(ParameterStatus::new(
+                    name, value,
+                )))
+                .await?;
         }
-        client.feed(PgWireBackendMessage::BackendKeyData(BackendKeyData::new(pid, secret))).await?;
-        client.send(PgWireBackendMessage::ReadyForQuery(ReadyForQuery::new(TransactionStatus::Idle))).await?;
+        client
+            .feed(PgWireBackendMessage::BackendKeyData(BackendKeyData::new(
+                pid, secret,
+            )))
+            .await?;
+        client
+            .send(PgWireBackendMessage::ReadyForQuery(ReadyForQuery::new(
+                TransactionStatus::Idle,
+            )))
+            .await?;
         client.set_state(PgWireConnectionState::ReadyForQuery);
-        tracing::debug!(pid, user = startup.parameters.get("user").map(String::as_str), "connection authorized");
+        tracing::debug!(
+            pid,
+            user = startup.parameters.get("user").map(String::as_str),
+            "connection authorized"
+        );
         if self.backend.set(backend).is_err() {
             return Err(fatal_error(&protocol_error("duplicate startup message")));
         }
@@ -501,7 +597,11 @@ impl SimpleQueryHandler for Conn {
         let backend = self.backend()?;
         let sql = query.query;
         let status = if is_empty_query(&sql) {
-            client.feed(PgWireBackendMessage::EmptyQueryResponse(EmptyQueryResponse::new())).await?;
+            client
+                .feed(PgWireBackendMessage::EmptyQueryResponse(
+                    EmptyQueryResponse::new(),
+                ))
+                .await?;
             status_from_u8(self.status.load(Ordering::Relaxed))
         } else {
             let (results, notices, status) = backend
@@ -516,7 +616,11 @@ impl SimpleQueryHandler for Conn {
             for result in results {
                 let fed = match result {
                     Ok(output) => feed_output(client, output, &[], true).await,
-                    Err(e) => client.feed(error_message(&e)).await.map(|_| false).map_err(PgWireError::from),
+                    Err(e) => client
+                        .feed(error_message(&e))
+                        .await
+                        .map(|_| false)
+                        .map_err(PgWireError::from),
                 };
                 match fed {
                     Ok(true) => {
@@ -527,7 +631,9 @@ impl SimpleQueryHandler for Conn {
                     }
                     Ok(false) => {}
                     Err(PgWireError::UserError(info)) => {
-                        client.feed(PgWireBackendMessage::ErrorResponse((*info).into())).await?;
+                        client
+                            .feed(PgWireBackendMessage::ErrorResponse((*info).into()))
+                            .await?;
                         break;
                     }
                     Err(e) => return Err(e),
@@ -536,7 +642,11 @@ impl SimpleQueryHandler for Conn {
             status
         };
         client.set_state(PgWireConnectionState::ReadyForQuery);
-        client.send(PgWireBackendMessage::ReadyForQuery(ReadyForQuery::new(status))).await?;
+        client
+            .send(PgWireBackendMessage::ReadyForQuery(ReadyForQuery::new(
+                status,
+            )))
+            .await?;
         Ok(())
     }
 
@@ -589,7 +699,9 @@ impl ExtendedQueryHandler for Conn {
             Stmt::Prepared(prepared)
         };
         self.statements.lock().insert(name, stmt);
-        client.feed(PgWireBackendMessage::ParseComplete(ParseComplete::new())).await?;
+        client
+            .feed(PgWireBackendMessage::ParseComplete(ParseComplete::new()))
+            .await?;
         Ok(())
     }
 
@@ -611,7 +723,9 @@ impl ExtendedQueryHandler for Conn {
         }
         let portal = Self::bind_portal(stmt, stmt_name, &message).map_err(|e| user_error(&e))?;
         self.portals.lock().insert(portal_name, portal);
-        client.feed(PgWireBackendMessage::BindComplete(BindComplete::new())).await?;
+        client
+            .feed(PgWireBackendMessage::BindComplete(BindComplete::new()))
+            .await?;
         Ok(())
     }
 
@@ -633,7 +747,9 @@ impl ExtendedQueryHandler for Conn {
             },
             TARGET_TYPE_BYTE_PORTAL => {
                 let portals = self.portals.lock();
-                let portal = portals.get(&name).ok_or_else(|| Self::missing_portal(&name))?;
+                let portal = portals
+                    .get(&name)
+                    .ok_or_else(|| Self::missing_portal(&name))?;
                 let columns = match &portal.stmt {
                     Stmt::Empty => None,
                     Stmt::Prepared(p) => p.columns.clone(),
@@ -643,10 +759,16 @@ impl ExtendedQueryHandler for Conn {
             other => return Err(PgWireError::InvalidTargetType(other)),
         };
         if let Some(oids) = params {
-            client.feed(PgWireBackendMessage::ParameterDescription(ParameterDescription::new(oids))).await?;
+            client
+                .feed(PgWireBackendMessage::ParameterDescription(
+                    ParameterDescription::new(oids),
+                ))
+                .await?;
         }
         let message = match columns {
-            Some(columns) => PgWireBackendMessage::RowDescription(values::row_description(&columns, &formats)),
+            Some(columns) => {
+                PgWireBackendMessage::RowDescription(values::row_description(&columns, &formats))
+            }
             None => PgWireBackendMessage::NoData(NoData::new()),
         };
         client.feed(message).await?;
@@ -664,8 +786,15 @@ impl ExtendedQueryHandler for Conn {
         let max_rows = usize::try_from(message.max_rows).unwrap_or(0);
         let (stmt, params, formats, pending) = {
             let mut portals = self.portals.lock();
-            let portal = portals.get_mut(&name).ok_or_else(|| Self::missing_portal(&name))?;
-            (portal.stmt.clone(), portal.params.clone(), portal.formats.clone(), portal.pending.take())
+            let portal = portals
+                .get_mut(&name)
+                .ok_or_else(|| Self::missing_portal(&name))?;
+            (
+                portal.stmt.clone(),
+                portal.params.clone(),
+                portal.formats.clone(),
+                portal.pending.take(),
+            )
         };
         // A portal suspended by an earlier row limit continues where it stopped.
         if let Some(mut pending) = pending {
@@ -678,7 +807,11 @@ impl ExtendedQueryHandler for Conn {
         }
         let prepared = match stmt {
             Stmt::Empty => {
-                client.feed(PgWireBackendMessage::EmptyQueryResponse(EmptyQueryResponse::new())).await?;
+                client
+                    .feed(PgWireBackendMessage::EmptyQueryResponse(
+                        EmptyQueryResponse::new(),
+                    ))
+                    .await?;
                 return Ok(());
             }
             Stmt::Prepared(p) => p,
@@ -695,7 +828,11 @@ impl ExtendedQueryHandler for Conn {
         feed_notices(client, &notices).await?;
         match result.map_err(|e| user_error(&e))? {
             Output::Rows { columns, rows, tag } if max_rows > 0 && rows.len() > max_rows => {
-                let mut pending = Pending { columns, rows: rows.into_iter(), tag };
+                let mut pending = Pending {
+                    columns,
+                    rows: rows.into_iter(),
+                    tag,
+                };
                 if Self::feed_rows(client, &mut pending, &formats, max_rows).await? {
                     if let Some(portal) = self.portals.lock().get_mut(&name) {
                         portal.pending = Some(pending);
@@ -734,7 +871,11 @@ impl ExtendedQueryHandler for Conn {
             client.feed(error_message(&e)).await?;
         }
         client.set_state(PgWireConnectionState::ReadyForQuery);
-        client.send(PgWireBackendMessage::ReadyForQuery(ReadyForQuery::new(status))).await?;
+        client
+            .send(PgWireBackendMessage::ReadyForQuery(ReadyForQuery::new(
+                status,
+            )))
+            .await?;
         Ok(())
     }
 
@@ -755,7 +896,9 @@ impl ExtendedQueryHandler for Conn {
             }
             other => return Err(PgWireError::InvalidTargetType(other)),
         }
-        client.feed(PgWireBackendMessage::CloseComplete(CloseComplete::new())).await?;
+        client
+            .feed(PgWireBackendMessage::CloseComplete(CloseComplete::new()))
+            .await?;
         Ok(())
     }
 
@@ -769,7 +912,12 @@ impl ExtendedQueryHandler for Conn {
         Ok(())
     }
 
-    async fn do_query<C>(&self, _client: &mut C, _portal: &PgPortal<Self::Statement>, _max_rows: usize) -> PgWireResult<Response>
+    async fn do_query<C>(
+        &self,
+        _client: &mut C,
+        _portal: &PgPortal<Self::Statement>,
+        _max_rows: usize,
+    ) -> PgWireResult<Response>
     where
         C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
         C::PortalStore: PortalStore<Statement = Self::Statement>,
@@ -835,7 +983,10 @@ impl CopyHandler for Conn {
             Err(e) => return e,
         };
         let message = fail.message;
-        match backend.call(move |s| (s.copy_fail(&message), s.txn_status())).await {
+        match backend
+            .call(move |s| (s.copy_fail(&message), s.txn_status()))
+            .await
+        {
             Ok((e, status)) => {
                 self.set_status(client, status);
                 user_error(&e)

@@ -6,7 +6,9 @@
 //! microseconds since 2000-01-01.
 
 use bytes::{BufMut, BytesMut};
-use pgwire::messages::data::{DataRow, FieldDescription, RowDescription, FORMAT_CODE_BINARY, FORMAT_CODE_TEXT};
+use pgwire::messages::data::{
+    DataRow, FieldDescription, RowDescription, FORMAT_CODE_BINARY, FORMAT_CODE_TEXT,
+};
 use std::fmt::Write as _;
 use walnut_common::{DataType, Error, Result, SqlState, Value};
 use walnut_sql::session::ColumnDesc;
@@ -33,8 +35,14 @@ pub fn resolve_formats(codes: &[i16], n: usize, what: &str) -> Result<Vec<i16>> 
             ))
         }
     };
-    if let Some(bad) = formats.iter().find(|f| **f != FORMAT_CODE_TEXT && **f != FORMAT_CODE_BINARY) {
-        return Err(Error::user(SqlState::PROTOCOL_VIOLATION, format!("unsupported format code: {bad}")));
+    if let Some(bad) = formats
+        .iter()
+        .find(|f| **f != FORMAT_CODE_TEXT && **f != FORMAT_CODE_BINARY)
+    {
+        return Err(Error::user(
+            SqlState::PROTOCOL_VIOLATION,
+            format!("unsupported format code: {bad}"),
+        ));
     }
     Ok(formats)
 }
@@ -44,15 +52,25 @@ pub fn resolve_formats(codes: &[i16], n: usize, what: &str) -> Result<Vec<i16>> 
 /// # Errors
 /// The text input errors of [`Value::parse`]; 22P03 for malformed binary values; 22021 for
 /// invalid UTF-8.
-pub fn decode_param(ty: &DataType, format: i16, bytes: Option<&[u8]>, index: usize) -> Result<Value> {
-    let Some(bytes) = bytes else { return Ok(Value::Null) };
+pub fn decode_param(
+    ty: &DataType,
+    format: i16,
+    bytes: Option<&[u8]>,
+    index: usize,
+) -> Result<Value> {
+    let Some(bytes) = bytes else {
+        return Ok(Value::Null);
+    };
     if format == FORMAT_CODE_TEXT {
         return Value::parse(ty, utf8(bytes)?);
     }
     let bad = || {
         Error::user(
             INVALID_BINARY_REPRESENTATION,
-            format!("incorrect binary data format in bind parameter {}", index + 1),
+            format!(
+                "incorrect binary data format in bind parameter {}",
+                index + 1
+            ),
         )
     };
     Ok(match ty {
@@ -64,7 +82,9 @@ pub fn decode_param(ty: &DataType, format: i16, bytes: Option<&[u8]>, index: usi
         DataType::Int4 => Value::Int4(i32::from_be_bytes(bytes.try_into().map_err(|_| bad())?)),
         DataType::Int8 => Value::Int8(i64::from_be_bytes(bytes.try_into().map_err(|_| bad())?)),
         DataType::Float8 => Value::Float8(f64::from_be_bytes(bytes.try_into().map_err(|_| bad())?)),
-        DataType::Timestamp => Value::Timestamp(i64::from_be_bytes(bytes.try_into().map_err(|_| bad())?)),
+        DataType::Timestamp => {
+            Value::Timestamp(i64::from_be_bytes(bytes.try_into().map_err(|_| bad())?))
+        }
         DataType::Text | DataType::Varchar(_) | DataType::Char(_) => {
             Value::Text(utf8(bytes)?.to_string()).cast(ty)?
         }
@@ -73,7 +93,10 @@ pub fn decode_param(ty: &DataType, format: i16, bytes: Option<&[u8]>, index: usi
 
 fn utf8(bytes: &[u8]) -> Result<&str> {
     std::str::from_utf8(bytes).map_err(|_| {
-        Error::user(CHARACTER_NOT_IN_REPERTOIRE, "invalid byte sequence for encoding \"UTF8\"")
+        Error::user(
+            CHARACTER_NOT_IN_REPERTOIRE,
+            "invalid byte sequence for encoding \"UTF8\"",
+        )
     })
 }
 
@@ -91,7 +114,9 @@ fn type_size(ty: &DataType) -> i16 {
 /// The type modifier PostgreSQL reports: declared length + 4 for varchar(n)/char(n), else -1.
 fn type_modifier(ty: &DataType) -> i32 {
     match ty {
-        DataType::Varchar(Some(n)) | DataType::Char(n) => i32::try_from(*n).map_or(-1, |n| n.saturating_add(4)),
+        DataType::Varchar(Some(n)) | DataType::Char(n) => {
+            i32::try_from(*n).map_or(-1, |n| n.saturating_add(4))
+        }
         _ => -1,
     }
 }
@@ -176,7 +201,11 @@ fn put_binary(buf: &mut BytesMut, value: &Value, ty: &DataType) -> Result<()> {
         (DataType::Float8, Value::Float8(v)) => buf.put_f64(*v),
         (DataType::Timestamp, Value::Timestamp(v)) => buf.put_i64(*v),
         (_, Value::Text(s)) if ty.is_string() => buf.put_slice(s.as_bytes()),
-        _ => return Err(Error::internal(format!("cannot send {value:?} as binary {ty}"))),
+        _ => {
+            return Err(Error::internal(format!(
+                "cannot send {value:?} as binary {ty}"
+            )))
+        }
     }
     Ok(())
 }
@@ -205,11 +234,26 @@ mod tests {
 
     #[test]
     fn text_params() {
-        assert_eq!(decode_param(&DataType::Int4, 0, Some(b"42"), 0).unwrap(), Value::Int4(42));
-        assert_eq!(decode_param(&DataType::Int8, 0, Some(b" -7 "), 0).unwrap(), Value::Int8(-7));
-        assert_eq!(decode_param(&DataType::Bool, 0, Some(b"t"), 0).unwrap(), Value::Bool(true));
-        assert_eq!(decode_param(&DataType::Float8, 0, Some(b"1.5"), 0).unwrap(), Value::Float8(1.5));
-        assert_eq!(decode_param(&DataType::Char(3), 0, Some(b"a"), 0).unwrap(), Value::Text("a  ".into()));
+        assert_eq!(
+            decode_param(&DataType::Int4, 0, Some(b"42"), 0).unwrap(),
+            Value::Int4(42)
+        );
+        assert_eq!(
+            decode_param(&DataType::Int8, 0, Some(b" -7 "), 0).unwrap(),
+            Value::Int8(-7)
+        );
+        assert_eq!(
+            decode_param(&DataType::Bool, 0, Some(b"t"), 0).unwrap(),
+            Value::Bool(true)
+        );
+        assert_eq!(
+            decode_param(&DataType::Float8, 0, Some(b"1.5"), 0).unwrap(),
+            Value::Float8(1.5)
+        );
+        assert_eq!(
+            decode_param(&DataType::Char(3), 0, Some(b"a"), 0).unwrap(),
+            Value::Text("a  ".into())
+        );
         assert!(decode_param(&DataType::Int4, 0, None, 0).unwrap().is_null());
         let ts = decode_param(&DataType::Timestamp, 0, Some(b"2000-01-01 00:00:01"), 0).unwrap();
         assert_eq!(ts, Value::Timestamp(1_000_000));
@@ -223,15 +267,30 @@ mod tests {
 
     #[test]
     fn binary_params() {
-        assert_eq!(decode_param(&DataType::Int2, 1, Some(&(-3i16).to_be_bytes()), 0).unwrap(), Value::Int2(-3));
-        assert_eq!(decode_param(&DataType::Int4, 1, Some(&77i32.to_be_bytes()), 0).unwrap(), Value::Int4(77));
+        assert_eq!(
+            decode_param(&DataType::Int2, 1, Some(&(-3i16).to_be_bytes()), 0).unwrap(),
+            Value::Int2(-3)
+        );
+        assert_eq!(
+            decode_param(&DataType::Int4, 1, Some(&77i32.to_be_bytes()), 0).unwrap(),
+            Value::Int4(77)
+        );
         assert_eq!(
             decode_param(&DataType::Int8, 1, Some(&(1i64 << 40).to_be_bytes()), 0).unwrap(),
             Value::Int8(1 << 40)
         );
-        assert_eq!(decode_param(&DataType::Float8, 1, Some(&2.25f64.to_be_bytes()), 0).unwrap(), Value::Float8(2.25));
-        assert_eq!(decode_param(&DataType::Bool, 1, Some(&[1]), 0).unwrap(), Value::Bool(true));
-        assert_eq!(decode_param(&DataType::Varchar(None), 1, Some(b"hi"), 0).unwrap(), Value::Text("hi".into()));
+        assert_eq!(
+            decode_param(&DataType::Float8, 1, Some(&2.25f64.to_be_bytes()), 0).unwrap(),
+            Value::Float8(2.25)
+        );
+        assert_eq!(
+            decode_param(&DataType::Bool, 1, Some(&[1]), 0).unwrap(),
+            Value::Bool(true)
+        );
+        assert_eq!(
+            decode_param(&DataType::Varchar(None), 1, Some(b"hi"), 0).unwrap(),
+            Value::Text("hi".into())
+        );
         assert_eq!(
             decode_param(&DataType::Timestamp, 1, Some(&5i64.to_be_bytes()), 0).unwrap(),
             Value::Timestamp(5)
@@ -248,7 +307,10 @@ mod tests {
     fn formats() {
         assert_eq!(resolve_formats(&[], 3, "parameter").unwrap(), vec![0, 0, 0]);
         assert_eq!(resolve_formats(&[1], 2, "parameter").unwrap(), vec![1, 1]);
-        assert_eq!(resolve_formats(&[0, 1], 2, "parameter").unwrap(), vec![0, 1]);
+        assert_eq!(
+            resolve_formats(&[0, 1], 2, "parameter").unwrap(),
+            vec![0, 1]
+        );
         assert!(resolve_formats(&[0, 1], 3, "parameter").is_err());
         assert!(resolve_formats(&[2], 1, "parameter").is_err());
     }
@@ -256,24 +318,54 @@ mod tests {
     #[test]
     fn rows_text_and_binary() {
         let cols = Arc::new(vec![
-            ColumnDesc { name: "a".into(), ty: DataType::Int4 },
-            ColumnDesc { name: "b".into(), ty: DataType::Text },
-            ColumnDesc { name: "c".into(), ty: DataType::Float8 },
-            ColumnDesc { name: "d".into(), ty: DataType::Bool },
+            ColumnDesc {
+                name: "a".into(),
+                ty: DataType::Int4,
+            },
+            ColumnDesc {
+                name: "b".into(),
+                ty: DataType::Text,
+            },
+            ColumnDesc {
+                name: "c".into(),
+                ty: DataType::Float8,
+            },
+            ColumnDesc {
+                name: "d".into(),
+                ty: DataType::Bool,
+            },
         ]);
-        let row = vec![Value::Int4(-12), Value::Text("x".into()), Value::Null, Value::Bool(false)];
+        let row = vec![
+            Value::Int4(-12),
+            Value::Text("x".into()),
+            Value::Null,
+            Value::Bool(false),
+        ];
         let text = encode_row(&row, &cols, &[]).unwrap();
         assert_eq!(
             fields(&text),
-            vec![Some(b"-12".to_vec()), Some(b"x".to_vec()), None, Some(b"f".to_vec())]
+            vec![
+                Some(b"-12".to_vec()),
+                Some(b"x".to_vec()),
+                None,
+                Some(b"f".to_vec())
+            ]
         );
         let bin = encode_row(&row, &cols, &[1, 1, 1, 1]).unwrap();
         assert_eq!(
             fields(&bin),
-            vec![Some((-12i32).to_be_bytes().to_vec()), Some(b"x".to_vec()), None, Some(vec![0])]
+            vec![
+                Some((-12i32).to_be_bytes().to_vec()),
+                Some(b"x".to_vec()),
+                None,
+                Some(vec![0])
+            ]
         );
         // A value of a narrower integer type is widened to the column type.
-        let cols8 = vec![ColumnDesc { name: "n".into(), ty: DataType::Int8 }];
+        let cols8 = vec![ColumnDesc {
+            name: "n".into(),
+            ty: DataType::Int8,
+        }];
         let bin = encode_row(&[Value::Int4(5)], &cols8, &[1]).unwrap();
         assert_eq!(fields(&bin), vec![Some(5i64.to_be_bytes().to_vec())]);
     }
@@ -281,8 +373,14 @@ mod tests {
     #[test]
     fn row_description_types() {
         let cols = vec![
-            ColumnDesc { name: "aid".into(), ty: DataType::Int4 },
-            ColumnDesc { name: "filler".into(), ty: DataType::Char(84) },
+            ColumnDesc {
+                name: "aid".into(),
+                ty: DataType::Int4,
+            },
+            ColumnDesc {
+                name: "filler".into(),
+                ty: DataType::Char(84),
+            },
         ];
         let rd = row_description(&cols, &[1]);
         assert_eq!(rd.fields[0].type_id, 23);
