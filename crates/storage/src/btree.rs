@@ -312,19 +312,12 @@ pub fn insert_unique(
                     let mut d = Vec::with_capacity(2 + item.len());
                     d.extend_from_slice(&(i as u16).to_le_bytes());
                     d.extend_from_slice(&item);
-                    let image = (st.full_page_writes && page::lsn(&p) <= redo).then(|| p.to_vec());
                     Record {
                         rmgr: RM_BTREE,
                         info: BTREE_INSERT,
                         xid,
                         flags: 0,
-                        blocks: vec![BlockRef {
-                            rel: rel.id,
-                            block: leaf,
-                            will_init: false,
-                            image,
-                            data: d,
-                        }],
+                        blocks: vec![st.block_ref(rel.id, leaf, &p, redo, false, d)],
                         main_data: vec![],
                     }
                 })?;
@@ -356,19 +349,12 @@ fn set_tid_locked(
         let mut d = Vec::with_capacity(8);
         d.extend_from_slice(&(i as u16).to_le_bytes());
         d.extend_from_slice(&tid.to_bytes());
-        let image = (st.full_page_writes && page::lsn(p) <= redo).then(|| p.to_vec());
         Record {
             rmgr: RM_BTREE,
             info: BTREE_SET_TID,
             xid,
             flags: 0,
-            blocks: vec![BlockRef {
-                rel: rel.id,
-                block: leaf,
-                will_init: false,
-                image,
-                data: d,
-            }],
+            blocks: vec![st.block_ref(rel.id, leaf, p, redo, false, d)],
             main_data: vec![],
         }
     })?;

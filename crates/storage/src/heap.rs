@@ -29,8 +29,8 @@ use crate::smgr::Relation;
 use crate::xact::{Snapshot, XidStatus};
 use crate::Storage;
 use std::sync::atomic::Ordering;
-use walnut_common::{BlockNumber, Error, Lsn, Result, Tid, Xid, BLCKSZ};
-use walnut_wal::{BlockRef, Record, RmgrId};
+use walnut_common::{BlockNumber, Error, Result, Tid, Xid, BLCKSZ};
+use walnut_wal::{Record, RmgrId};
 
 /// Heap resource manager id.
 pub const RM_HEAP: RmgrId = RmgrId(2);
@@ -153,27 +153,15 @@ fn check_xmax(st: &Storage, item: &[u8], me: Xid) -> Option<WriteCheck> {
     }
 }
 
-fn needs_image(st: &Storage, p: &PageBuf, redo: Lsn) -> bool {
-    st.full_page_writes && page::lsn(p) <= redo
-}
-
-fn block_ref(
-    st: &Storage,
-    rel: &Relation,
-    block: BlockNumber,
-    p: &PageBuf,
-    redo: Lsn,
-    will_init: bool,
-    data: Vec<u8>,
-) -> BlockRef {
-    let image = (!will_init && needs_image(st, p, redo)).then(|| p.to_vec());
-    BlockRef {
-        rel: rel.id,
-        block,
-        will_init,
-        image,
-        data,
-    }
+/// A page found full: point the relation's insert hint past the end (if it still names that
+/// page), so the next insert extends the relation.
+fn skip_full_page(rel: &Relation, block: BlockNumber) {
+    let _ = rel.insert_hint.compare_exchange(
+        block.0,
+        rel.nblocks.load(Ordering::Acquire),
+        Ordering::AcqRel,
+        Ordering::Relaxed,
+    );
 }
 
 /// Pins a page with room for `len` bytes (leaving `reserve` bytes free for fillfactor),
@@ -246,13 +234,7 @@ pub fn insert(
         {
             drop(p);
             // Someone filled it: point the hint past the end so the next try extends.
-            let b = pin.tag.block.0;
-            let _ = rel.insert_hint.compare_exchange(
-                b,
-                rel.nblocks.load(Ordering::Acquire),
-                Ordering::AcqRel,
-                Ordering::Relaxed,
-            );
+            skip_full_page(rel, pin.tag.block);
             continue;
         }
         let slot = page::append_item(&mut p, &tuple) as u16 + 1;
@@ -266,7 +248,7 @@ pub fn insert(
                 info: HEAP_INSERT,
                 xid,
                 flags: 0,
-                blocks: vec![block_ref(st, rel, block, &p, redo, will_init, d)],
+                blocks: vec![st.block_ref(rel.id, block, &p, redo, will_init, d)],
                 main_data: vec![],
             }
         })?;
@@ -374,7 +356,7 @@ pub fn delete(st: &Storage, rel: &Relation, tid: Tid, xid: Xid) -> Result<WriteC
             info: HEAP_DELETE,
             xid,
             flags: 0,
-            blocks: vec![block_ref(st, rel, tid.block, &p, redo, false, d)],
+            blocks: vec![st.block_ref(rel.id, tid.block, &p, redo, false, d)],
             main_data: vec![],
         }
     })?;
@@ -427,7 +409,7 @@ pub fn update(st: &Storage, rel: &Relation, old: Tid, xid: Xid, data: &[u8]) -> 
                     info: HEAP_UPDATE,
                     xid,
                     flags: 0,
-                    blocks: vec![block_ref(st, rel, old.block, &p, redo, false, d)],
+                    blocks: vec![st.block_ref(rel.id, old.block, &p, redo, false, d)],
                     main_data: vec![],
                 }
             })?;
@@ -461,13 +443,7 @@ pub fn update(st: &Storage, rel: &Relation, old: Tid, xid: Xid, data: &[u8]) -> 
         }
         if !page::fits(&tp, tuple.len()) {
             drop((tp, op));
-            let b = tpin.tag.block.0;
-            let _ = rel.insert_hint.compare_exchange(
-                b,
-                rel.nblocks.load(Ordering::Acquire),
-                Ordering::AcqRel,
-                Ordering::Relaxed,
-            );
+            skip_full_page(rel, tpin.tag.block);
             continue;
         }
         let new_slot = page::append_item(&mut tp, &tuple) as u16 + 1;
@@ -490,8 +466,8 @@ pub fn update(st: &Storage, rel: &Relation, old: Tid, xid: Xid, data: &[u8]) -> 
                 xid,
                 flags: 0,
                 blocks: vec![
-                    block_ref(st, rel, old.block, &op, redo, false, d0),
-                    block_ref(st, rel, new.block, &tp, redo, will_init, d1),
+                    st.block_ref(rel.id, old.block, &op, redo, false, d0),
+                    st.block_ref(rel.id, new.block, &tp, redo, will_init, d1),
                 ],
                 main_data: vec![],
             }

@@ -126,6 +126,29 @@ impl Storage {
             .expect("WAL is attached once recovery has ended")
     }
 
+    /// A WAL block reference for page `p` (already changed) of `rel`, with a full-page image
+    /// iff this is the page's first change since the redo point `redo` and the block is not
+    /// being initialized (DESIGN.md invariant 3; PostgreSQL's `XLogRecordAssemble`).
+    pub fn block_ref(
+        &self,
+        rel: RelFileId,
+        block: walnut_common::BlockNumber,
+        p: &page::PageBuf,
+        redo: Lsn,
+        will_init: bool,
+        data: Vec<u8>,
+    ) -> walnut_wal::BlockRef {
+        let image =
+            (!will_init && self.full_page_writes && page::lsn(p) <= redo).then(|| p.to_vec());
+        walnut_wal::BlockRef {
+            rel,
+            block,
+            will_init,
+            image,
+            data,
+        }
+    }
+
     /// Allocates a new relation file id.
     pub fn allocate_relfile(&self) -> RelFileId {
         RelFileId(self.next_relfile.fetch_add(1, Ordering::AcqRel))
