@@ -28,6 +28,9 @@ pub struct OpenMode {
     pub direct: bool,
     /// Every write is durable on return (O_DSYNC), as for `wal_sync_method = open_datasync`.
     pub dsync: bool,
+    /// Every write and the metadata it changes are durable on return (O_SYNC), as for
+    /// `wal_sync_method = open_sync`.
+    pub sync: bool,
 }
 
 /// One open file. Offsets and lengths are in bytes.
@@ -122,6 +125,63 @@ pub trait Vfs: Send + Sync {
     fn exists(&self, path: &Path) -> bool;
 }
 
+/// Alignment O_DIRECT needs for buffers, file offsets and lengths, bytes (the logical block
+/// size of every device walnut supports; PostgreSQL's `PG_IO_ALIGN_SIZE`).
+pub const DIRECT_IO_ALIGN: usize = 4096;
+
+/// A zero-initialized byte buffer whose start is aligned to [`DIRECT_IO_ALIGN`], for O_DIRECT
+/// reads and writes. Safe code only: it over-allocates a `Vec` by one alignment unit and uses
+/// the aligned window inside it; the `Vec` is never resized, so the window never moves.
+pub struct AlignedBuf {
+    storage: Vec<u8>,
+    offset: usize,
+    len: usize,
+}
+
+impl AlignedBuf {
+    /// A buffer of `len` zero bytes (`len` is rounded up to a multiple of
+    /// [`DIRECT_IO_ALIGN`]).
+    pub fn zeroed(len: usize) -> AlignedBuf {
+        let len = len.div_ceil(DIRECT_IO_ALIGN).max(1) * DIRECT_IO_ALIGN;
+        let storage = vec![0u8; len + DIRECT_IO_ALIGN];
+        let misalign = storage.as_ptr() as usize % DIRECT_IO_ALIGN;
+        let offset = (DIRECT_IO_ALIGN - misalign) % DIRECT_IO_ALIGN;
+        AlignedBuf {
+            storage,
+            offset,
+            len,
+        }
+    }
+
+    /// Capacity of the aligned window, bytes (a multiple of [`DIRECT_IO_ALIGN`]).
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Always false: the window holds at least one alignment unit.
+    pub fn is_empty(&self) -> bool {
+        false
+    }
+
+    /// The aligned window.
+    pub fn as_slice(&self) -> &[u8] {
+        &self.storage[self.offset..self.offset + self.len]
+    }
+
+    /// The aligned window, writable.
+    pub fn as_mut_slice(&mut self) -> &mut [u8] {
+        &mut self.storage[self.offset..self.offset + self.len]
+    }
+}
+
+impl std::fmt::Debug for AlignedBuf {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AlignedBuf")
+            .field("len", &self.len)
+            .finish()
+    }
+}
+
 /// The real file system, through std and rustix.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct RealVfs;
@@ -172,6 +232,9 @@ impl Vfs for RealVfs {
         if mode.dsync {
             flags |= rustix::fs::OFlags::DSYNC.bits() as i32;
         }
+        if mode.sync {
+            flags |= rustix::fs::OFlags::SYNC.bits() as i32;
+        }
         let file = OpenOptions::new()
             .read(true)
             .write(true)
@@ -216,6 +279,18 @@ impl Vfs for RealVfs {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn aligned_buf_is_aligned() {
+        for len in [1, 4096, 5000, 1 << 20] {
+            let mut b = AlignedBuf::zeroed(len);
+            assert_eq!(b.as_slice().as_ptr() as usize % DIRECT_IO_ALIGN, 0);
+            assert!(b.len() >= len && b.len() % DIRECT_IO_ALIGN == 0);
+            assert!(b.as_slice().iter().all(|&x| x == 0));
+            b.as_mut_slice()[0] = 7;
+            assert_eq!(b.as_slice()[0], 7);
+        }
+    }
 
     #[test]
     fn write_read_round_trip() {
