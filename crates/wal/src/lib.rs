@@ -9,14 +9,19 @@
 //! add private modules, but keeps these public signatures):
 #![forbid(unsafe_code)]
 
+pub mod adaptive;
+mod group_commit;
+mod probe;
 mod reader;
 mod record;
 mod ring;
 mod segment;
+mod sync;
 #[cfg(test)]
 mod tests;
 mod wal;
 
+pub use probe::{choose_sync_method, probe_flush_rate, ProbeResult};
 pub use record::{
     align8, decode_record, encode_record, record_len, BLOCK_HEADER_LEN, MAX_RECORD_LEN,
     RECORD_ALIGN, RECORD_HEADER_LEN,
@@ -79,6 +84,99 @@ pub struct DecodedRecord {
     pub record: Record,
 }
 
+/// How a WAL flush is made durable (`wal_sync_method`). Source: PostgreSQL `xlog.c`
+/// `issue_xlog_fsync` and `get_sync_bit`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum SyncMethod {
+    /// `write` then `fdatasync(2)`: data and the size, no other metadata.
+    Fdatasync,
+    /// `write` then `fsync(2)`: data and all metadata.
+    Fsync,
+    /// Segments opened with `O_DSYNC`: each `write` is durable on return; no separate sync call.
+    OpenDatasync,
+    /// Segments opened with `O_SYNC`: as `OpenDatasync`, metadata included.
+    OpenSync,
+}
+
+impl SyncMethod {
+    /// Every method, in the order `walnut test-fsync` reports them.
+    pub const ALL: [SyncMethod; 4] = [
+        SyncMethod::Fdatasync,
+        SyncMethod::Fsync,
+        SyncMethod::OpenDatasync,
+        SyncMethod::OpenSync,
+    ];
+
+    /// The GUC spelling (`fdatasync`, `fsync`, `open_datasync`, `open_sync`).
+    pub fn name(self) -> &'static str {
+        match self {
+            SyncMethod::Fdatasync => "fdatasync",
+            SyncMethod::Fsync => "fsync",
+            SyncMethod::OpenDatasync => "open_datasync",
+            SyncMethod::OpenSync => "open_sync",
+        }
+    }
+
+    /// Parses the GUC spelling, case-insensitively; `None` for anything else.
+    pub fn parse(s: &str) -> Option<SyncMethod> {
+        SyncMethod::ALL
+            .into_iter()
+            .find(|m| m.name().eq_ignore_ascii_case(s.trim()))
+    }
+
+    /// True for the `open_*` methods, where the write itself is the sync.
+    pub fn syncs_on_write(self) -> bool {
+        matches!(self, SyncMethod::OpenDatasync | SyncMethod::OpenSync)
+    }
+
+    /// The open flags segment files need for this method (and for `direct`, O_DIRECT).
+    pub fn open_mode(self, direct: bool) -> walnut_io::OpenMode {
+        walnut_io::OpenMode {
+            create: false,
+            direct,
+            dsync: self == SyncMethod::OpenDatasync,
+            sync: self == SyncMethod::OpenSync,
+        }
+    }
+}
+
+impl std::fmt::Display for SyncMethod {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// How the group-commit leader decides whether to wait before flushing (`group_commit`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub enum GroupCommitMode {
+    /// walnut's default: the wait is chosen from measured flush latency, commit arrivals and
+    /// the progress of active transactions (see DESIGN.md, "Adaptive group commit").
+    #[default]
+    Adaptive,
+    /// PostgreSQL's rule, kept exactly: sleep `commit_delay` µs if at least `commit_siblings`
+    /// other transactions are active.
+    Fixed,
+}
+
+impl GroupCommitMode {
+    /// Parses `adaptive` or `fixed`, case-insensitively.
+    pub fn parse(s: &str) -> Option<GroupCommitMode> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "adaptive" => Some(GroupCommitMode::Adaptive),
+            "fixed" => Some(GroupCommitMode::Fixed),
+            _ => None,
+        }
+    }
+
+    /// The GUC spelling.
+    pub fn name(self) -> &'static str {
+        match self {
+            GroupCommitMode::Adaptive => "adaptive",
+            GroupCommitMode::Fixed => "fixed",
+        }
+    }
+}
+
 /// Static configuration of the WAL.
 #[derive(Clone, Debug)]
 pub struct WalConfig {
@@ -86,8 +184,21 @@ pub struct WalConfig {
     pub dir: PathBuf,
     /// WAL buffer size in bytes (`wal_buffers`); a power of two, at least 1 MiB.
     pub wal_buffers_bytes: usize,
-    /// Segments kept preallocated ahead of the insert position, and recycled (`wal_recycle`).
+    /// Segments kept preallocated ahead of the insert position.
     pub prealloc_segments: u32,
+    /// `wal_sync_method`.
+    pub sync_method: SyncMethod,
+    /// `io_direct` includes `wal`: segments are written with O_DIRECT from 4096-aligned buffers.
+    pub direct: bool,
+    /// `io_direct` includes `wal_init`: new segments are zero-filled with O_DIRECT.
+    pub direct_init: bool,
+    /// `wal_init_zero`: new segments are filled with zeros (otherwise only sized with
+    /// `set_len`, so a later flush may also have to commit block allocation metadata).
+    pub init_zero: bool,
+    /// `wal_recycle`: old segments are renamed to future names rather than removed.
+    pub recycle: bool,
+    /// `group_commit`.
+    pub group_commit: GroupCommitMode,
 }
 
 /// Per-call group commit settings (the committing session's GUCs; PostgreSQL applies the
@@ -122,8 +233,22 @@ pub struct WalStats {
     pub wal_sync_time_us: u64,
     /// Flushes done by a group-commit leader.
     pub group_flushes: u64,
-    /// Flush requests (commits) satisfied, by leader or as followers.
+    /// Flush requests (commits) satisfied: by a leader, as followers, or already durable on
+    /// arrival.
     pub group_commits: u64,
+    /// Histogram of waiting commit requests per flush: (bucket upper bound, flushes); the last
+    /// bound is `u64::MAX` (open-ended).
+    pub group_histogram: Vec<(u64, u64)>,
+    /// Total time leaders kept their groups open before flushing, µs.
+    pub group_wait_time_us: u64,
+    /// The adaptive controller's current patience (the longest a leader will wait), µs.
+    pub group_patience_us: u64,
+    /// EWMA of how long leaders recently kept groups open (the current adaptive wait), µs.
+    pub group_recent_wait_us: u64,
+    /// EWMA of flush service time (write + sync), µs.
+    pub group_flush_latency_us: u64,
+    /// Committing sessions the adaptive controller tracks.
+    pub group_sessions: u64,
 }
 
 impl WalConfig {
@@ -138,6 +263,12 @@ impl WalConfig {
             dir: dir.into(),
             wal_buffers_bytes: Self::DEFAULT_WAL_BUFFERS_BYTES,
             prealloc_segments: Self::DEFAULT_PREALLOC_SEGMENTS,
+            sync_method: SyncMethod::Fdatasync,
+            direct: false,
+            direct_init: false,
+            init_zero: true,
+            recycle: true,
+            group_commit: GroupCommitMode::Adaptive,
         }
     }
 }

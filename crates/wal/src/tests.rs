@@ -83,9 +83,9 @@ fn vfs() -> Arc<dyn Vfs> {
 
 fn config(dir: &Path, wal_buffers_bytes: usize, prealloc_segments: u32) -> WalConfig {
     WalConfig {
-        dir: dir.join("wal"),
         wal_buffers_bytes,
         prealloc_segments,
+        ..WalConfig::new(dir.join("wal"))
     }
 }
 
@@ -436,7 +436,10 @@ fn group_commit_flushes_before_ack_monotonic_and_groups() {
 #[test]
 fn commit_delay_uses_active_xacts_minus_self() {
     let tmp = tempfile::tempdir().unwrap();
-    let cfg = config(tmp.path(), 1 << 20, 1);
+    let cfg = WalConfig {
+        group_commit: crate::GroupCommitMode::Fixed,
+        ..config(tmp.path(), 1 << 20, 1)
+    };
     Wal::create(vfs(), &cfg).unwrap();
     let calls = Arc::new(AtomicU64::new(0));
     let c = calls.clone();
@@ -751,4 +754,130 @@ fn create_preallocates_and_open_keeps_segments_ahead() {
     assert!(recs.is_empty());
     assert_eq!(end, Lsn::FIRST);
     assert!(WalReader::open(vfs(), cfg.dir.clone(), Lsn(10 * WAL_SEGMENT_SIZE)).is_err());
+}
+
+/// True if the file system under `dir` accepts O_DIRECT (tmpfs does not).
+fn direct_io_supported(dir: &Path) -> bool {
+    let p = dir.join("direct-probe");
+    let ok = RealVfs
+        .open(
+            &p,
+            OpenMode {
+                create: true,
+                direct: true,
+                ..Default::default()
+            },
+        )
+        .is_ok();
+    let _ = std::fs::remove_file(&p);
+    ok
+}
+
+#[test]
+fn every_sync_method_and_direct_io_round_trip_and_reopen_mid_block() {
+    let base = tempfile::tempdir_in(std::env::temp_dir()).unwrap();
+    let direct_ok = direct_io_supported(base.path());
+    if !direct_ok {
+        eprintln!(
+            "O_DIRECT unsupported under {}: testing buffered I/O only",
+            base.path().display()
+        );
+    }
+    for method in SyncMethod::ALL {
+        for direct in [false, true] {
+            if direct && !direct_ok {
+                continue;
+            }
+            for (init_zero, recycle) in [(true, true), (false, false)] {
+                let dir = base.path().join(format!("{method}-{direct}-{init_zero}"));
+                let cfg = WalConfig {
+                    sync_method: method,
+                    direct,
+                    direct_init: direct,
+                    init_zero,
+                    recycle,
+                    ..config(&dir, 1 << 20, 1)
+                };
+                let case = format!("{method} direct={direct} init_zero={init_zero}");
+                let wal = create_open(vfs(), &cfg);
+                // Records of varied sizes, each flushed, so that most flushes end mid-block
+                // and the next one rewrites the partial block.
+                let mut ends = Vec::new();
+                for seq in 0..300u32 {
+                    let (_, e) = wal
+                        .insert(&mut |_| tagged_record(1, seq, seq % 50 == 7))
+                        .unwrap();
+                    wal.flush(e, FlushOpts::default()).unwrap();
+                    ends.push(e);
+                }
+                assert!(
+                    ends.iter().any(|e| e.0 % 4096 != 0),
+                    "{case}: some flush ends mid-block"
+                );
+                drop(wal);
+                let (recs, end) = read_all(vfs(), cfg.dir.clone(), Lsn::FIRST);
+                assert_eq!(recs.len(), 300, "{case}");
+                assert_eq!(end, *ends.last().unwrap(), "{case}");
+
+                // Reopen at the (mid-block) end and go on: the first direct write rewrites the
+                // partial block read back from disk.
+                let wal = Wal::open(vfs(), cfg.clone(), end, Lsn::FIRST, no_xacts()).unwrap();
+                for seq in 300..310u32 {
+                    let (_, e) = wal.insert(&mut |_| tagged_record(1, seq, false)).unwrap();
+                    wal.flush(e, FlushOpts::default()).unwrap();
+                }
+                drop(wal);
+                let (recs, _) = read_all(vfs(), cfg.dir.clone(), Lsn::FIRST);
+                assert_eq!(recs.len(), 310, "{case}");
+                for (i, r) in recs.iter().enumerate() {
+                    assert_eq!(tag_of(&r.record), (1, i as u32), "{case}");
+                    assert_eq!(
+                        r.record,
+                        tagged_record(1, i as u32, i % 50 == 7 && i < 300),
+                        "{case}"
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn adaptive_group_commit_groups_concurrent_commits() {
+    let tmp = tempfile::tempdir().unwrap();
+    let syncs = Arc::new(AtomicU64::new(0));
+    let v: Arc<dyn Vfs> = Arc::new(CountingVfs {
+        syncs: syncs.clone(),
+        sync_delay: Duration::from_millis(2),
+    });
+    let cfg = config(tmp.path(), 1 << 20, 1);
+    assert_eq!(cfg.group_commit, GroupCommitMode::Adaptive);
+    let wal = create_open(v, &cfg);
+    let threads = 8u32;
+    let per_thread = 40u32;
+    std::thread::scope(|s| {
+        for t in 0..threads {
+            let wal = &wal;
+            s.spawn(move || {
+                for seq in 0..per_thread {
+                    let (_, e) = wal.insert(&mut |_| tagged_record(t, seq, false)).unwrap();
+                    wal.flush(e, FlushOpts::default()).unwrap();
+                    assert!(wal.flush_lsn() >= e, "acknowledged before durable");
+                }
+            });
+        }
+    });
+    let st = wal.stats();
+    assert_eq!(st.group_commits, u64::from(threads * per_thread));
+    assert!(
+        st.group_flushes < u64::from(threads * per_thread),
+        "commits were grouped: {} flushes",
+        st.group_flushes
+    );
+    assert_eq!(
+        st.group_histogram.iter().map(|(_, n)| n).sum::<u64>(),
+        st.group_flushes
+    );
+    let (recs, _) = read_all(vfs(), cfg.dir.clone(), Lsn::FIRST);
+    assert_eq!(recs.len(), (threads * per_thread) as usize);
 }

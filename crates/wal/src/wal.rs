@@ -15,11 +15,12 @@
 //!
 //! See DESIGN.md for the numbered protocols and the crash windows.
 
+use crate::group_commit::{FlushDevice, GroupCommit, LeaderWait, Pipelining, HISTOGRAM_BOUNDS};
 use crate::reader::ReaderState;
 use crate::record;
 use crate::ring::Ring;
-use crate::segment::{self, segment_file_name, segment_of, WAL_SEGMENT_SIZE};
-use crate::{DecodedRecord, FlushOpts, Record, WalConfig, WalStats};
+use crate::segment::{self, segment_file_name, segment_of, InitOpts, WAL_SEGMENT_SIZE};
+use crate::{DecodedRecord, FlushOpts, GroupCommitMode, Record, WalConfig, WalStats};
 use crossbeam::utils::CachePadded;
 use parking_lot::{Condvar, Mutex};
 use std::cell::{Cell, RefCell};
@@ -29,7 +30,7 @@ use std::sync::{Arc, Weak};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 use walnut_common::{Error, Lsn, Result, SqlState};
-use walnut_io::{FileIo, Vfs};
+use walnut_io::{AlignedBuf, FileIo, Vfs, DIRECT_IO_ALIGN};
 
 /// Number of insertion slots (PostgreSQL's `NUM_XLOGINSERT_LOCKS`).
 pub const NUM_INSERT_SLOTS: usize = 8;
@@ -52,8 +53,25 @@ thread_local! {
     static ENCODE_BUF: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
     /// The slot this thread tries first (PostgreSQL's `MyLockNo`).
     static SLOT_HINT: Cell<usize> = const { Cell::new(usize::MAX) };
+    /// This thread's session id for the adaptive group-commit controller (each backend is
+    /// one thread).
+    static SESSION_ID: Cell<u64> = const { Cell::new(0) };
 }
 static NEXT_SLOT_HINT: AtomicUsize = AtomicUsize::new(0);
+static NEXT_SESSION_ID: AtomicU64 = AtomicU64::new(1);
+
+fn session_id() -> u64 {
+    SESSION_ID.with(|s| {
+        if s.get() == 0 {
+            s.set(NEXT_SESSION_ID.fetch_add(1, Ordering::Relaxed));
+        }
+        s.get()
+    })
+}
+
+/// Flushes in flight at once when the adaptive controller is not batching (its patience is
+/// zero): the next group's write and sync are issued while the previous sync completes.
+pub const MAX_FLUSHES_IN_FLIGHT: usize = 2;
 
 fn slot_hint() -> usize {
     SLOT_HINT.with(|h| {
@@ -88,8 +106,6 @@ struct Counters {
     sync: AtomicU64,
     write_time_us: AtomicU64,
     sync_time_us: AtomicU64,
-    group_flushes: AtomicU64,
-    group_commits: AtomicU64,
 }
 
 /// State of the writer, behind the write lock (PostgreSQL's `WALWriteLock`).
@@ -98,17 +114,11 @@ struct WriteState {
     files: Vec<(u64, Arc<dyn FileIo>)>,
     /// Segments written since the last sync; the next flush leader syncs them.
     unsynced: Vec<(u64, Arc<dyn FileIo>)>,
-    /// Bytes copied out of the ring for one `write_at`.
-    staging: Vec<u8>,
-}
-
-/// Group commit state (PostgreSQL waits on `WALWriteLock` with `LWLockAcquireOrWait`; walnut
-/// uses an explicit flag and a condition variable).
-struct FlushCtl {
-    /// A leader is writing and syncing.
-    in_progress: bool,
-    /// A leader failed its write or sync and panicked: WAL durability is unknown.
-    failed: bool,
+    /// Bytes copied out of the ring for one `write_at` (4096-aligned for O_DIRECT).
+    staging: AlignedBuf,
+    /// With O_DIRECT: the bytes of the partial block that ends at `write_lsn` (from the block's
+    /// start), rewritten in front of the next write; empty when `write_lsn` is block-aligned.
+    tail: Vec<u8>,
 }
 
 struct WriterCtl {
@@ -133,11 +143,9 @@ pub struct Wal {
     ring: Ring,
     /// Everything before this has been handed to `write_at` (`LogwrtResult.Write`).
     write_lsn: CachePadded<AtomicU64>,
-    /// Everything before this is durable (`LogwrtResult.Flush`).
-    flush_lsn: CachePadded<AtomicU64>,
     write: Mutex<WriteState>,
-    flush_ctl: Mutex<FlushCtl>,
-    flush_cv: Condvar,
+    /// Group commit; everything before `gc.flushed()` is durable (`LogwrtResult.Flush`).
+    gc: GroupCommit,
     /// Serializes creating, recycling and removing segment files.
     segments: Mutex<()>,
     /// Insert segment for which the segments ahead were last checked.
@@ -179,10 +187,9 @@ impl Wal {
             "could not clean directory {}",
             cfg.dir.display()
         )))?;
-        segment::preallocate(vfs.as_ref(), &cfg.dir, 0).map_err(io_err(format!(
-            "could not create WAL segment {}",
-            segment_file_name(0)
-        )))?;
+        segment::preallocate(vfs.as_ref(), &cfg.dir, 0, init_opts(cfg)).map_err(io_err(
+            format!("could not create WAL segment {}", segment_file_name(0)),
+        ))?;
         if let Some(parent) = cfg.dir.parent().filter(|p| !p.as_os_str().is_empty()) {
             vfs.sync_dir(parent).map_err(io_err(format!(
                 "could not sync directory {}",
@@ -232,8 +239,13 @@ impl Wal {
             "could not clean directory {}",
             dir.display()
         )))?;
-        scrub_after_end(vfs.as_ref(), &dir, end_lsn.0)?;
+        scrub_after_end(vfs.as_ref(), &dir, end_lsn.0, init_opts(&cfg))?;
         let end = end_lsn.0;
+        let tail = if cfg.direct {
+            read_partial_block(vfs.as_ref(), &dir, end)?
+        } else {
+            Vec::new()
+        };
         let wal = Arc::new(Wal {
             ring: Ring::new(cfg.wal_buffers_bytes),
             vfs,
@@ -243,17 +255,13 @@ impl Wal {
             slots: std::array::from_fn(|_| CachePadded::new(AtomicU64::new(SLOT_FREE))),
             redo_lsn: CachePadded::new(AtomicU64::new(redo_lsn.0)),
             write_lsn: CachePadded::new(AtomicU64::new(end)),
-            flush_lsn: CachePadded::new(AtomicU64::new(end)),
             write: Mutex::new(WriteState {
                 files: Vec::new(),
                 unsynced: Vec::new(),
-                staging: Vec::new(),
+                staging: AlignedBuf::zeroed(DIRECT_IO_ALIGN),
+                tail,
             }),
-            flush_ctl: Mutex::new(FlushCtl {
-                in_progress: false,
-                failed: false,
-            }),
-            flush_cv: Condvar::new(),
+            gc: GroupCommit::new(end, MAX_FLUSHES_IN_FLIGHT, Pipelining::WhenNotBatching),
             segments: Mutex::new(()),
             prealloc_checked_seg: AtomicU64::new(u64::MAX),
             stats: Counters::default(),
@@ -401,7 +409,10 @@ impl Wal {
 
     /// Writes ring bytes `[write_lsn, upto)` to the segment files, one `write_at` per segment
     /// touched (`XLogWrite`). The caller holds the write lock and has waited for insertions
-    /// up to `upto`.
+    /// up to `upto`. With O_DIRECT (`io_direct = wal`) each write is widened to whole 4096-byte
+    /// blocks: it starts with the saved bytes of the partial block that the previous write
+    /// ended in (rewritten in place) and ends with zeros up to the block boundary, which the
+    /// next write overwrites (PostgreSQL rewrites its partial last WAL page the same way).
     ///
     /// # Panics
     /// A failed write: PANIC, never retried.
@@ -415,15 +426,42 @@ impl Wal {
             let segno = segment_of(from);
             let to = upto.min((segno + 1) * WAL_SEGMENT_SIZE);
             let file = self.segment_for_write(w, segno);
-            let n = (to - from) as usize;
-            w.staging.resize(n, 0);
-            self.ring.copy_out(from, &mut w.staging[..n]);
+            let (start, n) = if self.cfg.direct {
+                let align = DIRECT_IO_ALIGN as u64;
+                let start = from & !(align - 1);
+                let pre = (from - start) as usize;
+                assert_eq!(
+                    w.tail.len(),
+                    pre,
+                    "saved partial block does not end at write_lsn"
+                );
+                let body = (to - from) as usize;
+                let n = (pre + body).div_ceil(DIRECT_IO_ALIGN) * DIRECT_IO_ALIGN;
+                if w.staging.len() < n {
+                    w.staging = AlignedBuf::zeroed(n.next_power_of_two());
+                }
+                let buf = w.staging.as_mut_slice();
+                buf[..pre].copy_from_slice(&w.tail);
+                self.ring.copy_out(from, &mut buf[pre..pre + body]);
+                buf[pre + body..n].fill(0);
+                let end_block = ((to & !(align - 1)) - start) as usize;
+                w.tail.clear();
+                w.tail.extend_from_slice(&buf[end_block..pre + body]);
+                (start, n)
+            } else {
+                let n = (to - from) as usize;
+                if w.staging.len() < n {
+                    w.staging = AlignedBuf::zeroed(n.next_power_of_two());
+                }
+                self.ring.copy_out(from, &mut w.staging.as_mut_slice()[..n]);
+                (from, n)
+            };
             let t = Instant::now();
-            if let Err(e) = file.write_at(&w.staging[..n], from % WAL_SEGMENT_SIZE) {
+            if let Err(e) = file.write_at(&w.staging.as_slice()[..n], start % WAL_SEGMENT_SIZE) {
                 panic!(
                     "PANIC: could not write to WAL segment {} at offset {}, length {n}: {e}",
                     segment_file_name(segno),
-                    from % WAL_SEGMENT_SIZE
+                    start % WAL_SEGMENT_SIZE
                 );
             }
             self.stats
@@ -456,16 +494,23 @@ impl Wal {
     }
 
     fn open_or_create_segment(&self, segno: u64) -> std::io::Result<Arc<dyn FileIo>> {
-        if let Some(f) = segment::open_existing(self.vfs.as_ref(), &self.cfg.dir, segno)? {
+        let mode = self.cfg.sync_method.open_mode(self.cfg.direct);
+        let open = || segment::open_existing_with(self.vfs.as_ref(), &self.cfg.dir, segno, mode);
+        if let Some(f) = open()? {
             return Ok(f);
         }
         let _g = self.segments.lock();
-        if let Some(f) = segment::open_existing(self.vfs.as_ref(), &self.cfg.dir, segno)? {
+        if let Some(f) = open()? {
             return Ok(f);
         }
         tracing::warn!(segment = %segment_file_name(segno), "WAL segment was not preallocated ahead of time");
-        segment::preallocate(self.vfs.as_ref(), &self.cfg.dir, segno)?;
-        segment::open_existing(self.vfs.as_ref(), &self.cfg.dir, segno)?.ok_or_else(|| {
+        segment::preallocate(
+            self.vfs.as_ref(),
+            &self.cfg.dir,
+            segno,
+            init_opts(&self.cfg),
+        )?;
+        open()?.ok_or_else(|| {
             std::io::Error::new(
                 std::io::ErrorKind::NotFound,
                 "segment vanished after creation",
@@ -476,9 +521,11 @@ impl Wal {
     /// Waits until all WAL up to `lsn` is durable, by group commit (PostgreSQL 9.3+'s
     /// `XLogFlush`): one leader writes and syncs everything inserted so far; followers wait and
     /// never sync again what is already synced. Returns at once if `lsn <= flush_lsn()`.
-    /// The leader applies `opts.commit_delay_us` (µs) first if at least `opts.commit_siblings`
-    /// other transactions are active. Blocks the calling OS thread: never call it from an async
-    /// task.
+    /// How long the leader keeps its group open depends on `group_commit` (see
+    /// [`GroupCommitMode`]): in `fixed` mode it sleeps `opts.commit_delay_us` µs first if at
+    /// least `opts.commit_siblings` other transactions are active (PostgreSQL's rule); in
+    /// `adaptive` mode the controller in `adaptive.rs` decides and `opts` is ignored. Blocks the
+    /// calling OS thread: never call it from an async task.
     ///
     /// # Errors
     /// `lsn` beyond the insert position (a bug in the caller; PostgreSQL's "xlog flush request
@@ -494,86 +541,16 @@ impl Wal {
                 Lsn(insert)
             )));
         }
-        loop {
-            if self.flush_lsn.load(Ordering::Acquire) >= lsn.0 {
-                self.stats.group_commits.fetch_add(1, Ordering::Relaxed);
-                return Ok(());
-            }
-            {
-                let mut ctl = self.flush_ctl.lock();
-                if ctl.failed {
-                    panic!(
-                        "PANIC: an earlier WAL write or fsync failed; WAL durability is unknown"
-                    );
-                }
-                if self.flush_lsn.load(Ordering::Acquire) >= lsn.0 {
-                    continue;
-                }
-                if ctl.in_progress {
-                    // Follower: wait for the leader, then recheck flush_lsn.
-                    self.flush_cv.wait(&mut ctl);
-                    continue;
-                }
-                ctl.in_progress = true;
-            }
-            let mut guard = LeaderGuard {
-                wal: self,
-                ok: false,
-            };
-            self.commit_delay(opts);
-            self.flush_inserted();
-            guard.ok = true;
-            drop(guard);
-            self.preallocate_ahead_quietly();
-        }
-    }
-
-    /// PostgreSQL's `commit_delay`: sleep before flushing if enough other transactions are
-    /// active that some of them may commit meanwhile and ride on this flush.
-    fn commit_delay(&self, opts: FlushOpts) {
-        if opts.commit_delay_us == 0 {
-            return;
-        }
-        let others = (self.active_xacts)().saturating_sub(1);
-        if others >= opts.commit_siblings as usize {
-            std::thread::sleep(Duration::from_micros(u64::from(opts.commit_delay_us)));
-        }
-    }
-
-    /// The leader's work: write and sync everything inserted so far, publish `flush_lsn`.
-    /// Only the write lock is taken, and not across the syncs.
-    fn flush_inserted(&self) {
-        let target = self.insert_pos.load(Ordering::SeqCst);
-        if target <= self.flush_lsn.load(Ordering::Acquire) {
-            return;
-        }
-        self.wait_insertions(target);
-        let files = {
-            let mut w = self.write.lock();
-            if self.write_lsn.load(Ordering::Acquire) < target {
-                self.write_locked(&mut w, target);
-            }
-            std::mem::take(&mut w.unsynced)
+        let wait = match self.cfg.group_commit {
+            GroupCommitMode::Adaptive => LeaderWait::Adaptive,
+            GroupCommitMode::Fixed => LeaderWait::Fixed {
+                delay_us: opts.commit_delay_us,
+                siblings: opts.commit_siblings,
+            },
         };
-        for (segno, file) in files {
-            let t = Instant::now();
-            if let Err(e) = file.sync_data() {
-                panic!(
-                    "PANIC: could not fsync WAL segment {}: {e}",
-                    segment_file_name(segno)
-                );
-            }
-            self.stats
-                .sync_time_us
-                .fetch_add(elapsed_us(t), Ordering::Relaxed);
-            self.stats.sync.fetch_add(1, Ordering::Relaxed);
-        }
-        let prev = self.flush_lsn.fetch_max(target, Ordering::AcqRel);
-        debug_assert!(
-            prev <= target,
-            "only one leader at a time advances flush_lsn"
-        );
-        self.stats.group_flushes.fetch_add(1, Ordering::Relaxed);
+        self.gc.flush(lsn.0, session_id(), wait, self);
+        self.preallocate_ahead_quietly();
+        Ok(())
     }
 
     /// Preallocates the `prealloc_segments` segments after the insert position's segment, if
@@ -589,12 +566,16 @@ impl Wal {
         for segno in cur..=cur + u64::from(self.cfg.prealloc_segments) {
             let path = segment::segment_path(&self.cfg.dir, segno);
             if !self.vfs.exists(&path) {
-                segment::preallocate(self.vfs.as_ref(), &self.cfg.dir, segno).map_err(io_err(
-                    format!(
-                        "could not preallocate WAL segment {}",
-                        segment_file_name(segno)
-                    ),
-                ))?;
+                segment::preallocate(
+                    self.vfs.as_ref(),
+                    &self.cfg.dir,
+                    segno,
+                    init_opts(&self.cfg),
+                )
+                .map_err(io_err(format!(
+                    "could not preallocate WAL segment {}",
+                    segment_file_name(segno)
+                )))?;
             }
         }
         self.prealloc_checked_seg.store(cur, Ordering::Release);
@@ -620,7 +601,7 @@ impl Wal {
 
     /// Everything before this is durable, bytes.
     pub fn flush_lsn(&self) -> Lsn {
-        Lsn(self.flush_lsn.load(Ordering::Acquire))
+        Lsn(self.gc.flushed())
     }
 
     /// The current checkpoint's redo point (PostgreSQL's `RedoRecPtr`), bytes.
@@ -667,7 +648,7 @@ impl Wal {
     /// # Errors
     /// I/O errors.
     pub fn remove_old_segments(&self, lsn: Lsn) -> Result<()> {
-        let cutoff = segment_of(lsn.0.min(self.flush_lsn.load(Ordering::Acquire)));
+        let cutoff = segment_of(lsn.0.min(self.gc.flushed()));
         let dir = &self.cfg.dir;
         let _g = self.segments.lock();
         let existing = segment::list_segments(self.vfs.as_ref(), dir).map_err(io_err(format!(
@@ -685,7 +666,7 @@ impl Wal {
             {
                 next_free += 1;
             }
-            if next_free <= max_recycled {
+            if self.cfg.recycle && next_free <= max_recycled {
                 let to = segment::segment_path(dir, next_free);
                 self.vfs.rename(&from, &to).map_err(io_err(format!(
                     "could not rename WAL segment {} to {}",
@@ -766,6 +747,7 @@ impl Wal {
     /// A snapshot of the counters (times in µs).
     pub fn stats(&self) -> WalStats {
         let s = &self.stats;
+        let g = self.gc.stats();
         let l = |a: &AtomicU64| a.load(Ordering::Relaxed);
         WalStats {
             wal_records: l(&s.records),
@@ -776,8 +758,14 @@ impl Wal {
             wal_sync: l(&s.sync),
             wal_write_time_us: l(&s.write_time_us),
             wal_sync_time_us: l(&s.sync_time_us),
-            group_flushes: l(&s.group_flushes),
-            group_commits: l(&s.group_commits),
+            group_flushes: g.flushes,
+            group_commits: g.commits,
+            group_histogram: HISTOGRAM_BOUNDS.into_iter().zip(g.histogram).collect(),
+            group_wait_time_us: g.wait_us,
+            group_patience_us: g.patience_us,
+            group_recent_wait_us: g.recent_wait_us,
+            group_flush_latency_us: g.flush_latency_us,
+            group_sessions: g.sessions,
         }
     }
 }
@@ -789,36 +777,90 @@ impl Drop for Wal {
     }
 }
 
-/// Ends a leader's turn: clears `in_progress` and wakes every follower. If the leader unwinds
-/// from a PANIC, marks the WAL failed so that followers PANIC too instead of retrying.
-struct LeaderGuard<'a> {
-    wal: &'a Wal,
-    ok: bool,
+impl FlushDevice for Wal {
+    fn inserted(&self) -> u64 {
+        self.insert_pos.load(Ordering::SeqCst)
+    }
+
+    /// The leader's work (`XLogWrite` + `issue_xlog_fsync`): waits for insertions below
+    /// `target`, writes `[write_lsn, target)` under the write lock, then syncs the segments
+    /// written since the last sync outside it (none for the `open_*` methods, whose writes are
+    /// already durable).
+    fn write_and_sync(&self, target: u64) {
+        self.wait_insertions(target);
+        let files = {
+            let mut w = self.write.lock();
+            if self.write_lsn.load(Ordering::Acquire) < target {
+                self.write_locked(&mut w, target);
+            }
+            std::mem::take(&mut w.unsynced)
+        };
+        if self.cfg.sync_method.syncs_on_write() {
+            return;
+        }
+        for (segno, file) in files {
+            let t = Instant::now();
+            let r = match self.cfg.sync_method {
+                crate::SyncMethod::Fsync => file.sync_all(),
+                _ => file.sync_data(),
+            };
+            if let Err(e) = r {
+                panic!(
+                    "PANIC: could not {} WAL segment {}: {e}",
+                    self.cfg.sync_method,
+                    segment_file_name(segno)
+                );
+            }
+            self.stats
+                .sync_time_us
+                .fetch_add(elapsed_us(t), Ordering::Relaxed);
+            self.stats.sync.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    fn active_transactions(&self) -> usize {
+        (self.active_xacts)()
+    }
 }
 
-impl Drop for LeaderGuard<'_> {
-    fn drop(&mut self) {
-        let mut ctl = self.wal.flush_ctl.lock();
-        ctl.in_progress = false;
-        if !self.ok {
-            ctl.failed = true;
-        }
-        drop(ctl);
-        self.wal.flush_cv.notify_all();
+/// Segment initialization options from the configuration.
+fn init_opts(cfg: &WalConfig) -> InitOpts {
+    InitOpts {
+        zero: cfg.init_zero,
+        direct: cfg.direct_init,
     }
+}
+
+/// The bytes of the block holding `end` that lie before `end` (empty if `end` is
+/// block-aligned), read from the segment file: the first O_DIRECT write rewrites them.
+fn read_partial_block(vfs: &dyn Vfs, dir: &std::path::Path, end: u64) -> Result<Vec<u8>> {
+    let align = DIRECT_IO_ALIGN as u64;
+    let start = end & !(align - 1);
+    let mut buf = vec![0u8; (end - start) as usize];
+    if buf.is_empty() {
+        return Ok(buf);
+    }
+    let segno = segment_of(start);
+    let ctx = || format!("could not read WAL segment {}", segment_file_name(segno));
+    let file = segment::open_existing(vfs, dir, segno)
+        .map_err(io_err(ctx()))?
+        .ok_or_else(|| Error::corruption(format!("{}: missing", ctx())))?;
+    file.read_exact_at(&mut buf, start % WAL_SEGMENT_SIZE)
+        .map_err(io_err(ctx()))?;
+    Ok(buf)
 }
 
 /// Destroys records a crashed run may have left at or after `end` (see [`Wal::open`]): makes
 /// sure the segment holding `end` exists, zero-fills its tail if it holds such a record, and
 /// zero-fills any later segment that does. Recycled and preallocated segments are untouched.
-fn scrub_after_end(vfs: &dyn Vfs, dir: &std::path::Path, end: u64) -> Result<()> {
+fn scrub_after_end(vfs: &dyn Vfs, dir: &std::path::Path, end: u64, init: InitOpts) -> Result<()> {
     let cur = segment_of(end);
     let ctx = |segno: u64| format!("could not prepare WAL segment {}", segment_file_name(segno));
     if segment::open_existing(vfs, dir, cur)
         .map_err(io_err(ctx(cur)))?
         .is_none()
     {
-        segment::preallocate(vfs, dir, cur).map_err(io_err(ctx(cur)))?;
+        segment::preallocate(vfs, dir, cur, init).map_err(io_err(ctx(cur)))?;
     }
     let segs = segment::list_segments(vfs, dir)
         .map_err(io_err(format!("could not list {}", dir.display())))?;

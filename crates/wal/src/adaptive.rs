@@ -1,0 +1,528 @@
+//! The adaptive group-commit controller: how long a flush leader keeps its group open.
+//!
+//! Pure logic, driven by a caller-supplied clock (µs), so that the same code runs in the WAL
+//! and in the simulated-device tests below. See DESIGN.md, "Adaptive group commit", for the
+//! algorithm and its sources. In short:
+//!
+//! 1. **Who may still join.** Every committing session (one per backend thread) is tracked: when
+//!    its last commit was acknowledged (`release`) and how long it takes from an acknowledgement
+//!    to its next commit request (`cycle`, an EWMA). A session not waiting is *pending*; it is
+//!    expected at `release + cycle` — that is how far along its current transaction is. A
+//!    session that has not committed for [`STALE_US`] is forgotten (an idle connection).
+//! 2. **When to close the group.** The leader closes at once when no session is pending (a
+//!    single client never waits). Otherwise it waits for the pending sessions expected before
+//!    `opened + patience`, waking at each arrival to decide again, and closes when none is
+//!    expected in time.
+//! 3. **How patient.** `patience` is tuned by extremum seeking on the measured commit rate
+//!    (a perturb-and-observe hill climb): epochs of [`EPOCH_US`] alternate between
+//!    `patience × STEP` and `patience ÷ STEP`; after each pair, patience moves toward the better
+//!    of the two if it beat the other by more than [`DEAD_BAND`]. It starts at the measured
+//!    flush latency, the natural scale of a group-commit timer (Helland et al., "Group Commit
+//!    Timers and High Volume Transaction Systems", HPTS 1987), and is bounded by
+//!    [`MAX_PATIENCE_US`]. On a fast idle disk the climb settles at zero; on an IOPS-capped
+//!    disk it settles near the time a whole cohort of sessions needs to come back.
+
+use std::collections::HashMap;
+
+/// Length of one measurement epoch, µs.
+pub const EPOCH_US: u64 = 100_000;
+/// Multiplicative probe step for patience.
+pub const STEP: f64 = 1.5;
+/// Relative throughput difference below which two probes count as equal.
+pub const DEAD_BAND: f64 = 0.01;
+/// Patience below this is treated as zero (never wait), µs.
+pub const MIN_PATIENCE_US: f64 = 20.0;
+/// Upper bound on patience, µs.
+pub const MAX_PATIENCE_US: f64 = 20_000.0;
+/// A session with no commit request for this long is forgotten, µs.
+pub const STALE_US: u64 = 1_000_000;
+/// EWMA weight of a new sample.
+const ALPHA: f64 = 0.125;
+
+#[derive(Clone, Copy, Debug)]
+struct Session {
+    /// When its last commit was acknowledged, µs; `None` before the first.
+    release: Option<u64>,
+    /// EWMA of acknowledgement -> next commit request, µs; 0 until sampled.
+    cycle_us: f64,
+    /// Its commit request is waiting for a flush.
+    waiting: bool,
+    /// Last arrival or release, µs.
+    last_seen: u64,
+}
+
+/// Which probe the current epoch runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Probe {
+    Up,
+    Down,
+}
+
+/// The controller's state. All times are µs on the caller's monotonic clock.
+#[derive(Debug)]
+pub struct Controller {
+    sessions: HashMap<u64, Session>,
+    /// EWMA of flush service time (write + sync), µs; 0 until the first flush.
+    flush_us: f64,
+    /// Patience at the centre of the probes, µs.
+    patience_us: f64,
+    probe: Probe,
+    epoch_start: u64,
+    epoch_commits: u64,
+    /// Commit rate measured in the last `Up` epoch, commits/µs.
+    up_rate: Option<f64>,
+    /// EWMA of the time leaders actually kept groups open, µs.
+    waited_us: f64,
+    last_prune: u64,
+}
+
+impl Default for Controller {
+    fn default() -> Self {
+        Controller::new()
+    }
+}
+
+impl Controller {
+    /// A controller with no history: patience starts at the first measured flush latency.
+    pub fn new() -> Controller {
+        Controller {
+            sessions: HashMap::new(),
+            flush_us: 0.0,
+            patience_us: -1.0,
+            probe: Probe::Up,
+            epoch_start: 0,
+            epoch_commits: 0,
+            up_rate: None,
+            waited_us: 0.0,
+            last_prune: 0,
+        }
+    }
+
+    /// A commit request from `session` enters the wait for a flush at `now`.
+    pub fn on_arrival(&mut self, now: u64, session: u64) {
+        let s = self.sessions.entry(session).or_insert(Session {
+            release: None,
+            cycle_us: 0.0,
+            waiting: false,
+            last_seen: now,
+        });
+        if let Some(r) = s.release {
+            let sample = now.saturating_sub(r) as f64;
+            s.cycle_us = if s.cycle_us == 0.0 {
+                sample
+            } else {
+                s.cycle_us + ALPHA * (sample - s.cycle_us)
+            };
+        }
+        s.waiting = true;
+        s.last_seen = now;
+    }
+
+    /// `session`'s commit was acknowledged (its LSN is durable) at `now`.
+    pub fn on_release(&mut self, now: u64, session: u64) {
+        if let Some(s) = self.sessions.get_mut(&session) {
+            s.waiting = false;
+            s.release = Some(now);
+            s.last_seen = now;
+        }
+    }
+
+    /// A flush finished at `now` after `service_us` µs of write and sync, making `commits`
+    /// waiting commit requests durable. Advances the patience probes.
+    pub fn on_flush_done(&mut self, now: u64, service_us: u64, commits: u64) {
+        let f = service_us as f64;
+        self.flush_us = if self.flush_us == 0.0 {
+            f
+        } else {
+            self.flush_us + ALPHA * (f - self.flush_us)
+        };
+        if self.patience_us < 0.0 {
+            self.patience_us = self.flush_us.clamp(0.0, MAX_PATIENCE_US);
+            self.epoch_start = now;
+            self.epoch_commits = 0;
+        }
+        self.epoch_commits += commits;
+        let elapsed = now.saturating_sub(self.epoch_start);
+        if elapsed >= EPOCH_US {
+            self.end_epoch(self.epoch_commits as f64 / elapsed as f64);
+            self.epoch_start = now;
+            self.epoch_commits = 0;
+        }
+        if now.saturating_sub(self.last_prune) >= EPOCH_US {
+            self.last_prune = now;
+            self.sessions
+                .retain(|_, s| s.waiting || now.saturating_sub(s.last_seen) < STALE_US);
+        }
+    }
+
+    fn end_epoch(&mut self, rate: f64) {
+        match self.probe {
+            Probe::Up => {
+                self.up_rate = Some(rate);
+                self.probe = Probe::Down;
+            }
+            Probe::Down => {
+                if let Some(up) = self.up_rate.take() {
+                    let p = self.patience_us.max(MIN_PATIENCE_US);
+                    if up > rate * (1.0 + DEAD_BAND) {
+                        self.patience_us = (p * STEP).min(MAX_PATIENCE_US);
+                    } else if rate > up * (1.0 + DEAD_BAND) {
+                        self.patience_us = p / STEP;
+                        if self.patience_us < MIN_PATIENCE_US {
+                            self.patience_us = 0.0;
+                        }
+                    }
+                }
+                self.probe = Probe::Up;
+            }
+        }
+    }
+
+    /// Patience in force in the current epoch, µs (the probe's, not the centre's).
+    fn effective_patience(&self) -> f64 {
+        let p = self.patience_us.max(0.0);
+        match self.probe {
+            Probe::Up => (p.max(MIN_PATIENCE_US) * STEP).min(MAX_PATIENCE_US),
+            Probe::Down => {
+                let d = p / STEP;
+                if d < MIN_PATIENCE_US {
+                    0.0
+                } else {
+                    d
+                }
+            }
+        }
+    }
+
+    /// The leader's decision, called when it opens a group and again at every arrival and
+    /// timeout: `None` to close the group and flush now, or `Some(t)` to keep it open until
+    /// time `t` (µs) or the next arrival, whichever comes first. `opened` is when the group was
+    /// opened.
+    pub fn decide(&self, now: u64, opened: u64) -> Option<u64> {
+        if self.patience_us < 0.0 {
+            return None; // no flush measured yet
+        }
+        let deadline = opened + self.effective_patience() as u64;
+        if now >= deadline {
+            return None;
+        }
+        let mut wait_until: Option<u64> = None;
+        for s in self.sessions.values() {
+            if s.waiting || now.saturating_sub(s.last_seen) >= STALE_US {
+                continue;
+            }
+            let Some(release) = s.release else { continue };
+            let expected = release + s.cycle_us as u64;
+            // A session already late is expected after as long again as it is late.
+            let expected = if expected >= now {
+                expected
+            } else {
+                now + (now - expected)
+            };
+            if expected <= deadline {
+                wait_until = Some(wait_until.map_or(expected, |w: u64| w.max(expected)));
+            }
+        }
+        // Wake at least at the deadline's side of the last expected arrival: a little slack
+        // for scheduling noise, never past the deadline.
+        wait_until.map(|w| (w + (w - now) / 4 + 1).min(deadline))
+    }
+
+    /// Record that a leader kept its group open for `waited_us` µs.
+    pub fn on_group_closed(&mut self, waited_us: u64) {
+        self.waited_us += ALPHA * (waited_us as f64 - self.waited_us);
+    }
+
+    /// The current patience (centre of the probes), µs; 0 = the leader never waits.
+    pub fn patience_us(&self) -> u64 {
+        self.patience_us.max(0.0) as u64
+    }
+
+    /// EWMA of how long leaders recently kept groups open, µs.
+    pub fn recent_wait_us(&self) -> u64 {
+        self.waited_us as u64
+    }
+
+    /// EWMA of flush service time (write + sync), µs.
+    pub fn flush_latency_us(&self) -> u64 {
+        self.flush_us as u64
+    }
+
+    /// Sessions seen committing within [`STALE_US`].
+    pub fn sessions(&self) -> usize {
+        self.sessions.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! The controller against a simulated device: fixed flush latency and an IOPS cap (a token
+    //! bucket; a durable flush costs 2 write requests, the write and the cache flush, as on a
+    //! volatile-cache disk without FUA). Clients loop: think (the transaction's work, with
+    //! jitter), request a commit, wait for the flush. The group-commit protocol is the WAL's:
+    //! one flush at a time; the first waiter after a flush becomes the next leader.
+    use super::*;
+    use std::cmp::Reverse;
+    use std::collections::BinaryHeap;
+
+    struct Rng(u64);
+    impl Rng {
+        fn next(&mut self) -> u64 {
+            // xorshift64*
+            self.0 ^= self.0 >> 12;
+            self.0 ^= self.0 << 25;
+            self.0 ^= self.0 >> 27;
+            self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+        }
+        fn jitter(&mut self, base: u64, pct: u64) -> u64 {
+            let span = base * pct / 100;
+            base - span + self.next() % (2 * span + 1)
+        }
+    }
+
+    #[derive(Clone, Copy)]
+    enum Policy {
+        Adaptive,
+        /// PostgreSQL: sleep `delay` µs if at least `siblings` other transactions are active.
+        Fixed {
+            delay: u64,
+            siblings: usize,
+        },
+    }
+
+    #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Debug)]
+    enum Ev {
+        /// A client finished thinking and requests a commit.
+        Arrive(usize),
+        /// The leader's wait timer fires (tagged with the group's id).
+        Timer(u64),
+        /// The flush in flight completes.
+        FlushDone,
+    }
+
+    struct Device {
+        latency: u64,
+        /// Write requests per second; 0 = unlimited.
+        iops: u64,
+        /// Token bucket as virtual time: the next request may start at this time, µs.
+        next_token: f64,
+    }
+
+    /// Requests a throttle may let through at once after an idle spell.
+    const BUCKET_DEPTH: f64 = 2.0;
+
+    impl Device {
+        /// Start time of one write request submitted at `t` (token bucket).
+        fn request(&mut self, t: f64) -> f64 {
+            if self.iops == 0 {
+                return t;
+            }
+            let gap = 1e6 / self.iops as f64;
+            self.next_token = self.next_token.max(t - BUCKET_DEPTH * gap);
+            let start = t.max(self.next_token);
+            self.next_token += gap;
+            start
+        }
+
+        /// When a flush issued at `now` completes: the write, then the cache flush, each half
+        /// the device latency.
+        fn flush(&mut self, now: u64) -> u64 {
+            let half = self.latency as f64 / 2.0;
+            let w = self.request(now as f64);
+            let f = self.request(w + half);
+            (f + half).ceil() as u64
+        }
+    }
+
+    /// Runs `secs` simulated seconds and returns commits/s after the first second.
+    fn simulate(
+        clients: usize,
+        think: u64,
+        latency: u64,
+        iops: u64,
+        policy: Policy,
+        secs: u64,
+    ) -> f64 {
+        let mut rng = Rng(0x9E37_79B9_7F4A_7C15 ^ (clients as u64) ^ (iops << 20));
+        let mut ctl = Controller::new();
+        let mut dev = Device {
+            latency,
+            iops,
+            next_token: 0.0,
+        };
+        let mut q: BinaryHeap<Reverse<(u64, Ev)>> = BinaryHeap::new();
+        for c in 0..clients {
+            q.push(Reverse((rng.jitter(think, 50), Ev::Arrive(c))));
+        }
+        let mut waiting: Vec<usize> = Vec::new(); // queued behind the flush in flight
+        let mut group: Vec<usize> = Vec::new(); // members of the open group
+        let mut open: Option<(u64, u64)> = None; // (group id, opened at)
+        let mut in_flight: Option<(Vec<usize>, u64)> = None; // (members, issued at)
+        let mut group_id = 0u64;
+        let end = secs * 1_000_000;
+        let mut commits = 0u64;
+
+        while let Some(Reverse((now, ev))) = q.pop() {
+            if now > end {
+                break;
+            }
+            // What happened to the open group: opened now, an arrival joined, or its timer.
+            let mut opened_now = false;
+            let mut timer_fired = false;
+            match ev {
+                Ev::Arrive(c) => {
+                    ctl.on_arrival(now, c as u64);
+                    if open.is_some() {
+                        group.push(c);
+                    } else if in_flight.is_some() {
+                        waiting.push(c);
+                    } else {
+                        group_id += 1;
+                        open = Some((group_id, now));
+                        opened_now = true;
+                        group.push(c);
+                    }
+                }
+                Ev::Timer(id) => {
+                    if open.map(|(g, _)| g) != Some(id) {
+                        continue;
+                    }
+                    timer_fired = true;
+                }
+                Ev::FlushDone => {
+                    let (members, issued) = in_flight.take().expect("flush in flight");
+                    ctl.on_flush_done(now, now - issued, members.len() as u64);
+                    for &c in &members {
+                        ctl.on_release(now, c as u64);
+                        if now >= 1_000_000 {
+                            commits += 1;
+                        }
+                        q.push(Reverse((now + rng.jitter(think, 50), Ev::Arrive(c))));
+                    }
+                    if !waiting.is_empty() {
+                        group_id += 1;
+                        open = Some((group_id, now));
+                        opened_now = true;
+                        group.append(&mut waiting);
+                    }
+                }
+            }
+            let Some((id, opened)) = open else { continue };
+            let close_now = match policy {
+                Policy::Adaptive => match ctl.decide(now, opened) {
+                    None => true,
+                    Some(t) => {
+                        q.push(Reverse((t.max(now + 1), Ev::Timer(id))));
+                        false
+                    }
+                },
+                Policy::Fixed { delay, siblings } => {
+                    if opened_now {
+                        // Every client is inside a transaction while it thinks.
+                        if delay > 0 && clients > siblings {
+                            q.push(Reverse((now + delay, Ev::Timer(id))));
+                            false
+                        } else {
+                            true
+                        }
+                    } else {
+                        timer_fired
+                    }
+                }
+            };
+            if close_now {
+                open = None;
+                ctl.on_group_closed(now - opened);
+                let done = dev.flush(now);
+                in_flight = Some((std::mem::take(&mut group), now));
+                q.push(Reverse((done, Ev::FlushDone)));
+            }
+        }
+        commits as f64 / (secs - 1) as f64
+    }
+
+    const DELAYS: [u64; 11] = [0, 10, 100, 200, 500, 750, 1000, 1250, 1500, 2000, 3000];
+
+    fn check(clients: usize, think: u64, latency: u64, iops: u64) {
+        let secs = 6;
+        let adaptive = simulate(clients, think, latency, iops, Policy::Adaptive, secs);
+        let (best_delay, best) = DELAYS
+            .iter()
+            .map(|&d| {
+                let t = simulate(
+                    clients,
+                    think,
+                    latency,
+                    iops,
+                    Policy::Fixed {
+                        delay: d,
+                        siblings: 5,
+                    },
+                    secs,
+                );
+                (d, t)
+            })
+            .fold((0, 0.0), |a, b| if b.1 > a.1 { b } else { a });
+        eprintln!(
+            "clients {clients:>2} think {think:>5} µs latency {latency:>4} µs iops {iops:>5}: adaptive {adaptive:>7.0} tps, best fixed {best:>7.0} tps at {best_delay} µs ({:.2})",
+            adaptive / best
+        );
+        assert!(
+            adaptive >= 0.9 * best,
+            "adaptive {adaptive:.0} tps < 90% of the best fixed delay ({best_delay} µs: {best:.0} tps) \
+             for {clients} clients, think {think} µs, latency {latency} µs, {iops} IOPS"
+        );
+    }
+
+    #[test]
+    fn single_client_never_waits() {
+        let mut c = Controller::new();
+        c.on_arrival(0, 1);
+        c.on_flush_done(200, 200, 1);
+        c.on_release(200, 1);
+        c.on_arrival(1200, 1);
+        assert_eq!(c.decide(1200, 1200), None, "nobody else can join");
+    }
+
+    #[test]
+    fn waits_for_an_expected_session_and_not_for_an_idle_one() {
+        let mut c = Controller::new();
+        // Establish cycles of 1000 µs for sessions 1 and 2 and a flush latency of 2000 µs.
+        for round in 0..4u64 {
+            let t = round * 3000;
+            c.on_arrival(t, 1);
+            c.on_arrival(t + 10, 2);
+            c.on_flush_done(t + 2000, 2000, 2);
+            c.on_release(t + 2000, 1);
+            c.on_release(t + 2000, 2);
+        }
+        // Session 1 arrives; session 2 is expected about 1000 µs after its release.
+        let now = 4 * 3000;
+        c.on_arrival(now, 1);
+        let w = c.decide(now, now).expect("session 2 is worth waiting for");
+        assert!(w > now && w <= now + 2 * 3000);
+        // Once session 2 has gone idle for longer than STALE_US it is forgotten.
+        let later = now + STALE_US + 10;
+        c.on_flush_done(later, 2000, 1);
+        c.on_release(later, 1);
+        c.on_arrival(later + 1, 1);
+        assert_eq!(c.decide(later + 1, later + 1), None);
+    }
+
+    #[test]
+    fn matches_the_best_fixed_delay_on_simulated_devices() {
+        // IOPS caps: unlimited, 5000 and 1000 write requests per second.
+        for &iops in &[0u64, 5000, 1000] {
+            for &clients in &[1usize, 10, 64] {
+                check(clients, 1000, 200, iops);
+            }
+        }
+    }
+
+    #[test]
+    fn matches_the_best_fixed_delay_with_slow_transactions() {
+        for &clients in &[10usize, 64] {
+            check(clients, 5000, 500, 1000);
+        }
+    }
+}

@@ -1,0 +1,336 @@
+//! Group commit: one leader flushes for every commit queued behind it; followers wait
+//! (PostgreSQL 9.3+ `XLogFlush` with `LWLockAcquireOrWait` on `WALWriteLock`), with walnut's
+//! adaptive leader wait and up to `max_inflight` flushes in flight.
+//!
+//! This module knows nothing of files: the caller supplies a [`FlushDevice`]. It depends only on
+//! `crate::sync` and `crate::adaptive`, so that `tests/shuttle_group_commit.rs` can compile it
+//! against shuttle's primitives. See DESIGN.md, "Group commit", for the numbered protocol.
+//!
+//! Invariants (checked by the shuttle tests):
+//! - `flushed()` only moves forward, and only to the target of a completed flush all of whose
+//!   predecessors have completed (flushes publish in the order they were issued);
+//! - [`GroupCommit::flush`] returns only once `flushed() >= lsn`;
+//! - a leader flushes only from the end of the previous flush's target: nothing already covered
+//!   by a flush (done or in flight) is flushed again by a follower;
+//! - every waiter is woken when the flush covering it is published (no lost wake-up), and a
+//!   waiting leader is woken at each arrival.
+
+use crate::adaptive::Controller;
+use crate::sync::{now_us, sleep, AtomicU64, Condvar, Mutex, MutexGuard, Ordering};
+use std::collections::VecDeque;
+use std::time::Duration;
+
+/// What the leader drives: the WAL's write and sync.
+pub(crate) trait FlushDevice {
+    /// End of everything inserted so far: a closed group's flush target, bytes.
+    fn inserted(&self) -> u64;
+    /// Writes and syncs everything before `target`. Called with no lock held, possibly by two
+    /// leaders at once for consecutive targets. Must panic (PANIC) on an I/O failure.
+    fn write_and_sync(&self, target: u64);
+    /// Transactions currently holding an xid (PostgreSQL's `MinimumActiveBackends`), for
+    /// `commit_siblings`.
+    fn active_transactions(&self) -> usize;
+}
+
+/// How the leader of a group decides how long to keep it open.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum LeaderWait {
+    /// The adaptive controller decides (see `adaptive.rs`).
+    Adaptive,
+    /// PostgreSQL: sleep `delay_us` if at least `siblings` other transactions are active.
+    Fixed {
+        /// `commit_delay`, µs.
+        delay_us: u32,
+        /// `commit_siblings`.
+        siblings: u32,
+    },
+}
+
+/// When a second flush may be issued while one is in flight.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Pipelining {
+    /// In adaptive mode, when the controller is not batching (patience zero): the device is
+    /// then not the bottleneck, so overlapping flushes cuts latency without costing batching.
+    /// Never in fixed mode (PostgreSQL holds `WALWriteLock` across write and sync).
+    WhenNotBatching,
+    /// Whenever a slot is free, in either mode (tests of the in-order publish).
+    #[allow(dead_code)]
+    Always,
+}
+
+/// Upper bounds of the commits-per-flush histogram buckets (the last is open-ended).
+pub(crate) const HISTOGRAM_BOUNDS: [u64; 8] = [1, 2, 4, 8, 16, 32, 64, u64::MAX];
+
+/// Counters, a snapshot of which [`GroupCommit::stats`] returns.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct GroupStats {
+    /// Flushes published.
+    pub flushes: u64,
+    /// Commit requests satisfied (waiters plus those already durable on arrival).
+    pub commits: u64,
+    /// Waiting commit requests per flush, by [`HISTOGRAM_BOUNDS`] bucket.
+    pub histogram: [u64; 8],
+    /// Total time leaders kept groups open before flushing, µs.
+    pub wait_us: u64,
+    /// The adaptive controller's patience, µs.
+    pub patience_us: u64,
+    /// EWMA of recent group-open times, µs.
+    pub recent_wait_us: u64,
+    /// EWMA of flush service time, µs.
+    pub flush_latency_us: u64,
+    /// Sessions the controller currently tracks.
+    pub sessions: u64,
+}
+
+struct OpenGroup {
+    id: u64,
+    opened_us: u64,
+    members: u64,
+}
+
+struct Flight {
+    id: u64,
+    target: u64,
+    members: u64,
+    issued_us: u64,
+    done: bool,
+}
+
+struct State {
+    /// A leader panicked in write or sync: durability is unknown; everyone PANICs.
+    failed: bool,
+    open: Option<OpenGroup>,
+    /// Closed groups whose flush was issued, oldest first.
+    inflight: VecDeque<Flight>,
+    next_id: u64,
+    ctrl: Controller,
+    stats: GroupStats,
+}
+
+/// The group-commit state of one WAL.
+pub(crate) struct GroupCommit {
+    flushed: AtomicU64,
+    /// Commit requests satisfied on the fast path (already durable), not under the mutex.
+    fast_commits: AtomicU64,
+    state: Mutex<State>,
+    /// Followers wait here for a publish (or a free flight slot).
+    followers: Condvar,
+    /// The leader of the open group waits here for arrivals.
+    leader: Condvar,
+    max_inflight: usize,
+    pipelining: Pipelining,
+}
+
+impl GroupCommit {
+    /// Everything before `start` is durable. At most `max_inflight` (>= 1) flushes are in
+    /// flight at once, when `pipelining` allows more than one.
+    pub(crate) fn new(start: u64, max_inflight: usize, pipelining: Pipelining) -> GroupCommit {
+        GroupCommit {
+            flushed: AtomicU64::new(start),
+            fast_commits: AtomicU64::new(0),
+            state: Mutex::new(State {
+                failed: false,
+                open: None,
+                inflight: VecDeque::new(),
+                next_id: 1,
+                ctrl: Controller::new(),
+                stats: GroupStats::default(),
+            }),
+            followers: Condvar::new(),
+            leader: Condvar::new(),
+            max_inflight: max_inflight.max(1),
+            pipelining,
+        }
+    }
+
+    /// Everything before this is durable, bytes.
+    pub(crate) fn flushed(&self) -> u64 {
+        self.flushed.load(Ordering::Acquire)
+    }
+
+    /// Returns once everything before `lsn` is durable, leading a flush or following one.
+    /// `session` identifies the caller's backend for the adaptive controller.
+    ///
+    /// # Panics
+    /// If this or an earlier flush failed (PANIC: never retried).
+    pub(crate) fn flush(&self, lsn: u64, session: u64, wait: LeaderWait, dev: &dyn FlushDevice) {
+        if self.flushed() >= lsn {
+            self.fast_commits.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        let mut st = self.state.lock();
+        st.ctrl.on_arrival(now_us(), session);
+        let mut joined = false;
+        loop {
+            if st.failed {
+                drop(st);
+                panic!("PANIC: an earlier WAL write or fsync failed; WAL durability is unknown");
+            }
+            if self.flushed() >= lsn {
+                break;
+            }
+            if let Some(g) = st.open.as_mut() {
+                // Join the open group: its target is read when it closes, after this request's
+                // record was inserted.
+                if !joined {
+                    g.members += 1;
+                    joined = true;
+                    self.leader.notify_one();
+                }
+                st = self.followers.wait(st);
+                continue;
+            }
+            if let Some(f) = st.inflight.iter_mut().find(|f| f.target >= lsn) {
+                if !joined {
+                    f.members += 1;
+                    joined = true;
+                }
+                st = self.followers.wait(st);
+                continue;
+            }
+            let limit = match (self.pipelining, wait) {
+                (Pipelining::Always, _) => self.max_inflight,
+                (Pipelining::WhenNotBatching, LeaderWait::Adaptive)
+                    if st.ctrl.patience_us() == 0 =>
+                {
+                    self.max_inflight
+                }
+                _ => 1,
+            };
+            if st.inflight.len() >= limit {
+                st = self.followers.wait(st);
+                continue;
+            }
+            st = self.lead(st, joined, wait, dev);
+            joined = true;
+        }
+        st.ctrl.on_release(now_us(), session);
+        st.stats.commits += 1;
+    }
+
+    /// Opens a group, keeps it open as the policy says, closes it, flushes, and publishes what
+    /// can be published. Returns with the lock held.
+    fn lead<'a>(
+        &'a self,
+        mut st: MutexGuard<'a, State>,
+        joined: bool,
+        wait: LeaderWait,
+        dev: &dyn FlushDevice,
+    ) -> MutexGuard<'a, State> {
+        let id = st.next_id;
+        st.next_id += 1;
+        let opened_us = now_us();
+        st.open = Some(OpenGroup {
+            id,
+            opened_us,
+            members: u64::from(!joined),
+        });
+        match wait {
+            LeaderWait::Fixed { delay_us, siblings } => {
+                if delay_us > 0 {
+                    drop(st);
+                    let others = dev.active_transactions().saturating_sub(1);
+                    if others >= siblings as usize {
+                        sleep(Duration::from_micros(u64::from(delay_us)));
+                    }
+                    st = self.state.lock();
+                }
+            }
+            LeaderWait::Adaptive => loop {
+                let now = now_us();
+                match st.ctrl.decide(now, opened_us) {
+                    None => break,
+                    Some(until) => {
+                        let d = Duration::from_micros(until.saturating_sub(now).max(1));
+                        st = self.leader.wait_timeout(st, d).0;
+                    }
+                }
+                if st.failed {
+                    break;
+                }
+            },
+        }
+        if st.failed {
+            st.open = None;
+            drop(st);
+            panic!("PANIC: an earlier WAL write or fsync failed; WAL durability is unknown");
+        }
+        let g = st.open.take().expect("only the leader closes its group");
+        debug_assert_eq!(g.id, id);
+        let issued_us = now_us();
+        st.stats.wait_us += issued_us - g.opened_us;
+        st.ctrl.on_group_closed(issued_us - g.opened_us);
+        let from = st.inflight.back().map_or(self.flushed(), |f| f.target);
+        let target = dev.inserted();
+        assert!(
+            target > from,
+            "a new flush must cover new WAL: target {target}, previous {from}"
+        );
+        st.inflight.push_back(Flight {
+            id,
+            target,
+            members: g.members,
+            issued_us,
+            done: false,
+        });
+        drop(st);
+
+        let guard = FailGuard { gc: self };
+        dev.write_and_sync(target);
+        std::mem::forget(guard);
+
+        let mut st = self.state.lock();
+        let now = now_us();
+        if let Some(f) = st.inflight.iter_mut().find(|f| f.id == id) {
+            f.done = true;
+        }
+        // Publish completed flushes in issue order.
+        let mut published = false;
+        while st.inflight.front().is_some_and(|f| f.done) {
+            let f = st.inflight.pop_front().expect("front exists");
+            let prev = self.flushed.fetch_max(f.target, Ordering::AcqRel);
+            assert!(prev <= f.target, "flushed LSN moved backwards");
+            st.stats.flushes += 1;
+            let bucket = HISTOGRAM_BOUNDS
+                .iter()
+                .position(|&b| f.members <= b)
+                .unwrap_or(HISTOGRAM_BOUNDS.len() - 1);
+            st.stats.histogram[bucket] += 1;
+            st.ctrl
+                .on_flush_done(now, now.saturating_sub(f.issued_us), f.members);
+            published = true;
+        }
+        if published {
+            self.followers.notify_all();
+        }
+        st
+    }
+
+    /// A snapshot of the counters.
+    pub(crate) fn stats(&self) -> GroupStats {
+        let st = self.state.lock();
+        let mut s = st.stats.clone();
+        s.commits += self.fast_commits.load(Ordering::Relaxed);
+        s.patience_us = st.ctrl.patience_us();
+        s.recent_wait_us = st.ctrl.recent_wait_us();
+        s.flush_latency_us = st.ctrl.flush_latency_us();
+        s.sessions = st.ctrl.sessions() as u64;
+        s
+    }
+}
+
+/// Marks the group commit failed if a leader unwinds out of `write_and_sync` (a PANIC), so
+/// that every waiter PANICs too instead of retrying the flush.
+struct FailGuard<'a> {
+    gc: &'a GroupCommit,
+}
+
+impl Drop for FailGuard<'_> {
+    fn drop(&mut self) {
+        let mut st = self.gc.state.lock();
+        st.failed = true;
+        drop(st);
+        self.gc.followers.notify_all();
+        self.gc.leader.notify_all();
+    }
+}
