@@ -10,7 +10,7 @@ use walnut_common::{ColumnDef, DataType, Error, Result, SqlState, TableDef, Tid,
 use walnut_sql::storage::{CommitOpts, Engine, ScanControl, Transaction, WriteOutcome};
 use walnut_storage::txn::{CommitSettings, RowWrite, Txn};
 use walnut_storage::{Storage, StorageConfig};
-use walnut_wal::FlushOpts;
+use walnut_wal::{FlushOpts, GroupCommitMode, SyncMethod};
 
 /// Default `walnut.conf` written by initdb.
 pub const DEFAULT_CONF: &str = "\
@@ -66,6 +66,7 @@ fn int_setting(settings: &[(String, String)], name: &str, default: i64) -> Resul
 /// 22023 for invalid values.
 pub fn storage_config(settings: &[(String, String)]) -> Result<StorageConfig> {
     let d = StorageConfig::default();
+    let io_direct = parse_io_direct(setting(settings, "io_direct").unwrap_or(""))?;
     Ok(StorageConfig {
         shared_buffers_pages: int_setting(
             settings,
@@ -92,7 +93,71 @@ pub fn storage_config(settings: &[(String, String)]) -> Result<StorageConfig> {
         )?
         .max(1) as u64,
         wal_buffers_bytes: d.wal_buffers_bytes,
+        wal_sync_method: match setting(settings, "wal_sync_method") {
+            Some(v) => SyncMethod::parse(v).ok_or_else(|| invalid("wal_sync_method", v))?,
+            None => d.wal_sync_method,
+        },
+        io_direct_wal: io_direct.wal,
+        io_direct_wal_init: io_direct.wal_init,
+        wal_init_zero: match setting(settings, "wal_init_zero") {
+            Some(v) => walnut_sql::guc::value_as_bool("wal_init_zero", v)?,
+            None => d.wal_init_zero,
+        },
+        wal_recycle: match setting(settings, "wal_recycle") {
+            Some(v) => walnut_sql::guc::value_as_bool("wal_recycle", v)?,
+            None => d.wal_recycle,
+        },
+        group_commit: match setting(settings, "group_commit") {
+            Some(v) => GroupCommitMode::parse(v).ok_or_else(|| invalid("group_commit", v))?,
+            None => d.group_commit,
+        },
     })
+}
+
+fn invalid(name: &str, value: &str) -> Error {
+    Error::user(
+        SqlState::INVALID_PARAMETER_VALUE,
+        format!("invalid value for parameter \"{name}\": \"{value}\""),
+    )
+}
+
+/// What `io_direct` asks for.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct IoDirect {
+    /// `wal`: WAL segments are written with O_DIRECT.
+    pub wal: bool,
+    /// `wal_init`: new WAL segments are zero-filled with O_DIRECT.
+    pub wal_init: bool,
+}
+
+/// Parses `io_direct` (PostgreSQL's `debug_io_direct`): a comma-separated list of `data`, `wal`
+/// and `wal_init`, or empty.
+///
+/// # Errors
+/// 22023 for an unknown item; 0A000 for `data`, which walnut does not support yet.
+pub fn parse_io_direct(v: &str) -> Result<IoDirect> {
+    let mut r = IoDirect::default();
+    let v = v.trim().trim_matches('\'');
+    for item in v.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+        match item.to_ascii_lowercase().as_str() {
+            "wal" => r.wal = true,
+            "wal_init" => r.wal_init = true,
+            "data" => {
+                return Err(Error::user(
+                    SqlState::FEATURE_NOT_SUPPORTED,
+                    "io_direct = data is not supported yet; use wal, wal_init",
+                ))
+            }
+            _ => {
+                return Err(Error::user(
+                    SqlState::INVALID_PARAMETER_VALUE,
+                    format!("invalid value for parameter \"io_direct\": \"{v}\""),
+                )
+                .with_detail(format!("Unrecognized key word: \"{item}\".")))
+            }
+        }
+    }
+    Ok(r)
 }
 
 /// Opens the data directory (running crash recovery if needed) with the server-level settings
@@ -109,8 +174,37 @@ pub fn open_engine(dir: &Path, settings: &[(String, String)]) -> Result<Arc<dyn 
 /// # Errors
 /// As for [`open_engine`].
 pub fn open_handle(dir: &Path, settings: &[(String, String)]) -> Result<Arc<Handle>> {
-    let storage = Storage::open(Arc::new(walnut_io::RealVfs), dir, storage_config(settings)?)?;
+    let mut config = storage_config(settings)?;
+    if setting(settings, "wal_sync_method").is_none() {
+        config.wal_sync_method = probe_sync_method(&dir.join("wal"), config.io_direct_wal);
+    }
+    let storage = Storage::open(Arc::new(walnut_io::RealVfs), dir, config)?;
     Ok(Arc::new(Handle { storage }))
+}
+
+/// Time the start-up probe spends on each `wal_sync_method`.
+const STARTUP_PROBE: std::time::Duration = std::time::Duration::from_millis(100);
+
+/// The start-up probe: measures each `wal_sync_method`'s flushes/s on the disk that holds
+/// `wal_dir` (8 KiB writes, [`STARTUP_PROBE`] each, O_DIRECT if `direct`) and returns the
+/// fastest; `fdatasync` (PostgreSQL's Linux default) if the probe fails.
+pub fn probe_sync_method(wal_dir: &Path, direct: bool) -> SyncMethod {
+    let vfs = walnut_io::RealVfs;
+    let mut results = Vec::new();
+    for m in SyncMethod::ALL {
+        match walnut_wal::probe_flush_rate(&vfs, wal_dir, m, direct, 8192, STARTUP_PROBE) {
+            Ok(r) => results.push(r),
+            Err(e) => tracing::warn!(method = %m, "wal_sync_method probe failed: {e}"),
+        }
+    }
+    let chosen = walnut_wal::choose_sync_method(&results).unwrap_or(SyncMethod::Fdatasync);
+    let rates = results
+        .iter()
+        .map(|r| format!("{} {:.0}/s", r.method, r.flushes_per_sec))
+        .collect::<Vec<_>>()
+        .join(", ");
+    tracing::info!("wal_sync_method = {chosen} (start-up probe: {rates})");
+    chosen
 }
 
 fn col(name: &str, ty: DataType) -> ColumnDef {
@@ -164,16 +258,47 @@ impl Engine for Handle {
                 } else {
                     s.group_commits as f64 / s.group_flushes as f64
                 };
+                let histogram = s
+                    .group_histogram
+                    .iter()
+                    .scan(0u64, |lo, &(hi, n)| {
+                        let label = match (*lo + 1, hi) {
+                            (a, u64::MAX) => format!("{a}+"),
+                            (a, b) if a == b => format!("{a}"),
+                            (a, b) => format!("{a}-{b}"),
+                        };
+                        *lo = hi;
+                        Some(format!("{label}:{n}"))
+                    })
+                    .collect::<Vec<_>>()
+                    .join(" ");
+                let mode = self.storage.config().group_commit.name();
                 Some((
                     vec![
+                        col("group_commit", DataType::Text),
                         col("flushes", DataType::Int8),
                         col("commits", DataType::Int8),
                         col("commits_per_flush", DataType::Float8),
+                        col("commits_per_flush_histogram", DataType::Text),
+                        col("group_wait_time", DataType::Float8),
+                        col("current_wait_us", DataType::Int8),
+                        col("patience_us", DataType::Int8),
+                        col("flush_latency_us", DataType::Int8),
+                        col("sessions", DataType::Int8),
+                        col("wal_sync_method", DataType::Text),
                     ],
                     vec![vec![
+                        Value::Text(mode.into()),
                         i(s.group_flushes),
                         i(s.group_commits),
                         Value::Float8(per),
+                        Value::Text(histogram),
+                        Value::Float8(s.group_wait_time_us as f64 / 1000.0),
+                        i(s.group_recent_wait_us),
+                        i(s.group_patience_us),
+                        i(s.group_flush_latency_us),
+                        i(s.group_sessions),
+                        Value::Text(self.storage.config().wal_sync_method.name().into()),
                     ]],
                 ))
             }

@@ -18,6 +18,7 @@ pub mod engine;
 mod guc;
 pub mod protocol;
 pub mod server;
+pub mod test_fsync;
 
 /// Initialises tracing to stderr: `RUST_LOG` if set, else `default_filter` (`info`).
 pub fn init_logging(default_filter: &str) {

@@ -1,4 +1,4 @@
-//! The `walnut` binary: `initdb`, `serve`, `demo` (and placeholders for `test-fsync`,
+//! The `walnut` binary: `initdb`, `serve`, `demo`, `test-fsync` (and a placeholder for
 //! `verify`).
 #![forbid(unsafe_code)]
 
@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 use walnut_server::config::{self, ServerConfig};
-use walnut_server::{demo, engine, server};
+use walnut_server::{demo, engine, server, test_fsync};
 
 /// walnut: a transactional row store that speaks PostgreSQL's wire protocol.
 #[derive(Parser)]
@@ -50,11 +50,19 @@ enum Command {
         #[arg(long, default_value_t = 1)]
         scale: u32,
     },
-    /// Measure fsync rates of the data directory's disk (not implemented yet).
+    /// Measure how fast the disk holding DIR makes WAL flushes durable, for each
+    /// wal_sync_method, buffered and with O_DIRECT (like pg_test_fsync).
     TestFsync {
-        /// The data directory.
+        /// Any directory on the disk to measure, e.g. a data directory; a temporary file
+        /// (walnut_probe.tmp) is written there and removed.
         #[arg(short = 'D', long = "pgdata", value_name = "DIR")]
         dir: PathBuf,
+        /// Seconds to measure each method, buffered and direct (8 runs in all).
+        #[arg(long, default_value_t = 2.0, value_name = "S")]
+        seconds: f64,
+        /// Bytes written per flush (rounded up to 4096 for O_DIRECT).
+        #[arg(long, default_value_t = 8192, value_name = "BYTES")]
+        size: usize,
     },
     /// Check a data directory's WAL and pages offline (not implemented yet).
     Verify {
@@ -85,7 +93,8 @@ fn main() -> ExitCode {
                 scale,
             })
         }
-        Command::TestFsync { .. } | Command::Verify { .. } => {
+        Command::TestFsync { dir, seconds, size } => test_fsync::run(&dir, seconds, size),
+        Command::Verify { .. } => {
             eprintln!("walnut: not implemented yet");
             return ExitCode::from(2);
         }
@@ -141,12 +150,13 @@ fn serve(dir: &Path, port: Option<u16>, overrides: &[String]) -> Result<(), Stri
     runtime.block_on(async move {
         let dir_owned = dir.to_path_buf();
         // Opening may run crash recovery: blocking work, off the runtime's workers.
-        let engine =
-            tokio::task::spawn_blocking(move || engine::open_engine(&dir_owned, &settings))
+        let handle_engine =
+            tokio::task::spawn_blocking(move || engine::open_handle(&dir_owned, &settings))
                 .await
                 .map_err(|e| format!("could not open data directory: {e}"))?
                 .map_err(|e| format!("could not open data directory \"{}\": {e}", dir.display()))?;
-        let handle = server::start(&config, engine.clone()).await.map_err(|e| {
+        let engine: std::sync::Arc<dyn walnut_sql::storage::Engine> = handle_engine.clone();
+        let handle = server::start(&config, engine).await.map_err(|e| {
             format!(
                 "could not listen on {}:{}: {e}",
                 config.listen_addresses, config.port
@@ -158,8 +168,13 @@ fn serve(dir: &Path, port: Option<u16>, overrides: &[String]) -> Result<(), Stri
             "received {signal}, shutting down: closing connections, rolling back open transactions"
         );
         handle.shutdown(Duration::from_secs(30)).await;
-        // The engine's Drop may write a shutdown checkpoint: blocking work.
-        let _ = tokio::task::spawn_blocking(move || drop(engine)).await;
+        // The shutdown checkpoint (so the next start replays nothing): blocking work.
+        let storage = handle_engine.storage.clone();
+        match tokio::task::spawn_blocking(move || storage.shutdown()).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => tracing::error!("shutdown checkpoint failed: {e}"),
+            Err(e) => tracing::error!("shutdown checkpoint failed: {e}"),
+        }
         tracing::info!("database system is shut down");
         Ok(())
     })

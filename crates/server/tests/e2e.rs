@@ -385,6 +385,64 @@ fn kill_9_during_tpcb_loses_no_acknowledged_commit() {
     }
 }
 
+/// The foundation's kill -9 test, once per `wal_sync_method` and once with
+/// `io_direct = 'wal,wal_init'`: no acknowledged commit is lost with any of them.
+#[test]
+fn kill_9_with_every_wal_sync_method_and_direct_io() {
+    let dir = tempfile::tempdir().unwrap();
+    let script = dir.path().join("tpcb_tagged.sql");
+    std::fs::write(&script, TPCB_TAGGED).unwrap();
+    let cases: [(&str, &[&str]); 5] = [
+        ("fdatasync", &["wal_sync_method=fdatasync"]),
+        ("fsync", &["wal_sync_method=fsync"]),
+        ("open_datasync", &["wal_sync_method=open_datasync"]),
+        ("open_sync", &["wal_sync_method=open_sync"]),
+        (
+            "fdatasync",
+            &["wal_sync_method=fdatasync", "io_direct=wal,wal_init"],
+        ),
+    ];
+    for (i, (method, settings)) in cases.iter().enumerate() {
+        let mut all = vec!["shared_buffers=32MB", "max_wal_size=32MB"];
+        all.extend_from_slice(settings);
+        let mut s = Server::new(&all);
+        assert_eq!(
+            s.query("select wal_sync_method from walnut_stat_group_commit"),
+            *method,
+            "the setting took effect"
+        );
+        let init = s.pgbench(&["-i", "-s", "1"]);
+        assert!(
+            init.status.success(),
+            "pgbench -i failed with {settings:?}:\n{}",
+            String::from_utf8_lossy(&init.stderr)
+        );
+        let after = Duration::from_millis(1200 + (i as u64 * 977) % 1500);
+        let n = crash_round(&mut s, &script, 8, after, &all);
+        eprintln!("{settings:?}: {n} acknowledged commits verified after kill -9 at {after:?}");
+    }
+}
+
+/// With `wal_sync_method` unset, the server measures the methods at start-up and uses one.
+#[test]
+fn startup_probe_picks_a_sync_method() {
+    let s = Server::new(&[]);
+    let m = s.query("select wal_sync_method from walnut_stat_group_commit");
+    assert!(
+        ["fdatasync", "fsync", "open_datasync", "open_sync"].contains(&m.as_str()),
+        "unexpected method {m:?}"
+    );
+    assert!(
+        s.log().contains("wal_sync_method"),
+        "the probe's choice is logged:\n{}",
+        s.log()
+    );
+    assert_eq!(
+        s.query("select group_commit from walnut_stat_group_commit"),
+        "adaptive"
+    );
+}
+
 #[test]
 fn psql_round_trip() {
     let s = Server::new(&[]);

@@ -417,6 +417,13 @@ pub static REGISTRY: &[GucDef] = &[
         description: "Sets the number of disk-page buffers in shared memory for WAL.",
     },
     GucDef {
+        name: "wal_init_zero",
+        kind: Kind::Bool,
+        default: "on",
+        context: Sighup,
+        description: "Writes zeroes to new WAL files before first use.",
+    },
+    GucDef {
         name: "wal_level",
         kind: Kind::Enum(&["replica", "minimal", "logical"]),
         default: "replica",
@@ -424,8 +431,15 @@ pub static REGISTRY: &[GucDef] = &[
         description: "Sets the level of information written to the WAL.",
     },
     GucDef {
+        name: "wal_recycle",
+        kind: Kind::Bool,
+        default: "on",
+        context: Sighup,
+        description: "Recycles WAL files by renaming them.",
+    },
+    GucDef {
         name: "wal_sync_method",
-        kind: Kind::Enum(&["fdatasync", "fsync", "open_sync", "open_datasync", "fsync_writethrough"]),
+        kind: Kind::Enum(&["fdatasync", "fsync", "open_sync", "open_datasync"]),
         default: "fdatasync",
         context: Postmaster,
         description: "Selects the method used for forcing WAL updates to disk.",

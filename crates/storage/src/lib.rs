@@ -60,6 +60,18 @@ pub struct StorageConfig {
     pub wal_writer_delay_ms: u64,
     /// `wal_buffers`, bytes.
     pub wal_buffers_bytes: usize,
+    /// `wal_sync_method`.
+    pub wal_sync_method: walnut_wal::SyncMethod,
+    /// `io_direct` includes `wal`.
+    pub io_direct_wal: bool,
+    /// `io_direct` includes `wal_init`.
+    pub io_direct_wal_init: bool,
+    /// `wal_init_zero`.
+    pub wal_init_zero: bool,
+    /// `wal_recycle`.
+    pub wal_recycle: bool,
+    /// `group_commit`.
+    pub group_commit: walnut_wal::GroupCommitMode,
 }
 
 impl Default for StorageConfig {
@@ -71,6 +83,12 @@ impl Default for StorageConfig {
             max_wal_size_mb: 1024,
             wal_writer_delay_ms: 200,
             wal_buffers_bytes: 16 << 20,
+            wal_sync_method: walnut_wal::SyncMethod::Fdatasync,
+            io_direct_wal: false,
+            io_direct_wal_init: false,
+            wal_init_zero: true,
+            wal_recycle: true,
+            group_commit: walnut_wal::GroupCommitMode::Adaptive,
         }
     }
 }
@@ -119,6 +137,11 @@ pub fn panic_fatal(what: &str) -> ! {
 }
 
 impl Storage {
+    /// The settings this storage was opened with.
+    pub fn config(&self) -> &StorageConfig {
+        &self.config
+    }
+
     /// The WAL (after recovery).
     pub fn wal(&self) -> &Arc<Wal> {
         self.wal
@@ -406,9 +429,14 @@ impl Storage {
 
 fn wal_config(dir: &Path, c: &StorageConfig) -> WalConfig {
     WalConfig {
-        dir: dir.join("wal"),
         wal_buffers_bytes: c.wal_buffers_bytes.next_power_of_two().max(1 << 20),
-        prealloc_segments: 2,
+        sync_method: c.wal_sync_method,
+        direct: c.io_direct_wal,
+        direct_init: c.io_direct_wal_init,
+        init_zero: c.wal_init_zero,
+        recycle: c.wal_recycle,
+        group_commit: c.group_commit,
+        ..WalConfig::new(dir.join("wal"))
     }
 }
 

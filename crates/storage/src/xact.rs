@@ -23,7 +23,7 @@
 
 use parking_lot::{Condvar, Mutex, RwLock};
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use walnut_common::{Error, ErrorKind, Result, SqlState, Xid};
@@ -75,6 +75,8 @@ pub struct XactManager {
     last_csn: AtomicU64,
     publish: Mutex<()>,
     active: Mutex<HashMap<Xid, Arc<XidLock>>>,
+    /// `active.len()`, readable without the lock (the group-commit leader reads it).
+    active_n: AtomicUsize,
     waits_for: Mutex<HashMap<Xid, Xid>>,
     /// Held shared by committers from commit-record insertion until the xid is COMMITTING;
     /// exclusively by the checkpoint while it fixes the redo point.
@@ -90,6 +92,7 @@ impl XactManager {
             last_csn: AtomicU64::new(1),
             publish: Mutex::new(()),
             active: Mutex::new(HashMap::new()),
+            active_n: AtomicUsize::new(0),
             waits_for: Mutex::new(HashMap::new()),
             commit_lock: RwLock::new(()),
         };
@@ -163,7 +166,10 @@ impl XactManager {
             done: Mutex::new(false),
             cond: Condvar::new(),
         });
-        self.active.lock().insert(xid, lock);
+        let mut active = self.active.lock();
+        active.insert(xid, lock);
+        self.active_n.store(active.len(), Ordering::Release);
+        drop(active);
         xid
     }
 
@@ -179,7 +185,7 @@ impl XactManager {
 
     /// Transactions currently holding an xid (for `commit_siblings`).
     pub fn active_count(&self) -> usize {
-        self.active.lock().len()
+        self.active_n.load(Ordering::Acquire)
     }
 
     /// Marks `xid` COMMITTING: its commit record is in the WAL but it is not yet visible. Call
@@ -207,7 +213,13 @@ impl XactManager {
     }
 
     fn finish(&self, xid: Xid) {
-        if let Some(lock) = self.active.lock().remove(&xid) {
+        let removed = {
+            let mut active = self.active.lock();
+            let r = active.remove(&xid);
+            self.active_n.store(active.len(), Ordering::Release);
+            r
+        };
+        if let Some(lock) = removed {
             *lock.done.lock() = true;
             lock.cond.notify_all();
         }
