@@ -12,6 +12,16 @@ pub mod schema;
 pub mod value;
 
 pub use error::{Error, ErrorKind, Result, SqlState};
+
+/// PANIC: logs `what` and aborts the process, for failures after which the in-memory state
+/// cannot be trusted and only crash recovery can continue (a failed WAL write or fsync, a
+/// failed checkpoint; PostgreSQL's `PANIC` level). Never returns; never unwinds, so no other
+/// thread can go on as if the operation had succeeded.
+pub fn panic_fatal(what: &str) -> ! {
+    tracing::error!("PANIC: {what}");
+    eprintln!("PANIC: {what}");
+    std::process::abort()
+}
 pub use ids::{BlockNumber, Lsn, RelFileId, Tid, Xid};
 pub use schema::{ColumnDef, TableDef};
 pub use value::{DataType, Value};

@@ -175,11 +175,45 @@ pub fn open_engine(dir: &Path, settings: &[(String, String)]) -> Result<Arc<dyn 
 /// As for [`open_engine`].
 pub fn open_handle(dir: &Path, settings: &[(String, String)]) -> Result<Arc<Handle>> {
     let mut config = storage_config(settings)?;
+    if config.io_direct_wal || config.io_direct_wal_init {
+        check_direct_io(&dir.join("wal"))?;
+    }
     if setting(settings, "wal_sync_method").is_none() {
         config.wal_sync_method = probe_sync_method(&dir.join("wal"), config.io_direct_wal);
     }
     let storage = Storage::open(Arc::new(walnut_io::RealVfs), dir, config)?;
     Ok(Arc::new(Handle { storage }))
+}
+
+/// Fails cleanly, before recovery touches the WAL, if the file system under `wal_dir` refuses
+/// O_DIRECT (tmpfs on older kernels, some FUSE and network file systems).
+///
+/// # Errors
+/// 0A000 if O_DIRECT is refused; I/O errors.
+fn check_direct_io(wal_dir: &Path) -> Result<()> {
+    use walnut_io::Vfs;
+    let path = wal_dir.join("walnut_direct_io_check.tmp");
+    let mode = walnut_io::OpenMode {
+        create: true,
+        direct: true,
+        ..Default::default()
+    };
+    let r = walnut_io::RealVfs.open(&path, mode);
+    let _ = std::fs::remove_file(&path);
+    match r {
+        Ok(_) => Ok(()),
+        Err(e) if e.raw_os_error() == Some(22) => Err(Error::user(
+            SqlState::FEATURE_NOT_SUPPORTED,
+            format!(
+                "io_direct = wal is not supported by the file system of \"{}\"",
+                wal_dir.display()
+            ),
+        )),
+        Err(e) => Err(Error::io(
+            format!("could not open a file in \"{}\"", wal_dir.display()),
+            e,
+        )),
+    }
 }
 
 /// Time the start-up probe spends on each `wal_sync_method`.
@@ -438,6 +472,7 @@ impl Transaction for TxnAdapter {
             flush: FlushOpts {
                 commit_delay_us: opts.commit_delay_us,
                 commit_siblings: opts.commit_siblings,
+                commit: true,
             },
         })
     }

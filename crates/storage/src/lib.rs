@@ -128,13 +128,7 @@ pub struct Storage {
     stopping: AtomicBool,
 }
 
-/// Aborts the process after a failure that makes continuing unsafe (PostgreSQL's PANIC): a
-/// failed fsync, or redo that cannot proceed. Restart runs crash recovery.
-pub fn panic_fatal(what: &str) -> ! {
-    tracing::error!("PANIC: {what}");
-    eprintln!("PANIC: {what}");
-    std::process::abort()
-}
+pub use walnut_common::panic_fatal;
 
 impl Storage {
     /// The settings this storage was opened with.

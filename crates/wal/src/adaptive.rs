@@ -233,6 +233,15 @@ impl Controller {
         self.waited_us += ALPHA * (waited_us as f64 - self.waited_us);
     }
 
+    /// The patience leaders use in the current epoch (the probe's), µs; 0 = never wait.
+    pub fn effective_patience_us(&self) -> u64 {
+        if self.patience_us < 0.0 {
+            0
+        } else {
+            self.effective_patience() as u64
+        }
+    }
+
     /// The current patience (centre of the probes), µs; 0 = the leader never waits.
     pub fn patience_us(&self) -> u64 {
         self.patience_us.max(0.0) as u64
@@ -296,8 +305,8 @@ mod tests {
         Arrive(usize),
         /// The leader's wait timer fires (tagged with the group's id).
         Timer(u64),
-        /// The flush in flight completes.
-        FlushDone,
+        /// A flush in flight completes (tagged with its group's id).
+        FlushDone(u64),
     }
 
     struct Device {
@@ -354,10 +363,17 @@ mod tests {
         for c in 0..clients {
             q.push(Reverse((rng.jitter(think, 50), Ev::Arrive(c))));
         }
-        let mut waiting: Vec<usize> = Vec::new(); // queued behind the flush in flight
+        let mut waiting: Vec<usize> = Vec::new(); // queued for a free flight slot
         let mut group: Vec<usize> = Vec::new(); // members of the open group
         let mut open: Option<(u64, u64)> = None; // (group id, opened at)
-        let mut in_flight: Option<(Vec<usize>, u64)> = None; // (members, issued at)
+                                                 // Flights in issue order: (group id, members, issued at, done).
+        let mut in_flight: std::collections::VecDeque<(u64, Vec<usize>, u64, bool)> =
+            std::collections::VecDeque::new();
+        // As in group_commit.rs: two flights when the adaptive patience in force is zero.
+        let limit = |ctl: &Controller| match policy {
+            Policy::Adaptive if ctl.effective_patience_us() == 0 => 2,
+            _ => 1,
+        };
         let mut group_id = 0u64;
         let end = secs * 1_000_000;
         let mut commits = 0u64;
@@ -374,7 +390,7 @@ mod tests {
                     ctl.on_arrival(now, c as u64);
                     if open.is_some() {
                         group.push(c);
-                    } else if in_flight.is_some() {
+                    } else if in_flight.len() >= limit(&ctl) {
                         waiting.push(c);
                     } else {
                         group_id += 1;
@@ -389,17 +405,23 @@ mod tests {
                     }
                     timer_fired = true;
                 }
-                Ev::FlushDone => {
-                    let (members, issued) = in_flight.take().expect("flush in flight");
-                    ctl.on_flush_done(now, now - issued, members.len() as u64);
-                    for &c in &members {
-                        ctl.on_release(now, c as u64);
-                        if now >= 1_000_000 {
-                            commits += 1;
-                        }
-                        q.push(Reverse((now + rng.jitter(think, 50), Ev::Arrive(c))));
+                Ev::FlushDone(id) => {
+                    if let Some(f) = in_flight.iter_mut().find(|f| f.0 == id) {
+                        f.3 = true;
                     }
-                    if !waiting.is_empty() {
+                    // Publish in issue order.
+                    while in_flight.front().is_some_and(|f| f.3) {
+                        let (_, members, issued, _) = in_flight.pop_front().expect("front");
+                        ctl.on_flush_done(now, now - issued, members.len() as u64);
+                        for &c in &members {
+                            ctl.on_release(now, c as u64);
+                            if now >= 1_000_000 {
+                                commits += 1;
+                            }
+                            q.push(Reverse((now + rng.jitter(think, 50), Ev::Arrive(c))));
+                        }
+                    }
+                    if !waiting.is_empty() && open.is_none() && in_flight.len() < limit(&ctl) {
                         group_id += 1;
                         open = Some((group_id, now));
                         opened_now = true;
@@ -434,8 +456,8 @@ mod tests {
                 open = None;
                 ctl.on_group_closed(now - opened);
                 let done = dev.flush(now);
-                in_flight = Some((std::mem::take(&mut group), now));
-                q.push(Reverse((done, Ev::FlushDone)));
+                in_flight.push_back((id, std::mem::take(&mut group), now, false));
+                q.push(Reverse((done, Ev::FlushDone(id))));
             }
         }
         commits as f64 / (secs - 1) as f64

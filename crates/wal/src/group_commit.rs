@@ -149,17 +149,39 @@ impl GroupCommit {
     }
 
     /// Returns once everything before `lsn` is durable, leading a flush or following one.
-    /// `session` identifies the caller's backend for the adaptive controller.
+    /// `session` identifies the caller's backend for the adaptive controller. `commit` is false
+    /// for flushes that acknowledge no commit (the WAL rule before a page write, the WAL
+    /// writer, a checkpoint): they are not counted as commits, are not seen by the controller,
+    /// and never wait as leaders.
     ///
     /// # Panics
     /// If this or an earlier flush failed (PANIC: never retried).
-    pub(crate) fn flush(&self, lsn: u64, session: u64, wait: LeaderWait, dev: &dyn FlushDevice) {
+    pub(crate) fn flush(
+        &self,
+        lsn: u64,
+        session: u64,
+        commit: bool,
+        wait: LeaderWait,
+        dev: &dyn FlushDevice,
+    ) {
         if self.flushed() >= lsn {
-            self.fast_commits.fetch_add(1, Ordering::Relaxed);
+            if commit {
+                self.fast_commits.fetch_add(1, Ordering::Relaxed);
+            }
             return;
         }
+        let wait = if commit {
+            wait
+        } else {
+            LeaderWait::Fixed {
+                delay_us: 0,
+                siblings: 0,
+            }
+        };
         let mut st = self.state.lock();
-        st.ctrl.on_arrival(now_us(), session);
+        if commit {
+            st.ctrl.on_arrival(now_us(), session);
+        }
         let mut joined = false;
         loop {
             if st.failed {
@@ -169,21 +191,23 @@ impl GroupCommit {
             if self.flushed() >= lsn {
                 break;
             }
-            if let Some(g) = st.open.as_mut() {
-                // Join the open group: its target is read when it closes, after this request's
-                // record was inserted.
+            if let Some(f) = st.inflight.iter_mut().find(|f| f.target >= lsn) {
                 if !joined {
-                    g.members += 1;
+                    f.members += u64::from(commit);
                     joined = true;
-                    self.leader.notify_one();
                 }
                 st = self.followers.wait(st);
                 continue;
             }
-            if let Some(f) = st.inflight.iter_mut().find(|f| f.target >= lsn) {
+            if let Some(g) = st.open.as_mut() {
+                // Join the open group: its target is read when it closes, after this request's
+                // record was inserted.
                 if !joined {
-                    f.members += 1;
+                    g.members += u64::from(commit);
                     joined = true;
+                    if commit {
+                        self.leader.notify_one();
+                    }
                 }
                 st = self.followers.wait(st);
                 continue;
@@ -191,7 +215,7 @@ impl GroupCommit {
             let limit = match (self.pipelining, wait) {
                 (Pipelining::Always, _) => self.max_inflight,
                 (Pipelining::WhenNotBatching, LeaderWait::Adaptive)
-                    if st.ctrl.patience_us() == 0 =>
+                    if st.ctrl.effective_patience_us() == 0 =>
                 {
                     self.max_inflight
                 }
@@ -201,11 +225,13 @@ impl GroupCommit {
                 st = self.followers.wait(st);
                 continue;
             }
-            st = self.lead(st, joined, wait, dev);
+            st = self.lead(st, joined, commit, wait, dev);
             joined = true;
         }
-        st.ctrl.on_release(now_us(), session);
-        st.stats.commits += 1;
+        if commit {
+            st.ctrl.on_release(now_us(), session);
+            st.stats.commits += 1;
+        }
     }
 
     /// Opens a group, keeps it open as the policy says, closes it, flushes, and publishes what
@@ -214,6 +240,7 @@ impl GroupCommit {
         &'a self,
         mut st: MutexGuard<'a, State>,
         joined: bool,
+        commit: bool,
         wait: LeaderWait,
         dev: &dyn FlushDevice,
     ) -> MutexGuard<'a, State> {
@@ -223,7 +250,7 @@ impl GroupCommit {
         st.open = Some(OpenGroup {
             id,
             opened_us,
-            members: u64::from(!joined),
+            members: u64::from(!joined && commit),
         });
         match wait {
             LeaderWait::Fixed { delay_us, siblings } => {
@@ -332,5 +359,83 @@ impl Drop for FailGuard<'_> {
         drop(st);
         self.gc.followers.notify_all();
         self.gc.leader.notify_all();
+    }
+}
+
+/// Tracks which WAL is synced when several leaders sync at once (two flights in flight, or an
+/// inserter that wrote WAL out because the buffers were full). Each leader takes, under the
+/// write lock, the list of segments written since the last take and registers a *batch*
+/// covering everything written so far (`upto`); after syncing its list it completes the batch.
+/// A batch's sync covers the bytes written before its take only together with every earlier
+/// batch (those bytes may sit in an earlier batch's list, whose sync may still be running), so
+/// the synced position advances over the completed prefix of batches only, and a leader returns
+/// from [`SyncBatches::wait_synced`] once that prefix covers its target. Without this, a leader
+/// whose bytes another leader wrote would find nothing to sync and publish before they were
+/// durable.
+pub(crate) struct SyncBatches {
+    st: Mutex<BatchState>,
+    cv: Condvar,
+    synced: AtomicU64,
+}
+
+struct BatchState {
+    next_id: u64,
+    /// (id, upto, done), in take order.
+    pending: VecDeque<(u64, u64, bool)>,
+}
+
+impl SyncBatches {
+    /// Everything before `start` is synced.
+    pub(crate) fn new(start: u64) -> SyncBatches {
+        SyncBatches {
+            st: Mutex::new(BatchState {
+                next_id: 0,
+                pending: VecDeque::new(),
+            }),
+            cv: Condvar::new(),
+            synced: AtomicU64::new(start),
+        }
+    }
+
+    /// Registers a batch covering everything before `upto`. Call under the writer's lock,
+    /// right after taking the list of files to sync, so that batches are in take order.
+    pub(crate) fn begin(&self, upto: u64) -> u64 {
+        let mut st = self.st.lock();
+        let id = st.next_id;
+        st.next_id += 1;
+        st.pending.push_back((id, upto, false));
+        id
+    }
+
+    /// Batch `id`'s syncs all returned `Ok`.
+    pub(crate) fn complete(&self, id: u64) {
+        let mut st = self.st.lock();
+        if let Some(b) = st.pending.iter_mut().find(|b| b.0 == id) {
+            b.2 = true;
+        }
+        let mut advanced = false;
+        while st.pending.front().is_some_and(|b| b.2) {
+            let (_, upto, _) = st.pending.pop_front().expect("front exists");
+            self.synced.fetch_max(upto, Ordering::AcqRel);
+            advanced = true;
+        }
+        drop(st);
+        if advanced {
+            self.cv.notify_all();
+        }
+    }
+
+    /// Waits until everything before `target` is synced. (A failed sync aborts the process,
+    /// so every registered batch completes.)
+    pub(crate) fn wait_synced(&self, target: u64) {
+        let mut st = self.st.lock();
+        while self.synced.load(Ordering::Acquire) < target {
+            st = self.cv.wait(st);
+        }
+    }
+
+    /// Everything before this is synced, bytes.
+    pub(crate) fn synced(&self) -> u64 {
+        self.synced.load(Ordering::Acquire)
     }
 }

@@ -210,6 +210,10 @@ pub struct FlushOpts {
     pub commit_delay_us: u32,
     /// `commit_siblings`: minimum number of other active transactions for the delay.
     pub commit_siblings: u32,
+    /// The flush acknowledges a commit. Other flushes (the WAL rule before a page write, the
+    /// WAL writer, checkpoints) leave this false: they are not counted as commits, the
+    /// adaptive controller does not see them, and as leaders they never wait.
+    pub commit: bool,
 }
 
 /// Counters for `pg_stat_wal` and group-commit statistics. Times in µs.

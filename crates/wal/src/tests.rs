@@ -77,6 +77,13 @@ impl Vfs for CountingVfs {
     }
 }
 
+/// Flush options of a commit (with no commit_delay).
+const COMMIT: FlushOpts = FlushOpts {
+    commit_delay_us: 0,
+    commit_siblings: 0,
+    commit: true,
+};
+
 fn vfs() -> Arc<dyn Vfs> {
     Arc::new(RealVfs)
 }
@@ -397,7 +404,7 @@ fn group_commit_flushes_before_ack_monotonic_and_groups() {
                 for seq in 0..COMMITS {
                     let rec = tagged_record(t, seq, false);
                     let (start, end) = wal.insert(&mut |_| rec.clone()).unwrap();
-                    wal.flush(end, FlushOpts::default()).unwrap();
+                    wal.flush(end, COMMIT).unwrap();
                     assert!(wal.flush_lsn() >= end, "acknowledged before flushed");
                     // Written: a fresh reader finds the record.
                     let mut r = WalReader::open(vfs.clone(), dir.clone(), start).unwrap();
@@ -455,6 +462,7 @@ fn commit_delay_uses_active_xacts_minus_self() {
         FlushOpts {
             commit_delay_us: 10,
             commit_siblings: 1,
+            commit: true,
         },
     )
     .unwrap();
@@ -465,6 +473,7 @@ fn commit_delay_uses_active_xacts_minus_self() {
         FlushOpts {
             commit_delay_us: 10,
             commit_siblings: 0,
+            commit: true,
         },
     )
     .unwrap();
@@ -475,6 +484,7 @@ fn commit_delay_uses_active_xacts_minus_self() {
         FlushOpts {
             commit_delay_us: 10,
             commit_siblings: 0,
+            commit: true,
         },
     )
     .unwrap();
@@ -861,7 +871,7 @@ fn adaptive_group_commit_groups_concurrent_commits() {
             s.spawn(move || {
                 for seq in 0..per_thread {
                     let (_, e) = wal.insert(&mut |_| tagged_record(t, seq, false)).unwrap();
-                    wal.flush(e, FlushOpts::default()).unwrap();
+                    wal.flush(e, COMMIT).unwrap();
                     assert!(wal.flush_lsn() >= e, "acknowledged before durable");
                 }
             });

@@ -15,7 +15,9 @@
 //!
 //! See DESIGN.md for the numbered protocols and the crash windows.
 
-use crate::group_commit::{FlushDevice, GroupCommit, LeaderWait, Pipelining, HISTOGRAM_BOUNDS};
+use crate::group_commit::{
+    FlushDevice, GroupCommit, LeaderWait, Pipelining, SyncBatches, HISTOGRAM_BOUNDS,
+};
 use crate::reader::ReaderState;
 use crate::record;
 use crate::ring::Ring;
@@ -146,6 +148,8 @@ pub struct Wal {
     write: Mutex<WriteState>,
     /// Group commit; everything before `gc.flushed()` is durable (`LogwrtResult.Flush`).
     gc: GroupCommit,
+    /// Which written WAL is synced, when several leaders sync at once.
+    batches: SyncBatches,
     /// Serializes creating, recycling and removing segment files.
     segments: Mutex<()>,
     /// Insert segment for which the segments ahead were last checked.
@@ -262,6 +266,7 @@ impl Wal {
                 tail,
             }),
             gc: GroupCommit::new(end, MAX_FLUSHES_IN_FLIGHT, Pipelining::WhenNotBatching),
+            batches: SyncBatches::new(end),
             segments: Mutex::new(()),
             prealloc_checked_seg: AtomicU64::new(u64::MAX),
             stats: Counters::default(),
@@ -458,11 +463,11 @@ impl Wal {
             };
             let t = Instant::now();
             if let Err(e) = file.write_at(&w.staging.as_slice()[..n], start % WAL_SEGMENT_SIZE) {
-                panic!(
-                    "PANIC: could not write to WAL segment {} at offset {}, length {n}: {e}",
+                walnut_common::panic_fatal(&format!(
+                    "could not write to WAL segment {} at offset {}, length {n}: {e}",
                     segment_file_name(segno),
                     start % WAL_SEGMENT_SIZE
-                );
+                ));
             }
             self.stats
                 .write_time_us
@@ -483,10 +488,10 @@ impl Wal {
         }
         let file = match self.open_or_create_segment(segno) {
             Ok(f) => f,
-            Err(e) => panic!(
-                "PANIC: could not open WAL segment {}: {e}",
+            Err(e) => walnut_common::panic_fatal(&format!(
+                "could not open WAL segment {}: {e}",
                 segment_file_name(segno)
-            ),
+            )),
         };
         w.files.retain(|(s, _)| *s + 1 >= segno);
         w.files.push((segno, file.clone()));
@@ -548,7 +553,7 @@ impl Wal {
                 siblings: opts.commit_siblings,
             },
         };
-        self.gc.flush(lsn.0, session_id(), wait, self);
+        self.gc.flush(lsn.0, session_id(), opts.commit, wait, self);
         self.preallocate_ahead_quietly();
         Ok(())
     }
@@ -783,39 +788,45 @@ impl FlushDevice for Wal {
     }
 
     /// The leader's work (`XLogWrite` + `issue_xlog_fsync`): waits for insertions below
-    /// `target`, writes `[write_lsn, target)` under the write lock, then syncs the segments
-    /// written since the last sync outside it (none for the `open_*` methods, whose writes are
-    /// already durable).
+    /// `target`; under the write lock writes `[write_lsn, target)`, takes the segments written
+    /// since the last take and registers a sync batch; outside it syncs them (nothing for the
+    /// `open_*` methods, whose writes are already durable); then waits until every earlier
+    /// batch has completed too (see [`SyncBatches`]), since bytes below `target` may have been
+    /// written, and be synced, by another leader.
     fn write_and_sync(&self, target: u64) {
         self.wait_insertions(target);
-        let files = {
+        let (files, batch) = {
             let mut w = self.write.lock();
             if self.write_lsn.load(Ordering::Acquire) < target {
                 self.write_locked(&mut w, target);
             }
-            std::mem::take(&mut w.unsynced)
+            let files = std::mem::take(&mut w.unsynced);
+            let batch = self.batches.begin(self.write_lsn.load(Ordering::Acquire));
+            (files, batch)
         };
-        if self.cfg.sync_method.syncs_on_write() {
-            return;
-        }
-        for (segno, file) in files {
-            let t = Instant::now();
-            let r = match self.cfg.sync_method {
-                crate::SyncMethod::Fsync => file.sync_all(),
-                _ => file.sync_data(),
-            };
-            if let Err(e) = r {
-                panic!(
-                    "PANIC: could not {} WAL segment {}: {e}",
-                    self.cfg.sync_method,
-                    segment_file_name(segno)
-                );
+        if !self.cfg.sync_method.syncs_on_write() {
+            for (segno, file) in files {
+                let t = Instant::now();
+                let r = match self.cfg.sync_method {
+                    crate::SyncMethod::Fsync => file.sync_all(),
+                    _ => file.sync_data(),
+                };
+                if let Err(e) = r {
+                    walnut_common::panic_fatal(&format!(
+                        "could not {} WAL segment {}: {e}",
+                        self.cfg.sync_method,
+                        segment_file_name(segno)
+                    ));
+                }
+                self.stats
+                    .sync_time_us
+                    .fetch_add(elapsed_us(t), Ordering::Relaxed);
+                self.stats.sync.fetch_add(1, Ordering::Relaxed);
             }
-            self.stats
-                .sync_time_us
-                .fetch_add(elapsed_us(t), Ordering::Relaxed);
-            self.stats.sync.fetch_add(1, Ordering::Relaxed);
         }
+        self.batches.complete(batch);
+        self.batches.wait_synced(target);
+        debug_assert!(self.batches.synced() >= target);
     }
 
     fn active_transactions(&self) -> usize {

@@ -102,17 +102,22 @@ mod adaptive;
 #[path = "../src/group_commit.rs"]
 mod group_commit;
 
-use group_commit::{FlushDevice, GroupCommit, LeaderWait, Pipelining};
+use group_commit::{FlushDevice, GroupCommit, LeaderWait, Pipelining, SyncBatches};
 use shuttle::sync::atomic::{AtomicU64, Ordering};
 use shuttle::sync::{Arc, Mutex};
 
-/// A device with fdatasync semantics over one file: a sync makes durable everything written
-/// before it started.
+/// The WAL's write path over one file with fdatasync semantics (a sync makes durable what
+/// was written before it started), as `Wal::write_and_sync` does it: under the write lock,
+/// write up to the target if not yet written, take the "written since the last take" list
+/// and register a sync batch; sync only if the list was not empty; then wait for the batches
+/// before. A leader whose bytes another leader wrote finds nothing to sync: without
+/// `SyncBatches::wait_synced` it would return before they are durable.
 struct MockDevice {
     /// Insert position: each commit inserts one unit.
     inserted: AtomicU64,
-    /// (written up to, every flush target issued)
-    io: Mutex<(u64, Vec<u64>)>,
+    /// (written up to, written since the last take, every flush target issued)
+    io: Mutex<(u64, bool, Vec<u64>)>,
+    batches: SyncBatches,
     durable: AtomicU64,
     active: AtomicU64,
 }
@@ -123,14 +128,22 @@ impl FlushDevice for MockDevice {
     }
 
     fn write_and_sync(&self, target: u64) {
-        let written = {
+        let (took, upto, batch) = {
             let mut io = self.io.lock().unwrap();
-            io.0 = io.0.max(target);
-            io.1.push(target);
-            io.0
+            io.2.push(target);
+            if io.0 < target {
+                io.0 = target;
+                io.1 = true;
+            }
+            let took = std::mem::take(&mut io.1);
+            (took, io.0, self.batches.begin(io.0))
         };
-        shuttle::thread::yield_now(); // the sync takes a while
-        self.durable.fetch_max(written, Ordering::SeqCst);
+        if took {
+            shuttle::thread::yield_now(); // the sync takes a while
+            self.durable.fetch_max(upto, Ordering::SeqCst);
+        }
+        self.batches.complete(batch);
+        self.batches.wait_synced(target);
     }
 
     fn active_transactions(&self) -> usize {
@@ -142,7 +155,8 @@ fn scenario(threads: u64, commits: u64, wait: LeaderWait, pipelining: Pipelining
     let gc = Arc::new(GroupCommit::new(0, 2, pipelining));
     let dev = Arc::new(MockDevice {
         inserted: AtomicU64::new(0),
-        io: Mutex::new((0, Vec::new())),
+        io: Mutex::new((0, false, Vec::new())),
+        batches: SyncBatches::new(0),
         durable: AtomicU64::new(0),
         active: AtomicU64::new(threads),
     });
@@ -154,7 +168,7 @@ fn scenario(threads: u64, commits: u64, wait: LeaderWait, pipelining: Pipelining
                 let mut last_seen = 0;
                 for _ in 0..commits {
                     let lsn = dev.inserted.fetch_add(1, Ordering::SeqCst) + 1;
-                    gc.flush(lsn, t, wait, dev.as_ref());
+                    gc.flush(lsn, t, true, wait, dev.as_ref());
                     // flushed first: durable only grows, so flushed <= durable must hold.
                     let flushed = gc.flushed();
                     let durable = dev.durable.load(Ordering::SeqCst);
@@ -178,7 +192,7 @@ fn scenario(threads: u64, commits: u64, wait: LeaderWait, pipelining: Pipelining
         h.join().unwrap();
     }
     let io = dev.io.lock().unwrap();
-    let mut targets = io.1.clone();
+    let mut targets = io.2.clone();
     let n = targets.len();
     targets.sort_unstable();
     targets.dedup();
@@ -186,7 +200,7 @@ fn scenario(threads: u64, commits: u64, wait: LeaderWait, pipelining: Pipelining
         targets.len(),
         n,
         "a WAL range was flushed twice: {:?}",
-        io.1
+        io.2
     );
     assert!(n as u64 <= threads * commits);
     assert_eq!(gc.flushed(), threads * commits);
