@@ -10,7 +10,12 @@
 //!
 //! A failed sync is never retried by callers: after a failed fsync the kernel may have dropped
 //! the dirty pages, so a retry could "succeed" over lost data (PostgreSQL's fsyncgate, 2018).
-#![forbid(unsafe_code)]
+//!
+//! A second, narrower way to make bytes durable exists for the WAL: [`FileIo::write_back`] of
+//! the written range followed by [`CacheFlush::flush`] of the file system that holds the file.
+//! It is offered ([`Vfs::cache_flusher`]) only where it is known to be durable, and only for
+//! writes that change no metadata but timestamps; see `write_back`.
+#![deny(unsafe_code)]
 
 use std::fs::{File, OpenOptions};
 use std::io;
@@ -71,6 +76,35 @@ pub trait FileIo: Send + Sync {
     /// The OS error.
     fn set_len(&self, len: u64) -> io::Result<()>;
 
+    /// Sends the file's cached, not yet written bytes in `[offset, offset + len)` to the device
+    /// and waits until the device has completed those writes; writes no metadata, and does not
+    /// flush the device's volatile write cache. The bytes are durable once a later
+    /// [`CacheFlush::flush`] of the flusher that [`Vfs::cache_flusher`] gave for this file's
+    /// directory returns `Ok` — provided the writes changed no metadata but timestamps: they
+    /// overwrote blocks that were allocated, initialized and synced before (as in a segment
+    /// preallocated with zeros). Linux: `sync_file_range(2)` with `SYNC_FILE_RANGE_WAIT_BEFORE |
+    /// SYNC_FILE_RANGE_WRITE | SYNC_FILE_RANGE_WAIT_AFTER`.
+    ///
+    /// The default is [`FileIo::sync_data`], which is stronger.
+    ///
+    /// # Errors
+    /// The OS error, including a writeback error (EIO) reported for the file since it was
+    /// opened. The caller must treat it as fatal (PANIC), as for a failed fsync.
+    fn write_back(&self, offset: u64, len: u64) -> io::Result<()> {
+        let _ = (offset, len);
+        self.sync_data()
+    }
+
+    /// Bytes of storage allocated to the file (`st_blocks` × 512), to tell a segment written
+    /// in full from a sparse one. The default, 0, means "unknown": callers then never rely on
+    /// [`FileIo::write_back`] for this file.
+    ///
+    /// # Errors
+    /// The OS error.
+    fn allocated_bytes(&self) -> io::Result<u64> {
+        Ok(0)
+    }
+
     /// Reads exactly `buf.len()` bytes at `offset`, or fails with `UnexpectedEof`.
     ///
     /// # Errors
@@ -123,6 +157,32 @@ pub trait Vfs: Send + Sync {
     fn list_dir(&self, dir: &Path) -> io::Result<Vec<String>>;
     /// True if `path` exists.
     fn exists(&self, path: &Path) -> bool;
+
+    /// A way to flush the volatile write cache of the device under `dir`'s file system, if
+    /// this file system is known to make [`FileIo::write_back`] plus [`CacheFlush::flush`]
+    /// durable for overwrites of allocated blocks; `None` otherwise (the default), and then
+    /// callers sync with [`FileIo::sync_data`].
+    ///
+    /// # Errors
+    /// The OS error of inspecting `dir`.
+    fn cache_flusher(&self, dir: &Path) -> io::Result<Option<Arc<dyn CacheFlush>>> {
+        let _ = dir;
+        Ok(None)
+    }
+}
+
+/// Flushes a device's volatile write cache: every write the device completed before
+/// [`CacheFlush::flush`] was called is durable when it returns `Ok` (the block layer's
+/// `REQ_PREFLUSH`).
+pub trait CacheFlush: Send + Sync {
+    /// Issues the cache flush and waits for it.
+    ///
+    /// # Errors
+    /// The OS error. The caller must treat it as fatal (PANIC), never retry it.
+    fn flush(&self) -> io::Result<()>;
+
+    /// What the flush goes through, for logs (e.g. `fdatasync of "/"`).
+    fn describe(&self) -> String;
 }
 
 /// Alignment O_DIRECT needs for buffers, file offsets and lengths, bytes (the logical block
@@ -189,6 +249,33 @@ pub struct RealVfs;
 struct RealFile {
     file: File,
     path: PathBuf,
+    /// Whether ext4 journals this file's data (`chattr +j`), looked up on the first
+    /// `write_back`: such data is durable only after a journal commit, which `fdatasync` forces.
+    journaled_data: std::sync::OnceLock<bool>,
+}
+
+/// `sync_file_range(2)` flags: wait for writeback already in progress, start writeback of the
+/// dirty pages in the range, and wait for it to complete.
+const SYNC_FILE_RANGE_WAIT_ALL: libc::c_uint = libc::SYNC_FILE_RANGE_WAIT_BEFORE
+    | libc::SYNC_FILE_RANGE_WRITE
+    | libc::SYNC_FILE_RANGE_WAIT_AFTER;
+
+/// `sync_file_range(2)` on `file` (rustix does not wrap it).
+#[allow(unsafe_code)]
+fn sync_file_range(file: &File, offset: u64, len: u64) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let off = libc::off64_t::try_from(offset)
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "offset out of range"))?;
+    let n = libc::off64_t::try_from(len)
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "length out of range"))?;
+    // SAFETY: `file` owns an open descriptor for the duration of the call; the other arguments
+    // are plain integers, and the call touches no memory of ours.
+    let r = unsafe { libc::sync_file_range(file.as_raw_fd(), off, n, SYNC_FILE_RANGE_WAIT_ALL) };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
 }
 
 impl FileIo for RealFile {
@@ -220,6 +307,136 @@ impl FileIo for RealFile {
     fn set_len(&self, len: u64) -> io::Result<()> {
         self.file.set_len(len)
     }
+
+    fn write_back(&self, offset: u64, len: u64) -> io::Result<()> {
+        let journaled = *self.journaled_data.get_or_init(|| {
+            // A file system without the flags ioctl journals no file data.
+            rustix::fs::ioctl_getflags(&self.file)
+                .map(|f| f.contains(rustix::fs::IFlags::JOURNALING))
+                .unwrap_or(false)
+        });
+        if journaled {
+            return self.sync_data();
+        }
+        sync_file_range(&self.file, offset, len).map_err(|e| {
+            io::Error::new(
+                e.kind(),
+                format!("sync_file_range {}: {e}", self.path.display()),
+            )
+        })
+    }
+
+    fn allocated_bytes(&self) -> io::Result<u64> {
+        use std::os::unix::fs::MetadataExt;
+        Ok(self.file.metadata()?.blocks().saturating_mul(512))
+    }
+}
+
+/// `statfs(2)` magic of ext2, ext3 and ext4.
+const EXT4_SUPER_MAGIC: i64 = 0xEF53;
+
+/// Flushes the device cache with `fdatasync(2)` of a directory walnut never writes (the root of
+/// the file system that holds the data): ext4 always ends `fdatasync` with a cache flush
+/// (`blkdev_issue_flush` in `ext4_sync_file`, with or without a journal, unless mounted
+/// `nobarrier`), and a clean inode adds no other write.
+struct RootDirFlush {
+    dir: File,
+    path: PathBuf,
+}
+
+impl CacheFlush for RootDirFlush {
+    fn flush(&self) -> io::Result<()> {
+        rustix::fs::fdatasync(&self.dir).map_err(|e| {
+            io::Error::new(
+                io::Error::from(e).kind(),
+                format!("fdatasync {}: {e}", self.path.display()),
+            )
+        })
+    }
+
+    fn describe(&self) -> String {
+        format!("fdatasync of \"{}\"", self.path.display())
+    }
+}
+
+/// One line of `/proc/self/mountinfo`: mount point, device (major:minor), file system type and
+/// super-block options.
+#[derive(Debug, PartialEq, Eq)]
+struct MountInfo {
+    mount_point: PathBuf,
+    dev: (u32, u32),
+    fs_type: String,
+    super_options: Vec<String>,
+}
+
+/// Parses one `/proc/self/mountinfo` line (proc(5)); `None` if it is malformed.
+fn parse_mountinfo_line(line: &str) -> Option<MountInfo> {
+    let (pre, post) = line.split_once(" - ")?;
+    let pre: Vec<&str> = pre.split(' ').collect();
+    let (maj, min) = pre.get(2)?.split_once(':')?;
+    let mount_point = unescape_mount_path(pre.get(4)?);
+    let mut post = post.split(' ');
+    let fs_type = post.next()?.to_string();
+    let _source = post.next()?;
+    let super_options = post
+        .next()
+        .unwrap_or("")
+        .split(',')
+        .map(str::to_string)
+        .collect();
+    Some(MountInfo {
+        mount_point: PathBuf::from(mount_point),
+        dev: (maj.parse().ok()?, min.parse().ok()?),
+        fs_type,
+        super_options,
+    })
+}
+
+/// Undoes mountinfo's octal escapes (`\040` for a space and so on).
+fn unescape_mount_path(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'\\'
+            && i + 4 <= b.len()
+            && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c))
+        {
+            let v = (b[i + 1] - b'0') * 64 + (b[i + 2] - b'0') * 8 + (b[i + 3] - b'0');
+            out.push(v);
+            i += 4;
+        } else {
+            out.push(b[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// The mount that holds `path` (canonical) on device `dev`: the entry with that device whose
+/// mount point is the longest prefix of `path`.
+fn mount_of<'a>(mounts: &'a [MountInfo], path: &Path, dev: (u32, u32)) -> Option<&'a MountInfo> {
+    mounts
+        .iter()
+        .filter(|m| m.dev == dev && path.starts_with(&m.mount_point))
+        .max_by_key(|m| m.mount_point.as_os_str().len())
+}
+
+/// Why `RealVfs` offers no cache flusher for a mount, or `None` if it does.
+fn cache_flush_refusal(m: &MountInfo, f_type: i64) -> Option<String> {
+    if f_type != EXT4_SUPER_MAGIC || !matches!(m.fs_type.as_str(), "ext2" | "ext3" | "ext4") {
+        return Some(format!("file system {} is not ext2/3/4", m.fs_type));
+    }
+    for opt in &m.super_options {
+        if opt == "data=journal"
+            || opt.starts_with("dax")
+            || opt == "nobarrier"
+            || opt == "barrier=0"
+        {
+            return Some(format!("mounted with {opt}"));
+        }
+    }
+    None
 }
 
 impl Vfs for RealVfs {
@@ -244,6 +461,7 @@ impl Vfs for RealVfs {
         Ok(Arc::new(RealFile {
             file,
             path: path.to_path_buf(),
+            journaled_data: std::sync::OnceLock::new(),
         }))
     }
 
@@ -273,6 +491,35 @@ impl Vfs for RealVfs {
 
     fn exists(&self, path: &Path) -> bool {
         path.exists()
+    }
+
+    /// On ext2/3/4 (not mounted `data=journal`, `dax` or `nobarrier`): `fdatasync` of the
+    /// mount's root directory, which walnut never writes. Elsewhere `None`: on other file
+    /// systems a clean `fdatasync` is not known to flush the device cache (btrfs may skip it),
+    /// or `fdatasync` of the file already costs no metadata write (XFS, journaled ext4 with
+    /// timestamp-only changes).
+    fn cache_flusher(&self, dir: &Path) -> io::Result<Option<Arc<dyn CacheFlush>>> {
+        use std::os::unix::fs::MetadataExt;
+        let dir = std::fs::canonicalize(dir)?;
+        let st = rustix::fs::statfs(&dir).map_err(io::Error::from)?;
+        let dev = std::fs::metadata(&dir)?.dev();
+        let dev = (rustix::fs::major(dev), rustix::fs::minor(dev));
+        let Ok(text) = std::fs::read_to_string("/proc/self/mountinfo") else {
+            return Ok(None);
+        };
+        let mounts: Vec<MountInfo> = text.lines().filter_map(parse_mountinfo_line).collect();
+        let Some(m) = mount_of(&mounts, &dir, dev) else {
+            return Ok(None);
+        };
+        #[allow(clippy::unnecessary_cast)] // f_type is i64 or i32 by target
+        if cache_flush_refusal(m, st.f_type as i64).is_some() {
+            return Ok(None);
+        }
+        let root = File::open(&m.mount_point)?;
+        Ok(Some(Arc::new(RootDirFlush {
+            dir: root,
+            path: m.mount_point.clone(),
+        })))
     }
 }
 
@@ -316,5 +563,87 @@ mod tests {
         assert!(f.read_exact_at(&mut past, 8195).is_err());
         assert_eq!(vfs.list_dir(&dir).unwrap(), vec!["f".to_string()]);
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn mountinfo_lines_parse() {
+        let l = "36 35 98:0 /mnt1 /mnt/my\\040disk rw,noatime master:1 - ext4 /dev/root rw,errors=continue,data=journal";
+        let m = parse_mountinfo_line(l).unwrap();
+        assert_eq!(m.mount_point, PathBuf::from("/mnt/my disk"));
+        assert_eq!(m.dev, (98, 0));
+        assert_eq!(m.fs_type, "ext4");
+        assert!(m.super_options.iter().any(|o| o == "data=journal"));
+        assert_eq!(
+            cache_flush_refusal(&m, EXT4_SUPER_MAGIC).as_deref(),
+            Some("mounted with data=journal")
+        );
+        let l = "1 0 254:0 / / rw,relatime - ext4 /dev/vda rw,discard,barrier";
+        let root = parse_mountinfo_line(l).unwrap();
+        assert_eq!(cache_flush_refusal(&root, EXT4_SUPER_MAGIC), None);
+        assert!(
+            cache_flush_refusal(&root, 0x5846_5342).is_some(),
+            "XFS magic"
+        );
+        let l = "2 1 0:30 / /tmp rw - tmpfs tmpfs rw";
+        let tmp = parse_mountinfo_line(l).unwrap();
+        assert!(cache_flush_refusal(&tmp, 0x0102_1994).is_some());
+        assert!(parse_mountinfo_line("garbage").is_none());
+        assert!(parse_mountinfo_line("1 2 x / / rw - ext4 /dev/x rw").is_none());
+        // The longest mount point on the same device wins; other devices never do.
+        let mounts = vec![root, tmp, {
+            let mut m = parse_mountinfo_line(l).unwrap();
+            m.mount_point = PathBuf::from("/var");
+            m.dev = (254, 0);
+            m
+        }];
+        assert_eq!(
+            mount_of(&mounts, Path::new("/var/lib/x"), (254, 0))
+                .unwrap()
+                .mount_point,
+            PathBuf::from("/var")
+        );
+        assert_eq!(
+            mount_of(&mounts, Path::new("/srv"), (254, 0))
+                .unwrap()
+                .mount_point,
+            PathBuf::from("/")
+        );
+        assert!(mount_of(&mounts, Path::new("/tmp/a"), (254, 1)).is_none());
+        assert_eq!(unescape_mount_path("a\\134b\\"), "a\\b\\");
+    }
+
+    #[test]
+    fn write_back_then_cache_flush_round_trip() {
+        let dir = tempfile_dir("wb");
+        let vfs = RealVfs;
+        let f = vfs
+            .open(
+                &dir.join("seg"),
+                OpenMode {
+                    create: true,
+                    ..Default::default()
+                },
+            )
+            .unwrap();
+        f.write_at(&vec![0u8; 1 << 20], 0).unwrap();
+        f.sync_all().unwrap();
+        assert!(f.allocated_bytes().unwrap() >= 1 << 20 || cfg!(not(target_os = "linux")));
+        f.write_at(b"walnut", 4096).unwrap();
+        f.write_back(4096, 6).unwrap();
+        // Wherever the flusher is offered, it must work; where it is not, callers fdatasync.
+        if let Some(fl) = vfs.cache_flusher(&dir).unwrap() {
+            fl.flush().unwrap();
+            assert!(fl.describe().starts_with("fdatasync of"));
+        }
+        let mut buf = [0u8; 6];
+        f.read_exact_at(&mut buf, 4096).unwrap();
+        assert_eq!(&buf, b"walnut");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    fn tempfile_dir(tag: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("walnut-io-{tag}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
     }
 }

@@ -51,7 +51,8 @@ enum Command {
         scale: u32,
     },
     /// Measure how fast the disk holding DIR makes WAL flushes durable, for each
-    /// wal_sync_method, buffered and with O_DIRECT (like pg_test_fsync).
+    /// wal_sync_method (and fdatasync with wal_sync_range), buffered and with O_DIRECT (like
+    /// pg_test_fsync).
     TestFsync {
         /// Any directory on the disk to measure, e.g. a data directory; a temporary file
         /// (walnut_probe.tmp) is written there and removed.
@@ -63,6 +64,9 @@ enum Command {
         /// Bytes written per flush (rounded up to 4096 for O_DIRECT).
         #[arg(long, default_value_t = 8192, value_name = "BYTES")]
         size: usize,
+        /// Pause after each flush, µs (0: back to back), as a paced workload does.
+        #[arg(long, default_value_t = 0, value_name = "US")]
+        interval_us: u64,
     },
     /// Check a data directory's WAL and pages offline (not implemented yet).
     Verify {
@@ -93,7 +97,17 @@ fn main() -> ExitCode {
                 scale,
             })
         }
-        Command::TestFsync { dir, seconds, size } => test_fsync::run(&dir, seconds, size),
+        Command::TestFsync {
+            dir,
+            seconds,
+            size,
+            interval_us,
+        } => test_fsync::run(&test_fsync::Options {
+            dir,
+            seconds,
+            size,
+            interval_us,
+        }),
         Command::Verify { .. } => {
             eprintln!("walnut: not implemented yet");
             return ExitCode::from(2);

@@ -385,15 +385,20 @@ fn kill_9_during_tpcb_loses_no_acknowledged_commit() {
     }
 }
 
-/// The foundation's kill -9 test, once per `wal_sync_method` and once with
-/// `io_direct = 'wal,wal_init'`: no acknowledged commit is lost with any of them.
+/// The foundation's kill -9 test, once per `wal_sync_method` (`fdatasync` with and without
+/// `wal_sync_range`) and once with `io_direct = 'wal,wal_init'`: no acknowledged commit is lost
+/// with any of them.
 #[test]
 fn kill_9_with_every_wal_sync_method_and_direct_io() {
     let dir = tempfile::tempdir().unwrap();
     let script = dir.path().join("tpcb_tagged.sql");
     std::fs::write(&script, TPCB_TAGGED).unwrap();
-    let cases: [(&str, &[&str]); 5] = [
+    let cases: [(&str, &[&str]); 6] = [
         ("fdatasync", &["wal_sync_method=fdatasync"]),
+        (
+            "fdatasync",
+            &["wal_sync_method=fdatasync", "wal_sync_range=off"],
+        ),
         ("fsync", &["wal_sync_method=fsync"]),
         ("open_datasync", &["wal_sync_method=open_datasync"]),
         ("open_sync", &["wal_sync_method=open_sync"]),
@@ -411,6 +416,14 @@ fn kill_9_with_every_wal_sync_method_and_direct_io() {
             *method,
             "the setting took effect"
         );
+        let range = s.query("select wal_sync_range from walnut_stat_group_commit");
+        if settings.contains(&"wal_sync_range=off") || *method != "fdatasync" {
+            assert_eq!(
+                range, "f",
+                "wal_sync_range is only for fdatasync, and off when asked"
+            );
+        }
+        eprintln!("{settings:?}: wal_sync_range in use: {range}");
         let init = s.pgbench(&["-i", "-s", "1"]);
         assert!(
             init.status.success(),

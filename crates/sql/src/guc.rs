@@ -445,6 +445,13 @@ pub static REGISTRY: &[GucDef] = &[
         description: "Selects the method used for forcing WAL updates to disk.",
     },
     GucDef {
+        name: "wal_sync_range",
+        kind: Kind::Bool,
+        default: "on",
+        context: Postmaster,
+        description: "With fdatasync, makes WAL durable by writing back the written range and flushing the disk cache, where the file system allows it.",
+    },
+    GucDef {
         name: "wal_writer_delay",
         kind: int(1, 10_000, Unit::Ms),
         default: "200ms",

@@ -70,6 +70,8 @@ pub struct StorageConfig {
     pub wal_init_zero: bool,
     /// `wal_recycle`.
     pub wal_recycle: bool,
+    /// `wal_sync_range` (walnut): see `walnut_wal::WalConfig::sync_range`.
+    pub wal_sync_range: bool,
     /// `group_commit`.
     pub group_commit: walnut_wal::GroupCommitMode,
 }
@@ -88,6 +90,7 @@ impl Default for StorageConfig {
             io_direct_wal_init: false,
             wal_init_zero: true,
             wal_recycle: true,
+            wal_sync_range: true,
             group_commit: walnut_wal::GroupCommitMode::Adaptive,
         }
     }
@@ -429,6 +432,7 @@ fn wal_config(dir: &Path, c: &StorageConfig) -> WalConfig {
         direct_init: c.io_direct_wal_init,
         init_zero: c.wal_init_zero,
         recycle: c.wal_recycle,
+        sync_range: c.wal_sync_range,
         group_commit: c.group_commit,
         ..WalConfig::new(dir.join("wal"))
     }

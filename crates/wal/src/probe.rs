@@ -17,6 +17,13 @@
 //!    | `open_datasync` | `write_at` on an O_DSYNC file               |
 //!    | `open_sync`     | `write_at` on an O_SYNC file                |
 //!
+//!    With `range` (the `wal_sync_range` path, `fdatasync` only), the sync is instead
+//!    `write_back` of the written range and a flush of the device cache
+//!    ([`walnut_io::Vfs::cache_flusher`]); a directory whose file system offers no cache
+//!    flusher gives `Unsupported`. With an `interval`, the probe sleeps that long after each
+//!    flush (untimed), as a paced workload would: on some file systems the cost of a flush
+//!    depends on whether the clock ticked since the last one (ext4 without a journal writes the
+//!    inode with its new modification time at most once per tick).
 //! 4. remove the file, whether the probe succeeded or not.
 //!
 //! Each flush is timed on its own; the result gives the rate over the whole run and the mean,
@@ -31,7 +38,7 @@ use hdrhistogram::Histogram;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
-use walnut_io::{AlignedBuf, FileIo, OpenMode, Vfs, DIRECT_IO_ALIGN};
+use walnut_io::{AlignedBuf, CacheFlush, FileIo, OpenMode, Vfs, DIRECT_IO_ALIGN};
 
 /// Name of the temporary file the probe creates in the directory it measures. An existing file
 /// of this name is overwritten and then removed.
@@ -59,6 +66,8 @@ const LATENCY_NS_MAX: u64 = 3_600_000_000_000;
 pub struct ProbeResult {
     /// Method probed.
     pub method: SyncMethod,
+    /// The `wal_sync_range` path was probed (write-back plus a device cache flush).
+    pub range: bool,
     /// True if the file was written with O_DIRECT (`io_direct = wal`).
     pub direct: bool,
     /// Durable flushes per second over the whole run (count divided by elapsed time).
@@ -100,6 +109,68 @@ pub fn probe_flush_rate(
     write_bytes: usize,
     duration: Duration,
 ) -> io::Result<ProbeResult> {
+    probe(
+        vfs,
+        dir,
+        &ProbeSpec {
+            method,
+            direct,
+            range: false,
+            write_bytes,
+            duration,
+            interval: Duration::ZERO,
+        },
+    )
+}
+
+/// What [`probe`] measures.
+#[derive(Clone, Copy, Debug)]
+pub struct ProbeSpec {
+    /// The sync method.
+    pub method: SyncMethod,
+    /// O_DIRECT writes (`io_direct = wal`).
+    pub direct: bool,
+    /// The `wal_sync_range` path; only with [`SyncMethod::Fdatasync`].
+    pub range: bool,
+    /// Bytes per write (rounded up to 4096 when `direct`); at least 1.
+    pub write_bytes: usize,
+    /// How long to measure (at least one flush is timed).
+    pub duration: Duration,
+    /// Untimed pause after each flush; zero for back-to-back flushes.
+    pub interval: Duration,
+}
+
+/// [`probe_flush_rate`] with every option: see [`ProbeSpec`] and the module documentation.
+/// With an `interval`, `flushes_per_sec` counts only the time spent flushing.
+///
+/// # Errors
+/// As [`probe_flush_rate`]; also `InvalidInput` for `range` with a method other than
+/// `fdatasync`, and `Unsupported` for `range` where the file system offers no cache flusher.
+pub fn probe(vfs: &dyn Vfs, dir: &Path, spec: &ProbeSpec) -> io::Result<ProbeResult> {
+    let ProbeSpec {
+        method,
+        direct,
+        range,
+        write_bytes,
+        duration,
+        interval,
+    } = *spec;
+    if range && method != SyncMethod::Fdatasync {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "flush probe: the range path exists only for fdatasync",
+        ));
+    }
+    let flusher = if range {
+        Some(vfs.cache_flusher(dir)?.ok_or_else(|| {
+            io::Error::new(
+                io::ErrorKind::Unsupported,
+                "wal_sync_range is not available on this file system",
+            )
+        })?)
+    } else {
+        None
+    };
     if write_bytes == 0 {
         return Err(io::Error::new(
             io::ErrorKind::InvalidInput,
@@ -116,7 +187,16 @@ pub fn probe_flush_rate(
         path: dir.join(PROBE_FILE_NAME),
         removed: false,
     };
-    let measured = measure(vfs, &file.path, method, direct, write_len, duration);
+    let measured = measure(
+        vfs,
+        &file.path,
+        method,
+        direct,
+        flusher.as_deref(),
+        write_len,
+        duration,
+        interval,
+    );
     let removed = file.remove();
     let result = measured?;
     removed?;
@@ -178,13 +258,16 @@ impl Drop for ProbeFile<'_> {
 }
 
 /// Steps 1 to 3 of the probe; every file handle is closed on return.
+#[allow(clippy::too_many_arguments)]
 fn measure(
     vfs: &dyn Vfs,
     path: &Path,
     method: SyncMethod,
     direct: bool,
+    flusher: Option<&dyn CacheFlush>,
     write_len: usize,
     duration: Duration,
+    interval: Duration,
 ) -> io::Result<ProbeResult> {
     let file_len = PROBE_FILE_BYTES.max(align_up(write_len as u64));
     preallocate(vfs, path, file_len)?;
@@ -197,11 +280,17 @@ fn measure(
     let mut latency_ns_sum: u128 = 0;
     let mut flushes = 0u64;
     let mut offset = 0u64;
+    let mut paused = Duration::ZERO;
     let start = Instant::now();
     loop {
         let flush_start = Instant::now();
-        flush_once(file.as_ref(), method, direct, data, offset, path)?;
+        flush_once(file.as_ref(), method, direct, flusher, data, offset, path)?;
         let elapsed = flush_start.elapsed();
+        if !interval.is_zero() {
+            let p = Instant::now();
+            std::thread::sleep(interval);
+            paused += p.elapsed();
+        }
         latency_ns_sum += elapsed.as_nanos();
         let ns = u64::try_from(elapsed.as_nanos()).unwrap_or(u64::MAX);
         latency_ns.saturating_record(ns.max(1));
@@ -211,7 +300,7 @@ fn measure(
             break;
         }
     }
-    let total_secs = start.elapsed().as_secs_f64();
+    let total_secs = start.elapsed().saturating_sub(paused).as_secs_f64();
     assert!(
         flushes >= 1 && flushes == latency_ns.len(),
         "the loop times at least one flush"
@@ -219,6 +308,7 @@ fn measure(
     let us = |ns: u64| ns as f64 / 1_000.0;
     Ok(ProbeResult {
         method,
+        range: flusher.is_some(),
         direct,
         flushes_per_sec: flushes as f64 / total_secs.max(f64::MIN_POSITIVE),
         mean_us: latency_ns_sum as f64 / flushes as f64 / 1_000.0,
@@ -269,11 +359,13 @@ fn open_for_flush(
     })
 }
 
-/// One timed flush: the write and, for `fdatasync`/`fsync`, the sync call.
+/// One timed flush: the write and, for `fdatasync`/`fsync`, the sync call (with a `flusher`:
+/// write-back of the range and a device cache flush).
 fn flush_once(
     file: &dyn FileIo,
     method: SyncMethod,
     direct: bool,
+    flusher: Option<&dyn CacheFlush>,
     data: &[u8],
     offset: u64,
     path: &Path,
@@ -285,6 +377,11 @@ fn flush_once(
             with_path(e, "write", path)
         }
     })?;
+    if let Some(f) = flusher {
+        file.write_back(offset, data.len() as u64)
+            .map_err(|e| with_path(e, "write back", path))?;
+        return f.flush().map_err(|e| with_path(e, "flush cache", path));
+    }
     match method {
         SyncMethod::Fdatasync => file
             .sync_data()
@@ -414,6 +511,8 @@ mod tests {
         counts: Arc<Counts>,
         fail_sync_data: bool,
         reject_direct: bool,
+        /// Offer a cache flusher (the `wal_sync_range` path).
+        offer_flusher: bool,
     }
 
     #[derive(Default)]
@@ -421,6 +520,23 @@ mod tests {
         writes: AtomicU64,
         sync_data: AtomicU64,
         sync_all: AtomicU64,
+        write_backs: AtomicU64,
+        cache_flushes: AtomicU64,
+        /// A write-back happened after the last cache flush (a flush must follow every one).
+        unflushed_write_back: std::sync::atomic::AtomicBool,
+    }
+
+    struct CountingFlush(Arc<Counts>);
+
+    impl CacheFlush for CountingFlush {
+        fn flush(&self) -> io::Result<()> {
+            self.0.cache_flushes.fetch_add(1, Ordering::Relaxed);
+            self.0.unflushed_write_back.store(false, Ordering::Relaxed);
+            Ok(())
+        }
+        fn describe(&self) -> String {
+            "counting".into()
+        }
     }
 
     struct RecordingFile {
@@ -447,6 +563,13 @@ mod tests {
         fn sync_all(&self) -> io::Result<()> {
             self.counts.sync_all.fetch_add(1, Ordering::Relaxed);
             self.inner.sync_all()
+        }
+        fn write_back(&self, offset: u64, len: u64) -> io::Result<()> {
+            self.counts.write_backs.fetch_add(1, Ordering::Relaxed);
+            self.counts
+                .unflushed_write_back
+                .store(true, Ordering::Relaxed);
+            self.inner.write_back(offset, len)
         }
         fn len(&self) -> io::Result<u64> {
             self.inner.len()
@@ -486,6 +609,64 @@ mod tests {
         fn exists(&self, path: &Path) -> bool {
             RealVfs.exists(path)
         }
+        fn cache_flusher(&self, _dir: &Path) -> io::Result<Option<Arc<dyn CacheFlush>>> {
+            Ok(self
+                .offer_flusher
+                .then(|| Arc::new(CountingFlush(self.counts.clone())) as Arc<dyn CacheFlush>))
+        }
+    }
+
+    fn range_spec(method: SyncMethod) -> ProbeSpec {
+        ProbeSpec {
+            method,
+            direct: false,
+            range: true,
+            write_bytes: 8192,
+            duration: SHORT,
+            interval: Duration::from_micros(100),
+        }
+    }
+
+    #[test]
+    fn probe_range_writes_back_then_flushes_the_cache() {
+        let dir = tempfile::tempdir().unwrap();
+        let vfs = Recording {
+            offer_flusher: true,
+            ..Recording::default()
+        };
+        let r = probe(&vfs, dir.path(), &range_spec(SyncMethod::Fdatasync)).unwrap();
+        assert!(r.range);
+        let c = &vfs.counts;
+        assert_eq!(c.write_backs.load(Ordering::Relaxed), r.flushes);
+        assert_eq!(c.cache_flushes.load(Ordering::Relaxed), r.flushes);
+        assert_eq!(
+            c.sync_data.load(Ordering::Relaxed),
+            0,
+            "no fdatasync of the file"
+        );
+        assert!(!c.unflushed_write_back.load(Ordering::Relaxed));
+        assert_probe_file_gone(dir.path());
+        // Without a flusher the range path is unsupported; other methods have none.
+        let plain = Recording::default();
+        let e = probe(&plain, dir.path(), &range_spec(SyncMethod::Fdatasync)).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::Unsupported);
+        let e = probe(&vfs, dir.path(), &range_spec(SyncMethod::Fsync)).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::InvalidInput);
+        assert_probe_file_gone(dir.path());
+    }
+
+    #[test]
+    fn probe_range_on_the_real_file_system_or_unsupported() {
+        let dir = tempfile::tempdir().unwrap();
+        match probe(&RealVfs, dir.path(), &range_spec(SyncMethod::Fdatasync)) {
+            Ok(r) => {
+                check(&r, SyncMethod::Fdatasync, false);
+                assert!(r.range);
+            }
+            Err(e) if e.kind() == io::ErrorKind::Unsupported => eprintln!("skipping: {e}"),
+            Err(e) => panic!("{e}"),
+        }
+        assert_probe_file_gone(dir.path());
     }
 
     #[test]
@@ -580,6 +761,7 @@ mod tests {
 
     fn result(method: SyncMethod, direct: bool, flushes_per_sec: f64) -> ProbeResult {
         ProbeResult {
+            range: false,
             method,
             direct,
             flushes_per_sec,

@@ -891,3 +891,196 @@ fn adaptive_group_commit_groups_concurrent_commits() {
     let (recs, _) = read_all(vfs(), cfg.dir.clone(), Lsn::FIRST);
     assert_eq!(recs.len(), (threads * per_thread) as usize);
 }
+
+/// A Vfs over the real file system that offers a cache flusher (the `wal_sync_range` path)
+/// and records the order of write-backs, cache flushes and fdatasyncs. `sparse` makes every
+/// file report no allocated bytes, as a segment made with `wal_init_zero = off` would.
+struct RangeVfs {
+    log: Arc<std::sync::Mutex<Vec<&'static str>>>,
+    sparse: bool,
+}
+
+struct RangeFile {
+    inner: Arc<dyn FileIo>,
+    log: Arc<std::sync::Mutex<Vec<&'static str>>>,
+    sparse: bool,
+}
+
+impl FileIo for RangeFile {
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+        self.inner.read_at(buf, offset)
+    }
+    fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
+        self.inner.write_at(buf, offset)
+    }
+    fn sync_data(&self) -> io::Result<()> {
+        self.log.lock().unwrap().push("fdatasync");
+        self.inner.sync_data()
+    }
+    fn sync_all(&self) -> io::Result<()> {
+        self.inner.sync_all()
+    }
+    fn len(&self) -> io::Result<u64> {
+        self.inner.len()
+    }
+    fn set_len(&self, len: u64) -> io::Result<()> {
+        self.inner.set_len(len)
+    }
+    fn write_back(&self, offset: u64, len: u64) -> io::Result<()> {
+        assert!(
+            len > 0 && offset + len <= WAL_SEGMENT_SIZE,
+            "range within the segment"
+        );
+        self.log.lock().unwrap().push("write_back");
+        self.inner.write_back(offset, len)
+    }
+    fn allocated_bytes(&self) -> io::Result<u64> {
+        if self.sparse {
+            Ok(0)
+        } else {
+            self.inner.allocated_bytes()
+        }
+    }
+}
+
+struct LoggedFlush(Arc<std::sync::Mutex<Vec<&'static str>>>);
+
+impl walnut_io::CacheFlush for LoggedFlush {
+    fn flush(&self) -> io::Result<()> {
+        self.0.lock().unwrap().push("cache_flush");
+        Ok(())
+    }
+    fn describe(&self) -> String {
+        "logged".into()
+    }
+}
+
+impl Vfs for RangeVfs {
+    fn open(&self, path: &Path, mode: OpenMode) -> io::Result<Arc<dyn FileIo>> {
+        Ok(Arc::new(RangeFile {
+            inner: RealVfs.open(path, mode)?,
+            log: self.log.clone(),
+            sparse: self.sparse,
+        }))
+    }
+    fn remove(&self, path: &Path) -> io::Result<()> {
+        RealVfs.remove(path)
+    }
+    fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
+        RealVfs.rename(from, to)
+    }
+    fn sync_dir(&self, dir: &Path) -> io::Result<()> {
+        RealVfs.sync_dir(dir)
+    }
+    fn create_dir_all(&self, dir: &Path) -> io::Result<()> {
+        RealVfs.create_dir_all(dir)
+    }
+    fn list_dir(&self, dir: &Path) -> io::Result<Vec<String>> {
+        RealVfs.list_dir(dir)
+    }
+    fn exists(&self, path: &Path) -> bool {
+        RealVfs.exists(path)
+    }
+    fn cache_flusher(&self, _dir: &Path) -> io::Result<Option<Arc<dyn walnut_io::CacheFlush>>> {
+        Ok(Some(Arc::new(LoggedFlush(self.log.clone()))))
+    }
+}
+
+#[test]
+fn sync_range_writes_back_each_segment_then_flushes_the_cache_once() {
+    let tmp = tempfile::tempdir().unwrap();
+    let log = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let v: Arc<dyn Vfs> = Arc::new(RangeVfs {
+        log: log.clone(),
+        sparse: false,
+    });
+    let cfg = config(tmp.path(), 1 << 20, 1);
+    let wal = create_open(v.clone(), &cfg);
+    assert!(wal.sync_range_in_use());
+    // Records with images, so that the WAL crosses into the next segment.
+    let mut last = Lsn::FIRST;
+    for seq in 0..2200u32 {
+        log.lock().unwrap().clear();
+        let (_, e) = wal.insert(&mut |_| tagged_record(1, seq, true)).unwrap();
+        wal.flush(e, COMMIT).unwrap();
+        let ops = log.lock().unwrap().clone();
+        // Every flush: one write-back per segment written, then exactly one cache flush, and
+        // never an fdatasync of a segment.
+        let n = ops.len();
+        assert!(n >= 2, "{ops:?}");
+        assert_eq!(ops[n - 1], "cache_flush", "{ops:?}");
+        assert!(ops[..n - 1].iter().all(|o| *o == "write_back"), "{ops:?}");
+        assert!(n - 1 <= 2, "at most two segments per flush: {ops:?}");
+        last = e;
+    }
+    assert!(
+        last.0 > WAL_SEGMENT_SIZE,
+        "the test crossed a segment boundary"
+    );
+    let st = wal.stats();
+    assert!(
+        st.wal_sync >= 2200,
+        "one cache flush per flush counts as a sync"
+    );
+    drop(wal);
+    let (recs, end) = read_all(vfs(), cfg.dir.clone(), Lsn::FIRST);
+    assert_eq!((recs.len(), end), (2200, last));
+}
+
+#[test]
+fn sync_range_falls_back_to_fdatasync_where_it_is_not_safe() {
+    let tmp = tempfile::tempdir().unwrap();
+    let log = Arc::new(std::sync::Mutex::new(Vec::new()));
+    // A sparse segment (not fully allocated): its writes may allocate blocks.
+    let sparse: Arc<dyn Vfs> = Arc::new(RangeVfs {
+        log: log.clone(),
+        sparse: true,
+    });
+    let cfg = config(&tmp.path().join("a"), 1 << 20, 1);
+    let wal = create_open(sparse, &cfg);
+    assert!(wal.sync_range_in_use());
+    let (_, e) = wal.insert(&mut |_| tagged_record(1, 0, false)).unwrap();
+    log.lock().unwrap().clear();
+    wal.flush(e, COMMIT).unwrap();
+    assert_eq!(*log.lock().unwrap(), vec!["fdatasync"]);
+    drop(wal);
+    // wal_init_zero = off, another sync method, or wal_sync_range = off: never the range path.
+    for (name, cfg) in [
+        (
+            "init_zero",
+            WalConfig {
+                init_zero: false,
+                ..config(&tmp.path().join("b"), 1 << 20, 1)
+            },
+        ),
+        (
+            "fsync",
+            WalConfig {
+                sync_method: SyncMethod::Fsync,
+                ..config(&tmp.path().join("c"), 1 << 20, 1)
+            },
+        ),
+        (
+            "off",
+            WalConfig {
+                sync_range: false,
+                ..config(&tmp.path().join("d"), 1 << 20, 1)
+            },
+        ),
+    ] {
+        let v: Arc<dyn Vfs> = Arc::new(RangeVfs {
+            log: log.clone(),
+            sparse: false,
+        });
+        let wal = create_open(v, &cfg);
+        assert!(!wal.sync_range_in_use(), "{name}");
+        let (_, e) = wal.insert(&mut |_| tagged_record(1, 0, false)).unwrap();
+        log.lock().unwrap().clear();
+        wal.flush(e, COMMIT).unwrap();
+        let ops = log.lock().unwrap().clone();
+        assert!(
+            !ops.contains(&"write_back") && !ops.contains(&"cache_flush"),
+            "{name}: {ops:?}"
+        );
+    }
+}

@@ -32,7 +32,7 @@ use std::sync::{Arc, Weak};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 use walnut_common::{Error, Lsn, Result, SqlState};
-use walnut_io::{AlignedBuf, FileIo, Vfs, DIRECT_IO_ALIGN};
+use walnut_io::{AlignedBuf, CacheFlush, FileIo, Vfs, DIRECT_IO_ALIGN};
 
 /// Number of insertion slots (PostgreSQL's `NUM_XLOGINSERT_LOCKS`).
 pub const NUM_INSERT_SLOTS: usize = 8;
@@ -110,12 +110,31 @@ struct Counters {
     sync_time_us: AtomicU64,
 }
 
+/// A segment file open for writing.
+#[derive(Clone)]
+struct SegFile {
+    segno: u64,
+    file: Arc<dyn FileIo>,
+    /// Under `wal_sync_range`: the segment is fully allocated (`allocated_bytes` covers all
+    /// 16 MiB), so its writes change no metadata but timestamps and may be made durable by
+    /// write-back plus a cache flush.
+    range_ok: bool,
+}
+
+/// A segment written since the last sync, with the byte range (offsets in the segment) the
+/// writes covered.
+struct Unsynced {
+    seg: SegFile,
+    lo: u64,
+    hi: u64,
+}
+
 /// State of the writer, behind the write lock (PostgreSQL's `WALWriteLock`).
 struct WriteState {
-    /// Segment files open for writing, by segment number.
-    files: Vec<(u64, Arc<dyn FileIo>)>,
+    /// Segment files open for writing.
+    files: Vec<SegFile>,
     /// Segments written since the last sync; the next flush leader syncs them.
-    unsynced: Vec<(u64, Arc<dyn FileIo>)>,
+    unsynced: Vec<Unsynced>,
     /// Bytes copied out of the ring for one `write_at` (4096-aligned for O_DIRECT).
     staging: AlignedBuf,
     /// With O_DIRECT: the bytes of the partial block that ends at `write_lsn` (from the block's
@@ -150,6 +169,8 @@ pub struct Wal {
     gc: GroupCommit,
     /// Which written WAL is synced, when several leaders sync at once.
     batches: SyncBatches,
+    /// `wal_sync_range` in force: the device cache flusher of the WAL's file system.
+    flusher: Option<Arc<dyn CacheFlush>>,
     /// Serializes creating, recycling and removing segment files.
     segments: Mutex<()>,
     /// Insert segment for which the segments ahead were last checked.
@@ -250,7 +271,9 @@ impl Wal {
         } else {
             Vec::new()
         };
+        let flusher = range_sync_flusher(vfs.as_ref(), &cfg);
         let wal = Arc::new(Wal {
+            flusher,
             ring: Ring::new(cfg.wal_buffers_bytes),
             vfs,
             cfg,
@@ -431,6 +454,7 @@ impl Wal {
             let segno = segment_of(from);
             let to = upto.min((segno + 1) * WAL_SEGMENT_SIZE);
             let file = self.segment_for_write(w, segno);
+            let io = file.file.clone();
             let (start, n) = if self.cfg.direct {
                 let align = DIRECT_IO_ALIGN as u64;
                 let start = from & !(align - 1);
@@ -462,7 +486,7 @@ impl Wal {
                 (from, n)
             };
             let t = Instant::now();
-            if let Err(e) = file.write_at(&w.staging.as_slice()[..n], start % WAL_SEGMENT_SIZE) {
+            if let Err(e) = io.write_at(&w.staging.as_slice()[..n], start % WAL_SEGMENT_SIZE) {
                 walnut_common::panic_fatal(&format!(
                     "could not write to WAL segment {} at offset {}, length {n}: {e}",
                     segment_file_name(segno),
@@ -473,8 +497,16 @@ impl Wal {
                 .write_time_us
                 .fetch_add(elapsed_us(t), Ordering::Relaxed);
             self.stats.write.fetch_add(1, Ordering::Relaxed);
-            if !w.unsynced.iter().any(|(s, _)| *s == segno) {
-                w.unsynced.push((segno, file));
+            let (lo, hi) = (
+                start % WAL_SEGMENT_SIZE,
+                start % WAL_SEGMENT_SIZE + n as u64,
+            );
+            match w.unsynced.iter_mut().find(|u| u.seg.segno == segno) {
+                Some(u) => {
+                    u.lo = u.lo.min(lo);
+                    u.hi = u.hi.max(hi);
+                }
+                None => w.unsynced.push(Unsynced { seg: file, lo, hi }),
             }
             from = to;
             self.write_lsn.store(from, Ordering::Release);
@@ -482,20 +514,34 @@ impl Wal {
     }
 
     /// The open file of segment `segno`, creating (preallocating) it if it does not exist yet.
-    fn segment_for_write(&self, w: &mut WriteState, segno: u64) -> Arc<dyn FileIo> {
-        if let Some((_, f)) = w.files.iter().find(|(s, _)| *s == segno) {
+    fn segment_for_write(&self, w: &mut WriteState, segno: u64) -> SegFile {
+        if let Some(f) = w.files.iter().find(|f| f.segno == segno) {
             return f.clone();
         }
-        let file = match self.open_or_create_segment(segno) {
+        let opened = self.open_or_create_segment(segno).and_then(|file| {
+            // A segment with fewer bytes allocated than its size has holes (made with
+            // wal_init_zero = off): writing into them allocates blocks, so only fdatasync
+            // makes them durable.
+            let range_ok = self.flusher.is_some() && file.allocated_bytes()? >= WAL_SEGMENT_SIZE;
+            Ok(SegFile {
+                segno,
+                file,
+                range_ok,
+            })
+        });
+        let seg = match opened {
             Ok(f) => f,
             Err(e) => walnut_common::panic_fatal(&format!(
                 "could not open WAL segment {}: {e}",
                 segment_file_name(segno)
             )),
         };
-        w.files.retain(|(s, _)| *s + 1 >= segno);
-        w.files.push((segno, file.clone()));
-        file
+        if self.flusher.is_some() && !seg.range_ok {
+            tracing::info!(segment = %segment_file_name(segno), "WAL segment is not fully allocated; syncing it with fdatasync");
+        }
+        w.files.retain(|f| f.segno + 1 >= segno);
+        w.files.push(seg.clone());
+        seg
     }
 
     fn open_or_create_segment(&self, segno: u64) -> std::io::Result<Arc<dyn FileIo>> {
@@ -805,24 +851,7 @@ impl FlushDevice for Wal {
             (files, batch)
         };
         if !self.cfg.sync_method.syncs_on_write() {
-            for (segno, file) in files {
-                let t = Instant::now();
-                let r = match self.cfg.sync_method {
-                    crate::SyncMethod::Fsync => file.sync_all(),
-                    _ => file.sync_data(),
-                };
-                if let Err(e) = r {
-                    walnut_common::panic_fatal(&format!(
-                        "could not {} WAL segment {}: {e}",
-                        self.cfg.sync_method,
-                        segment_file_name(segno)
-                    ));
-                }
-                self.stats
-                    .sync_time_us
-                    .fetch_add(elapsed_us(t), Ordering::Relaxed);
-                self.stats.sync.fetch_add(1, Ordering::Relaxed);
-            }
+            self.sync_segments(files);
         }
         self.batches.complete(batch);
         self.batches.wait_synced(target);
@@ -832,6 +861,98 @@ impl FlushDevice for Wal {
     fn active_transactions(&self) -> usize {
         (self.active_xacts)()
     }
+}
+
+impl Wal {
+    /// Makes the listed segments' writes durable (`issue_xlog_fsync`): `fdatasync`/`fsync` of
+    /// each, or under `wal_sync_range` a write-back of each fully allocated segment's written
+    /// range and then one device cache flush. Counts `wal_sync` and `wal_sync_time`.
+    ///
+    /// # Panics
+    /// A failed sync, write-back or cache flush: PANIC, never retried.
+    fn sync_segments(&self, files: Vec<Unsynced>) {
+        let fail = |what: &str, segno: Option<u64>, e: std::io::Error| -> ! {
+            let name = segno.map_or_else(String::new, |s| {
+                format!(" of WAL segment {}", segment_file_name(s))
+            });
+            walnut_common::panic_fatal(&format!("could not {what}{name}: {e}"))
+        };
+        let t = Instant::now();
+        let mut syncs = 0u64;
+        let mut written_back = false;
+        for u in &files {
+            let segno = u.seg.segno;
+            if u.seg.range_ok {
+                if let Err(e) = u.seg.file.write_back(u.lo, u.hi - u.lo) {
+                    fail("write back", Some(segno), e);
+                }
+                written_back = true;
+                continue;
+            }
+            let r = match self.cfg.sync_method {
+                crate::SyncMethod::Fsync => u.seg.file.sync_all(),
+                _ => u.seg.file.sync_data(),
+            };
+            if let Err(e) = r {
+                fail(self.cfg.sync_method.name(), Some(segno), e);
+            }
+            syncs += 1;
+        }
+        if written_back {
+            let flusher = self.flusher.as_ref().expect("range_ok implies a flusher");
+            if let Err(e) = flusher.flush() {
+                fail(
+                    &format!("flush the disk cache ({})", flusher.describe()),
+                    None,
+                    e,
+                );
+            }
+            syncs += 1;
+        }
+        self.stats
+            .sync_time_us
+            .fetch_add(elapsed_us(t), Ordering::Relaxed);
+        self.stats.sync.fetch_add(syncs, Ordering::Relaxed);
+    }
+
+    /// True if flushes use `wal_sync_range` (write-back plus a device cache flush).
+    pub fn sync_range_in_use(&self) -> bool {
+        self.flusher.is_some()
+    }
+}
+
+/// The cache flusher for `wal_sync_range`, if the configuration and the file system allow it
+/// (logged either way when the setting asks for it).
+fn range_sync_flusher(vfs: &dyn Vfs, cfg: &WalConfig) -> Option<Arc<dyn CacheFlush>> {
+    if !cfg.sync_range {
+        return None;
+    }
+    let why_not = if cfg.sync_method != crate::SyncMethod::Fdatasync {
+        Some(format!("wal_sync_method is {}", cfg.sync_method))
+    } else if !cfg.init_zero {
+        Some("wal_init_zero is off".to_string())
+    } else {
+        match vfs.cache_flusher(&cfg.dir) {
+            Ok(Some(f)) => {
+                tracing::info!(
+                    "wal_sync_range: WAL flushes write back the written range, then flush the disk cache with {}",
+                    f.describe()
+                );
+                return Some(f);
+            }
+            Ok(None) => {
+                Some("the file system is not one where it is known to be durable".to_string())
+            }
+            Err(e) => Some(format!("could not inspect the file system: {e}")),
+        }
+    };
+    if let Some(why) = why_not {
+        tracing::debug!(
+            "wal_sync_range not used: {why}; WAL flushes use {}",
+            cfg.sync_method
+        );
+    }
+    None
 }
 
 /// Segment initialization options from the configuration.
