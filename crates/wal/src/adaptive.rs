@@ -15,21 +15,50 @@
 //!    expected in time.
 //! 3. **How patient.** `patience` is tuned by extremum seeking on the measured commit rate
 //!    (a perturb-and-observe hill climb): epochs of [`EPOCH_US`] alternate between
-//!    `patience × STEP` and `patience ÷ STEP`; after each pair, patience moves toward the better
-//!    of the two if it beat the other by more than [`DEAD_BAND`]. It starts at the measured
-//!    flush latency, the natural scale of a group-commit timer (Helland et al., "Group Commit
-//!    Timers and High Volume Transaction Systems", HPTS 1987), and is bounded by
-//!    [`MAX_PATIENCE_US`]. On a fast idle disk the climb settles at zero; on an IOPS-capped
-//!    disk it settles near the time a whole cohort of sessions needs to come back.
+//!    `patience × STEP` and `patience ÷ STEP`. After each pair, patience moves up if the longer
+//!    probe won by more than [`DEAD_BAND`], and down only if the shorter one won by more than
+//!    [`DOWN_BAND`] in [`DOWN_VOTES`] pairs in a row (too short a patience splits cohorts, which
+//!    costs far more than waiting a little long). Consecutive moves in one direction grow by
+//!    [`STEP_GROWTH`] up to [`MAX_STEP`] (momentum). Because a hill climb cannot leave a plateau,
+//!    an *exploration* epoch now and then tries a distant patience and jumps there if it wins
+//!    (see `Controller::after_pair`); a change in load or disk restarts exploration at once. It
+//!    starts at the measured flush latency, the natural scale of a group-commit timer (Helland
+//!    et al., "Group Commit Timers and High Volume Transaction Systems", HPTS 1987), and is
+//!    bounded by [`MAX_PATIENCE_US`]. On a fast idle disk it settles at zero; on an IOPS-capped
+//!    disk it settles where a whole cohort of sessions is gathered.
 
 use std::collections::HashMap;
 
 /// Length of one measurement epoch, µs.
 pub const EPOCH_US: u64 = 100_000;
-/// Multiplicative probe step for patience.
+/// Multiplicative probe step for patience, and the first step of a move.
 pub const STEP: f64 = 1.5;
-/// Relative throughput difference below which two probes count as equal.
+/// Each further move in the same direction multiplies the step by this (momentum), so that a
+/// patience far from the optimum gets there in a few epochs.
+pub const STEP_GROWTH: f64 = 1.5;
+/// Largest multiplicative step of one move.
+pub const MAX_STEP: f64 = 4.0;
+/// Relative throughput difference by which the longer probe must win to move patience up.
 pub const DEAD_BAND: f64 = 0.01;
+/// Relative throughput difference by which the shorter probe must win, in
+/// [`DOWN_VOTES`] probe pairs in a row, to move patience down. Moving down needs more evidence
+/// than moving up because the two errors cost differently: a patience too long costs little
+/// (a leader stops waiting as soon as the last expected session arrives), while one shorter
+/// than the spread of a cohort's arrivals splits the cohort into groups that stay apart, one
+/// flush each. Epoch rates on a throttled disk vary by several percent from the throttle's own
+/// time slices alone.
+pub const DOWN_BAND: f64 = 0.05;
+/// Consecutive probe pairs the shorter probe must win by [`DOWN_BAND`] to move down.
+pub const DOWN_VOTES: u8 = 2;
+/// From a long patience, one exploration target is the patience divided by this.
+pub const EXPLORE_DIVISOR: f64 = 8.0;
+/// Longest interval between exploration epochs, in probe pairs (6.4 s).
+pub const MAX_EXPLORE_EVERY: u32 = 32;
+/// A change of this factor in the committing sessions or the slow flush-latency average counts
+/// as a new load or a new disk, and exploration restarts at once.
+pub const CHANGE_FACTOR: f64 = 2.0;
+/// EWMA weight of the slow flush-latency average that detects a changed disk.
+const SLOW_ALPHA: f64 = 1.0 / 64.0;
 /// Patience below this is treated as zero (never wait), µs.
 pub const MIN_PATIENCE_US: f64 = 20.0;
 /// Upper bound on patience, µs.
@@ -52,10 +81,14 @@ struct Session {
 }
 
 /// Which probe the current epoch runs.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq)]
 enum Probe {
+    /// `patience × STEP`.
     Up,
+    /// `patience ÷ STEP`.
     Down,
+    /// A distant patience (µs): zero, or long enough to gather a whole cohort.
+    Explore(f64),
 }
 
 /// The controller's state. All times are µs on the caller's monotonic clock.
@@ -71,6 +104,29 @@ pub struct Controller {
     epoch_commits: u64,
     /// Commit rate measured in the last `Up` epoch, commits/µs.
     up_rate: Option<f64>,
+    /// Multiplicative step of the next move, [`STEP`] ..= [`MAX_STEP`].
+    step: f64,
+    /// Direction of the last move: +1 up, -1 down, 0 none.
+    last_move: i8,
+    /// Consecutive probe pairs the shorter probe won by [`DOWN_BAND`].
+    down_votes: u8,
+    /// What the next exploration must beat, commits/µs: the better of the last probe pair's
+    /// rates, or the last epoch's alone if the load or the disk changed during the pair.
+    explore_ref: f64,
+    /// Probe pairs left during which the flush-latency reference follows the slow average
+    /// instead of detecting a change (after a jump, the policy itself changes flush latency).
+    settle_pairs: u32,
+    /// Probe pairs between exploration epochs, 1 ..= [`MAX_EXPLORE_EVERY`].
+    explore_every: u32,
+    /// Probe pairs since the last exploration epoch.
+    pairs_since_explore: u32,
+    /// Slow EWMA of flush service time, µs, and its value when exploration last restarted.
+    slow_flush_us: f64,
+    ref_flush_us: f64,
+    /// Sessions tracked when exploration last restarted.
+    ref_sessions: usize,
+    /// Explorations from a long patience so far (they alternate between two targets).
+    explorations_down: u32,
     /// EWMA of the time leaders actually kept groups open, µs.
     waited_us: f64,
     last_prune: u64,
@@ -93,6 +149,17 @@ impl Controller {
             epoch_start: 0,
             epoch_commits: 0,
             up_rate: None,
+            step: STEP,
+            last_move: 0,
+            down_votes: 0,
+            explore_ref: 0.0,
+            settle_pairs: 0,
+            explore_every: 1,
+            pairs_since_explore: 0,
+            slow_flush_us: 0.0,
+            ref_flush_us: 0.0,
+            ref_sessions: 0,
+            explorations_down: 0,
             waited_us: 0.0,
             last_prune: 0,
         }
@@ -136,6 +203,13 @@ impl Controller {
         } else {
             self.flush_us + ALPHA * (f - self.flush_us)
         };
+        if !matches!(self.probe, Probe::Explore(_)) {
+            self.slow_flush_us = if self.slow_flush_us == 0.0 {
+                f
+            } else {
+                self.slow_flush_us + SLOW_ALPHA * (f - self.slow_flush_us)
+            };
+        }
         if self.patience_us < 0.0 {
             self.patience_us = self.flush_us.clamp(0.0, MAX_PATIENCE_US);
             self.epoch_start = now;
@@ -163,25 +237,144 @@ impl Controller {
             }
             Probe::Down => {
                 if let Some(up) = self.up_rate.take() {
-                    let p = self.patience_us.max(MIN_PATIENCE_US);
-                    if up > rate * (1.0 + DEAD_BAND) {
-                        self.patience_us = (p * STEP).min(MAX_PATIENCE_US);
-                    } else if rate > up * (1.0 + DEAD_BAND) {
-                        self.patience_us = p / STEP;
-                        if self.patience_us < MIN_PATIENCE_US {
-                            self.patience_us = 0.0;
-                        }
-                    }
+                    self.explore_ref = up.max(rate);
+                    self.hill_climb(up, rate);
                 }
+                if self.detect_change() {
+                    self.explore_ref = rate;
+                }
+                self.probe = self.after_pair();
+            }
+            Probe::Explore(target) => {
+                if rate > self.explore_ref * (1.0 + DOWN_BAND) {
+                    // A distant patience beat both local probes: jump there. The next
+                    // exploration would try where we came from, so it can wait a little.
+                    self.patience_us = target;
+                    self.step = STEP;
+                    self.last_move = 0;
+                    self.down_votes = 0;
+                    self.explore_every = 4;
+                    self.settle_pairs = 3;
+                } else {
+                    self.explore_every = (self.explore_every * 2).min(MAX_EXPLORE_EVERY);
+                }
+                self.pairs_since_explore = 0;
                 self.probe = Probe::Up;
             }
         }
+    }
+
+    /// One move of the hill climb after a probe pair (`up`, `down`: their rates).
+    fn hill_climb(&mut self, up: f64, down: f64) {
+        if down > up * (1.0 + DOWN_BAND) {
+            self.down_votes = self.down_votes.saturating_add(1);
+        } else {
+            self.down_votes = 0;
+        }
+        let dir: i8 = if up > down * (1.0 + DEAD_BAND) {
+            1
+        } else if self.down_votes >= DOWN_VOTES {
+            self.down_votes = 0;
+            -1
+        } else {
+            0
+        };
+        self.step = if dir != 0 && dir == self.last_move {
+            (self.step * STEP_GROWTH).min(MAX_STEP)
+        } else {
+            STEP
+        };
+        self.last_move = dir;
+        let p = self.patience_us.max(MIN_PATIENCE_US);
+        match dir {
+            1 => self.patience_us = (p * self.step).min(MAX_PATIENCE_US),
+            -1 => {
+                self.patience_us = p / self.step;
+                if self.patience_us < MIN_PATIENCE_US {
+                    self.patience_us = 0.0;
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// After a probe pair: true if the load or the disk changed — the committing sessions, or
+    /// the slow average of flush latency (not fed by exploration epochs), moved by
+    /// [`CHANGE_FACTOR`] since the reference — and then exploration restarts at every pair.
+    fn detect_change(&mut self) -> bool {
+        let sessions = self.sessions.len();
+        if self.settle_pairs > 0 {
+            self.settle_pairs -= 1;
+            self.ref_flush_us = self.slow_flush_us;
+            self.ref_sessions = sessions;
+            return false;
+        }
+        let changed = |a: f64, b: f64| a > b * CHANGE_FACTOR || b > a * CHANGE_FACTOR;
+        if changed(sessions.max(1) as f64, self.ref_sessions.max(1) as f64)
+            || changed(self.slow_flush_us.max(1.0), self.ref_flush_us.max(1.0))
+        {
+            self.ref_sessions = sessions;
+            self.ref_flush_us = self.slow_flush_us;
+            self.explore_every = 1;
+            self.pairs_since_explore = self.pairs_since_explore.max(1);
+            return true;
+        }
+        false
+    }
+
+    /// The probe after a pair: an exploration epoch when one is due, else the next pair.
+    ///
+    /// A hill climb cannot leave a plateau: at zero patience (flushing at once, two flushes in
+    /// flight) a cohort split into two groups stays split however the probes nudge patience,
+    /// and at a long patience the probes cannot see that zero would pipeline. So every
+    /// `explore_every` pairs one epoch tries the far side — if patience is long, alternately
+    /// an eighth of it and zero, else the time a whole cohort needs (twice the median session
+    /// cycle, at least twice the flush latency) — and patience jumps there if it wins by
+    /// [`DOWN_BAND`]. A failed exploration
+    /// doubles the interval, up to [`MAX_EXPLORE_EVERY`] pairs (the cost of a bad epoch is then
+    /// under 1% of the time); a new load or a new disk (sessions or slow flush latency changed
+    /// by [`CHANGE_FACTOR`]) restarts it at every pair, so that patience settles within about a
+    /// second of the change.
+    fn after_pair(&mut self) -> Probe {
+        self.pairs_since_explore += 1;
+        let sessions = self.sessions.len();
+        if sessions < 2 || self.pairs_since_explore < self.explore_every {
+            return Probe::Up;
+        }
+        let mut cycles: Vec<f64> = self
+            .sessions
+            .values()
+            .map(|s| s.cycle_us)
+            .filter(|&c| c > 0.0)
+            .collect();
+        cycles.sort_by(f64::total_cmp);
+        let median = cycles.get(cycles.len() / 2).copied().unwrap_or(0.0);
+        let cohort = (2.0 * median.max(self.flush_us)).min(MAX_PATIENCE_US);
+        let target = if self.patience_us < cohort / 4.0 {
+            cohort
+        } else {
+            // From a long patience, alternately an eighth of it and zero: the rate may be flat
+            // from the cohort's whole spread upwards while a shorter wait does better.
+            self.explorations_down += 1;
+            if self.explorations_down % 2 == 1 {
+                let t = self.patience_us / EXPLORE_DIVISOR;
+                if t < MIN_PATIENCE_US {
+                    0.0
+                } else {
+                    t
+                }
+            } else {
+                0.0
+            }
+        };
+        Probe::Explore(target)
     }
 
     /// Patience in force in the current epoch, µs (the probe's, not the centre's).
     fn effective_patience(&self) -> f64 {
         let p = self.patience_us.max(0.0);
         match self.probe {
+            Probe::Explore(target) => target,
             Probe::Up => (p.max(MIN_PATIENCE_US) * STEP).min(MAX_PATIENCE_US),
             Probe::Down => {
                 let d = p / STEP;
@@ -352,6 +545,64 @@ mod tests {
         policy: Policy,
         secs: u64,
     ) -> f64 {
+        Sim {
+            clients,
+            think,
+            latency,
+            iops,
+            change: None,
+            late_clients: None,
+            window: (1_000_000, secs * 1_000_000),
+        }
+        .run(policy)
+    }
+
+    /// One simulated run. The device's IOPS cap may change at a point in time (`change`:
+    /// (µs, new cap)); only the first clients may run at first (`late_clients`: (µs, clients
+    /// before then)); commits are counted in `window` (µs, half open).
+    struct Sim {
+        clients: usize,
+        think: u64,
+        latency: u64,
+        iops: u64,
+        change: Option<(u64, u64)>,
+        late_clients: Option<(u64, usize)>,
+        window: (u64, u64),
+    }
+
+    impl Sim {
+        /// Commits/s in the window.
+        fn run(&self, policy: Policy) -> f64 {
+            let commits = simulate_inner(self, policy);
+            commits as f64 * 1e6 / (self.window.1 - self.window.0) as f64
+        }
+    }
+
+    fn simulate_load_change(iops: u64) -> f64 {
+        Sim {
+            clients: 10,
+            think: 1000,
+            latency: 200,
+            iops,
+            change: None,
+            late_clients: Some((3_000_000, 1)),
+            window: (4_000_000, 6_000_000),
+        }
+        .run(Policy::Adaptive)
+    }
+
+    /// Runs `sim` and returns the commits counted in its window.
+    fn simulate_inner(sim: &Sim, policy: Policy) -> u64 {
+        let &Sim {
+            clients,
+            think,
+            latency,
+            iops,
+            change,
+            late_clients,
+            window,
+        } = sim;
+        let end = window.1;
         let mut rng = Rng(0x9E37_79B9_7F4A_7C15 ^ (clients as u64) ^ (iops << 20));
         let mut ctl = Controller::new();
         let mut dev = Device {
@@ -361,7 +612,11 @@ mod tests {
         };
         let mut q: BinaryHeap<Reverse<(u64, Ev)>> = BinaryHeap::new();
         for c in 0..clients {
-            q.push(Reverse((rng.jitter(think, 50), Ev::Arrive(c))));
+            let start = match late_clients {
+                Some((at, before)) if c >= before => at,
+                _ => 0,
+            };
+            q.push(Reverse((start + rng.jitter(think, 50), Ev::Arrive(c))));
         }
         let mut waiting: Vec<usize> = Vec::new(); // queued for a free flight slot
         let mut group: Vec<usize> = Vec::new(); // members of the open group
@@ -375,12 +630,17 @@ mod tests {
             _ => 1,
         };
         let mut group_id = 0u64;
-        let end = secs * 1_000_000;
         let mut commits = 0u64;
 
         while let Some(Reverse((now, ev))) = q.pop() {
             if now > end {
                 break;
+            }
+            if let Some((at, cap)) = change {
+                if now >= at && dev.iops != cap {
+                    dev.iops = cap;
+                    dev.next_token = now as f64;
+                }
             }
             // What happened to the open group: opened now, an arrival joined, or its timer.
             let mut opened_now = false;
@@ -415,7 +675,7 @@ mod tests {
                         ctl.on_flush_done(now, now - issued, members.len() as u64);
                         for &c in &members {
                             ctl.on_release(now, c as u64);
-                            if now >= 1_000_000 {
+                            if now >= window.0 && now < window.1 {
                                 commits += 1;
                             }
                             q.push(Reverse((now + rng.jitter(think, 50), Ev::Arrive(c))));
@@ -460,7 +720,7 @@ mod tests {
                 q.push(Reverse((done, Ev::FlushDone(id))));
             }
         }
-        commits as f64 / (secs - 1) as f64
+        commits
     }
 
     const DELAYS: [u64; 11] = [0, 10, 100, 200, 500, 750, 1000, 1250, 1500, 2000, 3000];
@@ -538,6 +798,74 @@ mod tests {
             for &clients in &[1usize, 10, 64] {
                 check(clients, 1000, 200, iops);
             }
+        }
+    }
+
+    /// The best fixed delay's throughput for a device that does not change.
+    fn best_fixed(clients: usize, think: u64, latency: u64, iops: u64) -> (u64, f64) {
+        DELAYS
+            .iter()
+            .map(|&d| {
+                let t = simulate(
+                    clients,
+                    think,
+                    latency,
+                    iops,
+                    Policy::Fixed {
+                        delay: d,
+                        siblings: 5,
+                    },
+                    4,
+                );
+                (d, t)
+            })
+            .fold((0, 0.0), |a, b| if b.1 > a.1 { b } else { a })
+    }
+
+    #[test]
+    fn settles_within_about_a_second_after_the_disk_changes() {
+        // The disk changes at 3 s; throughput from 4 s to 6 s must be within 10% of the best
+        // fixed delay for the new disk (measured on a disk that was always like it).
+        for (before, after) in [(0u64, 1000u64), (1000, 0), (5000, 1000)] {
+            for clients in [10usize, 64] {
+                let sim = Sim {
+                    clients,
+                    think: 1000,
+                    latency: 200,
+                    iops: before,
+                    change: Some((3_000_000, after)),
+                    late_clients: None,
+                    window: (4_000_000, 6_000_000),
+                };
+                let adaptive = sim.run(Policy::Adaptive);
+                let (d, best) = best_fixed(clients, 1000, 200, after);
+                eprintln!(
+                    "clients {clients:>2} iops {before:>5} -> {after:>5}: adaptive {adaptive:>7.0} tps 1-3 s after the change, best fixed {best:>7.0} at {d} µs ({:.2})",
+                    adaptive / best
+                );
+                assert!(
+                    adaptive >= 0.9 * best,
+                    "{clients} clients, {before} -> {after} IOPS: adaptive {adaptive:.0} tps < 90% of {best:.0}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn settles_within_about_a_second_after_the_load_changes() {
+        // From 1 client for 3 s to 10 clients (9 of them start at 3 s): 1-3 s later,
+        // within 10% of the best fixed delay for 10 clients.
+        for iops in [0u64, 1000] {
+            let (_, best) = best_fixed(10, 1000, 200, iops);
+            let adaptive = simulate_load_change(iops);
+            eprintln!(
+                "iops {iops:>5}, 1 -> 10 clients: adaptive {adaptive:>7.0} tps 1-3 s after, best fixed {best:>7.0} ({:.2})",
+                adaptive / best
+            );
+            assert!(
+                adaptive >= 0.9 * best,
+                "{iops} IOPS: {adaptive:.0} < 90% of {best:.0}"
+            );
         }
     }
 
