@@ -23,6 +23,8 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+pub mod fault;
+
 /// How to open a file.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct OpenMode {
