@@ -24,6 +24,10 @@ use std::time::Duration;
 pub(crate) trait FlushDevice {
     /// End of everything inserted so far: a closed group's flush target, bytes.
     fn inserted(&self) -> u64;
+    /// Inserts a flush mark attesting that everything before `durable` is durable (see
+    /// DESIGN.md, "Flush marks"), if that says more than the last mark. Called by a leader,
+    /// with no lock held, before it reads its target, so its flush carries the mark.
+    fn mark(&self, durable: u64);
     /// Writes and syncs everything before `target`. Called with no lock held, possibly by two
     /// leaders at once for consecutive targets. Must panic (PANIC) on an I/O failure.
     fn write_and_sync(&self, target: u64);
@@ -282,6 +286,11 @@ impl GroupCommit {
             drop(st);
             panic!("PANIC: an earlier WAL write or fsync failed; WAL durability is unknown");
         }
+        // The flush mark goes into this flush (inserted before the target is read). Others
+        // may join the open group meanwhile; only this leader closes it.
+        drop(st);
+        dev.mark(self.flushed());
+        let mut st = self.state.lock();
         let g = st.open.take().expect("only the leader closes its group");
         debug_assert_eq!(g.id, id);
         let issued_us = now_us();

@@ -73,6 +73,13 @@ pub struct Record {
 /// `Record::flags` bit: the record's blocks must be redone together.
 pub const RECORD_MULTI_BLOCK_ATOMIC: u8 = 0x01;
 
+/// Resource manager of the WAL's own records. [`Wal::insert`] refuses it from callers, so no
+/// other record can be taken for one.
+pub const RM_WAL: RmgrId = RmgrId(0xFF);
+/// Flush mark: main data = u64 LSN before which everything was durable when the mark was
+/// inserted. No blocks; the reader skips it. See DESIGN.md, "Flush marks".
+pub const WAL_FLUSH_MARK: u8 = 0x01;
+
 /// A record read back from the WAL.
 #[derive(Clone, Debug, PartialEq)]
 pub struct DecodedRecord {

@@ -71,6 +71,11 @@ fn session_id() -> u64 {
     })
 }
 
+/// Room kept in reserve beyond every [`Wal::check_space`], bytes: records inserted without a
+/// check (abort records, checkpoint records, flush marks) and inserts that race between their
+/// check and their reservation come out of it.
+pub const WAL_SPACE_RESERVE: u64 = WAL_SEGMENT_SIZE;
+
 /// Flushes in flight at once when the adaptive controller is not batching (its patience is
 /// zero): the next group's write and sync are issued while the previous sync completes.
 pub const MAX_FLUSHES_IN_FLIGHT: usize = 2;
@@ -175,6 +180,11 @@ pub struct Wal {
     segments: Mutex<()>,
     /// Insert segment for which the segments ahead were last checked.
     prealloc_checked_seg: AtomicU64,
+    /// Durable position the last flush mark attested.
+    last_mark: AtomicU64,
+    /// End of the segments known to exist contiguously from the insert position's, bytes:
+    /// WAL up to here can be written without creating a segment.
+    space_end: AtomicU64,
     stats: Counters,
     writer: Mutex<Option<JoinHandle<()>>>,
     writer_ctl: Arc<WriterCtl>,
@@ -265,6 +275,7 @@ impl Wal {
             dir.display()
         )))?;
         scrub_after_end(vfs.as_ref(), &dir, end_lsn.0, init_opts(&cfg))?;
+        sync_replayed(vfs.as_ref(), &dir, redo_lsn.0.min(end_lsn.0), end_lsn.0)?;
         let end = end_lsn.0;
         let tail = if cfg.direct {
             read_partial_block(vfs.as_ref(), &dir, end)?
@@ -292,6 +303,8 @@ impl Wal {
             batches: SyncBatches::new(end),
             segments: Mutex::new(()),
             prealloc_checked_seg: AtomicU64::new(u64::MAX),
+            last_mark: AtomicU64::new(0),
+            space_end: AtomicU64::new(segment_of(end) * WAL_SEGMENT_SIZE),
             stats: Counters::default(),
             writer: Mutex::new(None),
             writer_ctl: Arc::new(WriterCtl {
@@ -300,6 +313,7 @@ impl Wal {
             }),
         });
         wal.preallocate_ahead()?;
+        wal.refresh_space_end();
         Ok(wal)
     }
 
@@ -322,11 +336,31 @@ impl Wal {
     /// If the record breaks the format's limits (see [`crate::record_len`]) or a write fails.
     pub fn insert(&self, assemble: &mut dyn FnMut(Lsn) -> Record) -> Result<(Lsn, Lsn)> {
         let mut buf = ENCODE_BUF.with(|b| std::mem::take(&mut *b.borrow_mut()));
-        let result = self.insert_encoded(assemble, &mut buf);
+        let result = self.insert_encoded(
+            &mut |redo| {
+                let rec = assemble(redo);
+                assert!(
+                    rec.rmgr != crate::RM_WAL,
+                    "resource manager {} is reserved for the WAL's own records",
+                    crate::RM_WAL.0
+                );
+                rec
+            },
+            &mut buf,
+        );
         if buf.capacity() <= MAX_CACHED_ENCODE_BYTES {
             ENCODE_BUF.with(|b| *b.borrow_mut() = buf);
         }
         Ok(result)
+    }
+
+    /// [`Wal::insert`] for the WAL's own records: no statistics beyond the WAL's counters.
+    fn insert_encoded_quiet(&self, assemble: &mut dyn FnMut(Lsn) -> Record) {
+        let mut buf = ENCODE_BUF.with(|b| std::mem::take(&mut *b.borrow_mut()));
+        self.insert_encoded(assemble, &mut buf);
+        if buf.capacity() <= MAX_CACHED_ENCODE_BYTES {
+            ENCODE_BUF.with(|b| *b.borrow_mut() = buf);
+        }
     }
 
     fn insert_encoded(
@@ -630,6 +664,56 @@ impl Wal {
             }
         }
         self.prealloc_checked_seg.store(cur, Ordering::Release);
+        self.refresh_space_end();
+        Ok(())
+    }
+
+    /// Advances `space_end` over segments that exist (preallocated or recycled).
+    fn refresh_space_end(&self) {
+        let mut end = self.space_end.load(Ordering::Acquire);
+        while self
+            .vfs
+            .exists(&segment::segment_path(&self.cfg.dir, segment_of(end)))
+        {
+            end = (segment_of(end) + 1) * WAL_SEGMENT_SIZE;
+        }
+        self.space_end.fetch_max(end, Ordering::AcqRel);
+    }
+
+    /// Makes sure `bytes` more of WAL, plus [`WAL_SPACE_RESERVE`], can be inserted without
+    /// creating a segment on the write path, creating (preallocating) segments now if needed.
+    /// Storage calls it before it changes any page for a row write or a commit, so that a full
+    /// disk fails the statement cleanly instead of PANICking in the WAL writer, where a failed
+    /// segment creation is fatal.
+    ///
+    /// # Errors
+    /// 53100 (disk full) if a segment could not be created for lack of space; other I/O
+    /// errors.
+    pub fn check_space(&self, bytes: u64) -> Result<()> {
+        let need = self
+            .insert_pos
+            .load(Ordering::SeqCst)
+            .saturating_add(bytes)
+            .saturating_add(WAL_SPACE_RESERVE);
+        if need <= self.space_end.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        let _g = self.segments.lock();
+        self.refresh_space_end();
+        while self.space_end.load(Ordering::Acquire) < need {
+            let segno = segment_of(self.space_end.load(Ordering::Acquire));
+            segment::preallocate(
+                self.vfs.as_ref(),
+                &self.cfg.dir,
+                segno,
+                init_opts(&self.cfg),
+            )
+            .map_err(io_err(format!(
+                "could not create WAL segment {}",
+                segment_file_name(segno)
+            )))?;
+            self.refresh_space_end();
+        }
         Ok(())
     }
 
@@ -740,6 +824,7 @@ impl Wal {
                 "could not sync directory {}",
                 dir.display()
             )))?;
+            self.refresh_space_end();
         }
         Ok(())
     }
@@ -831,6 +916,20 @@ impl Drop for Wal {
 impl FlushDevice for Wal {
     fn inserted(&self) -> u64 {
         self.insert_pos.load(Ordering::SeqCst)
+    }
+
+    fn mark(&self, durable: u64) {
+        if self.last_mark.fetch_max(durable, Ordering::AcqRel) >= durable {
+            return;
+        }
+        self.insert_encoded_quiet(&mut |_| Record {
+            rmgr: crate::RM_WAL,
+            info: crate::WAL_FLUSH_MARK,
+            xid: walnut_common::Xid::INVALID,
+            flags: 0,
+            blocks: Vec::new(),
+            main_data: durable.to_le_bytes().to_vec(),
+        });
     }
 
     /// The leader's work (`XLogWrite` + `issue_xlog_fsync`): waits for insertions below
@@ -982,6 +1081,21 @@ fn read_partial_block(vfs: &dyn Vfs, dir: &std::path::Path, end: u64) -> Result<
     Ok(buf)
 }
 
+/// Syncs the segments holding `[from, end)`: after a process crash, what recovery read may
+/// exist only in the page cache, and the first flush of this run declares everything before
+/// `end` durable (PostgreSQL's `SyncDataDirectory` at the start of crash recovery).
+fn sync_replayed(vfs: &dyn Vfs, dir: &std::path::Path, from: u64, end: u64) -> Result<()> {
+    for segno in segment_of(from)..=segment_of(end) {
+        let ctx = || format!("could not sync WAL segment {}", segment_file_name(segno));
+        if let Some(f) = segment::open_existing(vfs, dir, segno).map_err(io_err(ctx()))? {
+            if let Err(e) = f.sync_data() {
+                walnut_common::panic_fatal(&format!("{}: {e}", ctx()));
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Destroys records a crashed run may have left at or after `end` (see [`Wal::open`]): makes
 /// sure the segment holding `end` exists, zero-fills its tail if it holds such a record, and
 /// zero-fills any later segment that does. Recycled and preallocated segments are untouched.
@@ -1032,12 +1146,14 @@ impl WalReader {
         })
     }
 
-    /// The next valid record, or `None` at the end of valid WAL: missing next segment, zero
-    /// length, bad length, LSN mismatch (stale record in a recycled segment), truncated record
-    /// or bad CRC. After `None`, further calls return `None` again.
+    /// The next valid record (flush marks are skipped), or `None` at the end of valid WAL:
+    /// missing next segment, zero length, bad length, LSN mismatch (stale record in a recycled
+    /// segment), truncated record or bad CRC — unless a later flush mark attests that the bad
+    /// position had been durable. After `None`, further calls return `None` again.
     ///
     /// # Errors
-    /// I/O errors.
+    /// I/O errors; corruption (naming the LSN) when WAL that had been durable is invalid and
+    /// valid WAL follows it (see the decision table in `reader.rs` and DESIGN.md).
     pub fn next_record(&mut self) -> Result<Option<DecodedRecord>> {
         self.state.next_record()
     }

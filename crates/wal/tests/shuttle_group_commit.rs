@@ -127,6 +127,8 @@ impl FlushDevice for MockDevice {
         self.inserted.load(Ordering::SeqCst)
     }
 
+    fn mark(&self, _durable: u64) {}
+
     fn write_and_sync(&self, target: u64) {
         let (took, upto, batch) = {
             let mut io = self.io.lock().unwrap();
