@@ -68,6 +68,7 @@ impl SqlState {
     pub const INTERNAL_ERROR: SqlState = SqlState("XX000");
     pub const IO_ERROR: SqlState = SqlState("58030");
     pub const CANT_CHANGE_RUNTIME_PARAM: SqlState = SqlState("55P02");
+    pub const OBJECT_NOT_IN_PREREQUISITE_STATE: SqlState = SqlState("55000");
     pub const UNDEFINED_PARAMETER_NAME: SqlState = SqlState("42704");
 }
 

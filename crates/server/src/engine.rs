@@ -186,8 +186,28 @@ pub fn open_handle(dir: &Path, settings: &[(String, String)]) -> Result<Arc<Hand
         let range = config.wal_sync_range && config.wal_init_zero;
         config.wal_sync_method = probe_sync_method(&dir.join("wal"), config.io_direct_wal, range);
     }
-    let storage = Storage::open(Arc::new(walnut_io::RealVfs), dir, config)?;
+    let storage = Storage::open(server_vfs()?, dir, config)?;
     Ok(Arc::new(Handle { storage }))
+}
+
+/// The file system the server uses: the real one, or, when the environment variable
+/// `WALNUT_FAULT_SYNC_EIO=FILTER:N` is set (tests only), the real one with the Nth sync of a
+/// file whose path contains FILTER failing with EIO (`walnut_io::fault::InjectVfs`), so that an
+/// end-to-end test can watch the server PANIC on a failed fsync and recover.
+///
+/// # Errors
+/// 22023 if the variable is malformed.
+fn server_vfs() -> Result<Arc<dyn walnut_io::Vfs>> {
+    let real: Arc<dyn walnut_io::Vfs> = Arc::new(walnut_io::RealVfs);
+    let Ok(spec) = std::env::var("WALNUT_FAULT_SYNC_EIO") else {
+        return Ok(real);
+    };
+    let (filter, n) = walnut_io::fault::parse_sync_eio_spec(&spec)
+        .map_err(|e| invalid("WALNUT_FAULT_SYNC_EIO", &e))?;
+    tracing::warn!(
+        "fault injection: sync number {n} of a file matching \"{filter}\" will fail with EIO"
+    );
+    Ok(Arc::new(walnut_io::fault::InjectVfs::new(real, &filter, n)))
 }
 
 /// Fails cleanly, before recovery touches the WAL, if the file system under `wal_dir` refuses

@@ -64,6 +64,11 @@ impl Server {
     }
 
     fn start(&mut self, extra: &[&str]) {
+        self.start_env(extra, &[]);
+    }
+
+    /// Starts the server with `-c` settings `extra` and environment variables `env`.
+    fn start_env(&mut self, extra: &[&str], env: &[(&str, &str)]) {
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
@@ -76,6 +81,7 @@ impl Server {
         for e in extra {
             cmd.args(["-c", e]);
         }
+        cmd.envs(env.iter().copied());
         let child = cmd
             .stdout(log.try_clone().unwrap())
             .stderr(log)
@@ -201,6 +207,21 @@ fn processed(out: &Output) -> i64 {
         })
 }
 
+/// TPC-B's consistency conditions, for a database only tpcb-like transactions changed: every
+/// transaction adds its delta to one account, one teller, one branch and one history row, so
+/// the four sums agree.
+fn check_tpcb_invariants_strict(s: &Server) {
+    check_tpcb_invariants(s);
+    let tbal = s.query_i64("select coalesce(sum(tbalance), 0) from pgbench_tellers");
+    let delta = s.query_i64("select coalesce(sum(delta), 0) from pgbench_history");
+    assert_eq!(
+        tbal, delta,
+        "sum(tbalance) must equal sum(delta) of pgbench_history"
+    );
+}
+
+/// The conditions that hold whatever pgbench script ran (simple-update changes only accounts
+/// and history): sum(abalance) = sum(delta), sum(tbalance) = sum(bbalance).
 fn check_tpcb_invariants(s: &Server) {
     let abal = s.query_i64("select coalesce(sum(abalance), 0) from pgbench_accounts");
     let delta = s.query_i64("select coalesce(sum(delta), 0) from pgbench_history");
@@ -211,6 +232,26 @@ fn check_tpcb_invariants(s: &Server) {
     let tbal = s.query_i64("select coalesce(sum(tbalance), 0) from pgbench_tellers");
     let bbal = s.query_i64("select coalesce(sum(bbalance), 0) from pgbench_branches");
     assert_eq!(tbal, bbal, "sum(tbalance) must equal sum(bbalance)");
+}
+
+/// Stops the server cleanly, runs `walnut verify` on its data directory (which must find no
+/// problem), and starts it again with `settings`.
+fn verify_offline(s: &mut Server, settings: &[&str]) {
+    s.stop();
+    let out = Command::new(env!("CARGO_BIN_EXE_walnut"))
+        .args(["verify", "-D"])
+        .arg(&s.dir)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "walnut verify failed ({:?}):\n{}{}\nserver log:\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+        s.log()
+    );
+    s.start(settings);
 }
 
 #[test]
@@ -283,6 +324,15 @@ INSERT INTO pgbench_history (tid, bid, aid, delta, mtime, filler) VALUES (:tid, 
 END;
 ";
 
+/// How a crash round ends.
+#[derive(Clone, Copy, Debug)]
+enum Ending {
+    /// The test kills the server with SIGKILL after this long.
+    KillAfter(Duration),
+    /// The server dies by itself (an injected fault makes it PANIC); the test waits for it.
+    ServerDies,
+}
+
 /// Runs tagged tpcb-like with `clients`, kills the server with SIGKILL after `after`, restarts
 /// it, and checks that every transaction pgbench saw committed is in pgbench_history and that
 /// the balances still agree. Returns the committed count.
@@ -291,6 +341,17 @@ fn crash_round(
     script: &Path,
     clients: usize,
     after: Duration,
+    restart: &[&str],
+) -> i64 {
+    crash_round_ending(s, script, clients, Ending::KillAfter(after), restart)
+}
+
+/// [`crash_round`] with either ending.
+fn crash_round_ending(
+    s: &mut Server,
+    script: &Path,
+    clients: usize,
+    ending: Ending,
     restart: &[&str],
 ) -> i64 {
     let logdir = tempfile::tempdir().unwrap();
@@ -317,8 +378,32 @@ fn crash_round(
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    std::thread::sleep(after);
-    s.kill9();
+    match ending {
+        Ending::KillAfter(after) => {
+            std::thread::sleep(after);
+            s.kill9();
+        }
+        Ending::ServerDies => {
+            let mut c = s.child.take().unwrap();
+            let t0 = Instant::now();
+            let status = loop {
+                if let Some(st) = c.try_wait().unwrap() {
+                    break st;
+                }
+                if t0.elapsed() > Duration::from_secs(90) {
+                    let _ = c.kill();
+                    panic!("the server did not PANIC:\n{}", s.log());
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            };
+            assert!(!status.success(), "the server exited cleanly: {status}");
+            assert!(
+                s.log().contains("PANIC"),
+                "no PANIC in the log:\n{}",
+                s.log()
+            );
+        }
+    }
     let _ = bench.wait();
     // pgbench -l writes one line per completed (committed) transaction: client_id first.
     let mut committed: HashMap<i64, i64> = HashMap::new();
@@ -330,7 +415,7 @@ fn crash_round(
         }
     }
     s.start(restart);
-    check_tpcb_invariants(s);
+    check_tpcb_invariants_strict(s);
     let total: i64 = committed.values().sum();
     assert!(
         total > 0,
@@ -356,6 +441,11 @@ fn crash_round(
     total
 }
 
+/// Item 6 of the crash-safety issue: pgbench tpcb-like from 16 clients, killed with SIGKILL at
+/// random moments, `WALNUT_KILL_ROUNDS` times in a row (default 3; `WALNUT_KILL_SEED` replays
+/// the moments). After each restart: the TPC-B invariants, every commit pgbench logged is in
+/// pgbench_history, and `walnut verify` after a clean stop. `scripts/kill9.sh N` runs it N
+/// times.
 #[test]
 fn kill_9_during_tpcb_loses_no_acknowledged_commit() {
     let mut s = Server::new(&["shared_buffers=32MB", "max_wal_size=32MB"]);
@@ -371,18 +461,81 @@ fn kill_9_during_tpcb_loses_no_acknowledged_commit() {
         .unwrap()
         .write_all(TPCB_TAGGED.as_bytes())
         .unwrap();
-    let rounds: u64 = std::env::var("WALNUT_CRASH_ROUNDS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(2);
+    let env = |name: &str| std::env::var(name).ok().and_then(|v| v.parse::<u64>().ok());
+    let rounds = env("WALNUT_KILL_ROUNDS").unwrap_or(3);
+    let seed = env("WALNUT_KILL_SEED").unwrap_or_else(|| {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(1, |d| d.as_nanos() as u64)
+    });
+    eprintln!("kill -9 test: {rounds} rounds, seed {seed} (replay with WALNUT_KILL_SEED={seed})");
+    let mut rng = seed;
+    let settings = ["shared_buffers=32MB", "max_wal_size=32MB"];
+    let mut total = 0;
     for round in 0..rounds {
-        // Deliberately irregular kill points (not a timing assertion: any point must be safe).
-        let after = Duration::from_millis(1500 + (round * 1373) % 2500);
-        let n = crash_round(&mut s, &script, 8, after, &["max_wal_size=32MB"]);
+        // splitmix64: a kill moment between 0.8 s and 4 s (any moment must be safe).
+        rng = rng.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = rng;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        let after = Duration::from_millis(800 + (z ^ (z >> 31)) % 3200);
+        let n = crash_round(&mut s, &script, 16, after, &settings);
+        total += n;
         eprintln!(
-            "crash round {round}: {n} acknowledged commits verified after kill -9 at {after:?}"
+            "kill -9 round {round}: {n} acknowledged commits verified after a kill at {after:?}"
         );
+        verify_offline(&mut s, &settings);
     }
+    eprintln!("kill -9 test: {rounds} kills, {total} acknowledged commits verified");
+}
+
+/// A failed fsync is never retried: the server PANICs (aborts) at the first failed sync of the
+/// WAL, and of a data file during a checkpoint, and the restart recovers every acknowledged
+/// commit. The faults come from `WALNUT_FAULT_SYNC_EIO` (`walnut_io::fault::InjectVfs`).
+#[test]
+fn failed_fsync_panics_and_recovery_loses_nothing_acknowledged() {
+    let settings = ["shared_buffers=32MB", "max_wal_size=32MB"];
+    let mut s = Server::new(&settings);
+    let init = s.pgbench(&["-i", "-s", "1"]);
+    assert!(
+        init.status.success(),
+        "{}",
+        String::from_utf8_lossy(&init.stderr)
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let script = dir.path().join("tpcb_tagged.sql");
+    std::fs::write(&script, TPCB_TAGGED).unwrap();
+
+    // The 200th sync of a WAL segment fails, while pgbench commits.
+    s.stop();
+    s.start_env(&settings, &[("WALNUT_FAULT_SYNC_EIO", "/wal/:200")]);
+    let n = crash_round_ending(&mut s, &script, 8, Ending::ServerDies, &settings);
+    eprintln!("WAL fsync failure: {n} acknowledged commits recovered");
+    verify_offline(&mut s, &settings);
+
+    // The first sync of a data file fails: the next checkpoint's.
+    s.stop();
+    s.start_env(&settings, &[("WALNUT_FAULT_SYNC_EIO", "/base/:1")]);
+    let bench = s.pgbench(&["-n", "-b", "tpcb-like", "-c", "4", "-t", "200"]);
+    assert!(
+        bench.status.success(),
+        "{}",
+        String::from_utf8_lossy(&bench.stderr)
+    );
+    let before = s.query_i64("select count(*) from pgbench_history");
+    let ckpt = s.psql("checkpoint");
+    assert!(!ckpt.status.success(), "the checkpoint cannot succeed");
+    let mut c = s.child.take().unwrap();
+    let status = c.wait().unwrap();
+    assert!(
+        !status.success(),
+        "the server must PANIC, not go on: {status}"
+    );
+    assert!(s.log().contains("PANIC"), "{}", s.log());
+    s.start(&settings);
+    check_tpcb_invariants_strict(&s);
+    assert_eq!(s.query_i64("select count(*) from pgbench_history"), before);
+    verify_offline(&mut s, &settings);
 }
 
 /// The foundation's kill -9 test, once per `wal_sync_method` (`fdatasync` with and without

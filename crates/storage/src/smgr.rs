@@ -150,10 +150,12 @@ impl Smgr {
         Ok(())
     }
 
-    /// Writes block `block` (not durable until [`Smgr::sync_all`]).
+    /// Writes block `block` (not durable until [`Smgr::sync_all`]). A failed write that
+    /// extended the file part way is cut back to whole blocks (a data file is never left
+    /// half-extended).
     ///
     /// # Errors
-    /// I/O errors.
+    /// I/O errors (53100 for ENOSPC).
     pub fn write(&self, rel: &Relation, block: BlockNumber, buf: &[u8]) -> Result<()> {
         let off = block.0 as u64 * BLCKSZ as u64;
         {
@@ -163,6 +165,15 @@ impl Smgr {
             }
         }
         rel.file.write_at(&buf[..BLCKSZ], off).map_err(|e| {
+            // A write past the end that failed part way (ENOSPC after a short write) must not
+            // leave a partial block: cut the file back to where the block starts. If even that
+            // fails, the length is not a whole number of blocks and the next open rounds it
+            // down; the block is still in the buffer pool and is written again later.
+            if let Ok(len) = rel.file.len() {
+                if len > off && len < off + BLCKSZ as u64 {
+                    let _ = rel.file.set_len(off);
+                }
+            }
             Error::io(
                 format!(
                     "could not write block {} in file \"base/{}\"",

@@ -21,6 +21,13 @@ use walnut_common::value::{decode_row, encode_key, encode_row};
 use walnut_common::{BlockNumber, Error, RelFileId, Result, SqlState, TableDef, Tid, Value, Xid};
 use walnut_wal::{FlushOpts, Record};
 
+/// WAL one row write may need at most, bytes: a heap record and a B-tree record, each with a
+/// full-page image, and a split of a few levels, all images (checked with
+/// `Wal::check_space` before any page changes, so a full disk fails the statement cleanly).
+const ROW_WAL_BOUND: u64 = 16 * walnut_common::BLCKSZ as u64;
+/// WAL a commit record may need, bytes.
+const COMMIT_WAL_BOUND: u64 = 4096;
+
 /// What an update or delete did (see `walnut_sql::storage::WriteOutcome`).
 #[derive(Clone, Debug, PartialEq)]
 pub enum RowWrite {
@@ -303,8 +310,9 @@ impl Txn {
     /// Inserts a row.
     ///
     /// # Errors
-    /// 23505 on a duplicate primary key.
+    /// 23505 on a duplicate primary key; 53100 if the WAL cannot get space (nothing changed).
     pub fn insert(&mut self, info: &TableInfo, row: &[Value]) -> Result<()> {
+        self.st.wal().check_space(ROW_WAL_BOUND)?;
         let xid = self.xid();
         let rel = self.st.smgr.open(info.relfile)?;
         let mut data = Vec::with_capacity(64);
@@ -404,6 +412,7 @@ impl Txn {
         mut tid: Tid,
         new_row: Option<&[Value]>,
     ) -> Result<RowWrite> {
+        self.st.wal().check_space(ROW_WAL_BOUND)?;
         let xid = self.xid();
         let rel = self.st.smgr.open(info.relfile)?;
         let mut data = Vec::new();
@@ -489,8 +498,13 @@ impl Txn {
     /// Commits: commit record, flush (group commit) if synchronous, then visibility.
     ///
     /// # Errors
-    /// I/O errors from the WAL.
+    /// I/O errors from the WAL; 53100 if the disk is too full for the commit record (the
+    /// transaction is then rolled back).
     pub fn commit(mut self, s: CommitSettings) -> Result<()> {
+        if self.xid.is_valid() {
+            // On a full disk the commit fails here, before its record, and `Drop` aborts.
+            self.st.wal().check_space(COMMIT_WAL_BOUND)?;
+        }
         self.finished = true;
         if !self.xid.is_valid() {
             return Ok(());

@@ -1,0 +1,783 @@
+//! `walnut verify`: an offline check of a cleanly shut down data directory, like PostgreSQL's
+//! `pg_checksums --check` and amcheck's `bt_index_parent_check(heapallindexed => true)` together.
+//!
+//! It reads files only (through the [`Vfs`], so crash tests can run it on a fault-injecting
+//! file system) and changes nothing. What it checks, in order:
+//!
+//! 1. **Control and status files**: readable, CRC valid; the cluster was shut down cleanly
+//!    (otherwise the pages need redo first, and this is an error, not a finding).
+//! 2. **Every page of every relation file** (`base/*`): all zero (never written) or a valid
+//!    checksum and header (`page::check`); file sizes are whole pages (no half-extended file).
+//! 3. **The catalog**: every live row decodes; table names, table ids and relation files are
+//!    unique; every table's heap file exists, and an index file exists exactly when the table
+//!    has a primary key.
+//! 4. **Heaps**: every tuple parses; `prev`/`next` links point at existing tuples of the same
+//!    relation; every live row (inserter committed, no committed deleter) decodes with the
+//!    table's column types; no two live rows share a primary key.
+//! 5. **B-trees**, level by level from the root (after Lehman & Yao, as `verify_nbtree.c`):
+//!    the meta page names the root; each level is a chain of right links whose left links
+//!    point back; levels match; keys ascend strictly; every key is below the page's high key
+//!    (the rightmost page's is empty, +infinity) and the first key of a right sibling is at
+//!    least the left page's high key; each internal page's first key is empty (-infinity);
+//!    every downlink points to a page one level down whose keys lie between the downlink's key
+//!    and the next one's, and every page of a level has exactly one downlink.
+//! 6. **Index and heap agree** (heapallindexed): every leaf entry points at an existing heap
+//!    tuple whose key is the entry's key, and whose chain of older versions leads to the live
+//!    version of that key, if there is one; every live row is reached from the index exactly
+//!    once.
+//!
+//! A finding is a [`Problem`]; the report lists them all. I/O errors and an unclean state stop
+//! the check with an `Err`.
+
+use crate::catalog::{self, TableInfo};
+use crate::control::{self, ControlFile, DbState};
+use crate::heap::{self, Version};
+use crate::page::{self, PageBuf, PageKind};
+use crate::smgr::{Relation, Smgr};
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::fmt;
+use std::path::Path;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use walnut_common::value::{decode_row, encode_key};
+use walnut_common::{BlockNumber, Error, RelFileId, Result, SqlState, Tid, Xid, BLCKSZ};
+use walnut_io::Vfs;
+
+/// One inconsistency found.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Problem {
+    /// The relation file, if the problem is in one.
+    pub relfile: Option<RelFileId>,
+    /// The block, if the problem is in one.
+    pub block: Option<BlockNumber>,
+    /// What is wrong.
+    pub what: String,
+}
+
+impl fmt::Display for Problem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match (self.relfile, self.block) {
+            (Some(r), Some(b)) => write!(f, "base/{} block {}: {}", r.0, b.0, self.what),
+            (Some(r), None) => write!(f, "base/{}: {}", r.0, self.what),
+            _ => f.write_str(&self.what),
+        }
+    }
+}
+
+/// What [`verify`] checked and found.
+#[derive(Clone, Debug, Default)]
+pub struct Report {
+    /// Relation files read.
+    pub relation_files: usize,
+    /// Pages read (including all-zero ones).
+    pub pages: u64,
+    /// Tables in the catalog.
+    pub tables: usize,
+    /// Live rows.
+    pub live_rows: u64,
+    /// B-tree leaf entries.
+    pub index_entries: u64,
+    /// Relation files that no table uses (left by a transaction that created a file and did
+    /// not commit; harmless, see DESIGN.md).
+    pub orphan_files: Vec<RelFileId>,
+    /// Everything found wrong.
+    pub problems: Vec<Problem>,
+}
+
+impl Report {
+    /// True if nothing was found wrong.
+    pub fn is_ok(&self) -> bool {
+        self.problems.is_empty()
+    }
+}
+
+impl fmt::Display for Report {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for p in &self.problems {
+            writeln!(f, "ERROR: {p}")?;
+        }
+        writeln!(
+            f,
+            "{} relation files, {} pages, {} tables, {} live rows, {} index entries, {} orphan files: {}",
+            self.relation_files,
+            self.pages,
+            self.tables,
+            self.live_rows,
+            self.index_entries,
+            self.orphan_files.len(),
+            if self.is_ok() {
+                "no problems found".to_string()
+            } else {
+                format!("{} problems found", self.problems.len())
+            }
+        )
+    }
+}
+
+/// Transaction outcomes from the status file (a clean shutdown leaves none in progress).
+struct Outcomes(Vec<u8>);
+
+impl Outcomes {
+    fn committed(&self, x: Xid) -> bool {
+        x == Xid::FROZEN || self.0.get(x.0 as usize) == Some(&2)
+    }
+
+    /// Inserted by a committed transaction and not deleted by one.
+    fn live(&self, v: &Version) -> bool {
+        self.committed(v.xmin) && !(v.xmax.is_valid() && self.committed(v.xmax))
+    }
+}
+
+/// Reads one relation's pages on demand; blocks that failed their check read as `None`.
+struct Pages {
+    rel: Arc<Relation>,
+    nblocks: u32,
+    bad: HashSet<u32>,
+}
+
+struct Checker<'a> {
+    smgr: Smgr,
+    outcomes: Outcomes,
+    report: &'a mut Report,
+}
+
+impl Checker<'_> {
+    fn problem(&mut self, relfile: Option<RelFileId>, block: Option<BlockNumber>, what: String) {
+        self.report.problems.push(Problem {
+            relfile,
+            block,
+            what,
+        });
+    }
+
+    fn read(&self, pages: &Pages, block: u32) -> Result<Option<Box<PageBuf>>> {
+        if block >= pages.nblocks || pages.bad.contains(&block) {
+            return Ok(None);
+        }
+        let mut buf: Box<PageBuf> = vec![0u8; BLCKSZ]
+            .into_boxed_slice()
+            .try_into()
+            .expect("BLCKSZ");
+        self.smgr
+            .read(&pages.rel, BlockNumber(block), &mut buf[..])?;
+        Ok(Some(buf))
+    }
+
+    /// Step 2 for one file: checks every page; returns the file with its bad blocks noted.
+    fn scan_file(&mut self, id: RelFileId) -> Result<Pages> {
+        let rel = self.smgr.open(id)?;
+        let nblocks = rel.nblocks.load(Ordering::Acquire);
+        let mut pages = Pages {
+            rel,
+            nblocks,
+            bad: HashSet::new(),
+        };
+        for b in 0..nblocks {
+            let p = self.read(&pages, b)?.expect("in range");
+            self.report.pages += 1;
+            if let Err(e) = page::check(&p) {
+                self.problem(Some(id), Some(BlockNumber(b)), e.message.clone());
+                pages.bad.insert(b);
+            }
+        }
+        Ok(pages)
+    }
+
+    /// The tuple at `tid` of `pages`, if it exists and parses.
+    fn tuple(&self, pages: &Pages, tid: Tid) -> Result<Option<Version>> {
+        if !tid.is_valid() {
+            return Ok(None);
+        }
+        let Some(p) = self.read(pages, tid.block.0)? else {
+            return Ok(None);
+        };
+        if page::kind(&p) != Some(PageKind::Heap) {
+            return Ok(None);
+        }
+        let i = tid.slot as usize - 1;
+        if i >= page::slot_count(&p) {
+            return Ok(None);
+        }
+        Ok(page::item(&p, i).and_then(|it| heap::parse_version(it).ok()))
+    }
+
+    /// Every tuple of a heap file: (TID, version); malformed ones are reported and skipped.
+    fn heap_tuples(&mut self, pages: &Pages) -> Result<Vec<(Tid, Version)>> {
+        let id = pages.rel.id;
+        let mut out = Vec::new();
+        for b in 0..pages.nblocks {
+            let Some(p) = self.read(pages, b)? else {
+                continue;
+            };
+            if page::is_new(&p) {
+                continue;
+            }
+            if page::kind(&p) != Some(PageKind::Heap) {
+                self.problem(
+                    Some(id),
+                    Some(BlockNumber(b)),
+                    format!("heap file holds a page of kind {:?}", page::kind(&p)),
+                );
+                continue;
+            }
+            for i in 0..page::slot_count(&p) {
+                let Some(item) = page::item(&p, i) else {
+                    continue;
+                };
+                let tid = Tid {
+                    block: BlockNumber(b),
+                    slot: i as u16 + 1,
+                };
+                match heap::parse_version(item) {
+                    Ok(v) => out.push((tid, v)),
+                    Err(e) => self.problem(
+                        Some(id),
+                        Some(BlockNumber(b)),
+                        format!("tuple {}: {}", tid.slot, e.message),
+                    ),
+                }
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// Runs every check on the data directory `dir` (see the module documentation).
+///
+/// # Errors
+/// - bad input (55000, object not in prerequisite state) if the cluster was not shut down
+///   cleanly: its pages need redo before they can be checked;
+/// - corruption if the control or status file is unreadable;
+/// - I/O errors.
+pub fn verify(vfs: Arc<dyn Vfs>, dir: &Path) -> Result<Report> {
+    let ctl = ControlFile::read(&*vfs, dir)?;
+    if ctl.state != DbState::ShutDown {
+        return Err(Error::user(
+            SqlState::OBJECT_NOT_IN_PREREQUISITE_STATE,
+            format!(
+                "the database system in \"{}\" was not shut down cleanly; start it (crash recovery) and shut it down before verifying",
+                dir.display()
+            ),
+        ));
+    }
+    let outcomes = Outcomes(control::read_xact_status(&*vfs, dir)?);
+    let base = dir.join("base");
+    let mut report = Report::default();
+    let mut files: Vec<RelFileId> = Vec::new();
+    let names = vfs
+        .list_dir(&base)
+        .map_err(|e| Error::io(format!("could not list \"{}\"", base.display()), e))?;
+    let mut c = Checker {
+        smgr: Smgr::new(vfs.clone(), base.clone()),
+        outcomes,
+        report: &mut report,
+    };
+    for name in names {
+        match name.parse::<u32>() {
+            Ok(n) => files.push(RelFileId(n)),
+            Err(_) => c.problem(None, None, format!("base/{name} is not a relation file")),
+        }
+    }
+    files.sort();
+    let mut pages: BTreeMap<RelFileId, Pages> = BTreeMap::new();
+    for &id in &files {
+        let path = base.join(id.0.to_string());
+        let file = vfs
+            .open(&path, walnut_io::OpenMode::default())
+            .map_err(|e| Error::io(format!("could not open \"{}\"", path.display()), e))?;
+        let len = file
+            .len()
+            .map_err(|e| Error::io(format!("could not stat \"{}\"", path.display()), e))?;
+        if len % BLCKSZ as u64 != 0 {
+            c.problem(
+                Some(id),
+                None,
+                format!(
+                    "file size {len} is not a whole number of {BLCKSZ}-byte pages (half-extended)"
+                ),
+            );
+        }
+        pages.insert(id, c.scan_file(id)?);
+    }
+    c.report.relation_files = files.len();
+
+    let tables = check_catalog(&mut c, &pages)?;
+    c.report.tables = tables.len();
+    let mut used: HashSet<RelFileId> = HashSet::from([RelFileId::CATALOG]);
+    for t in &tables {
+        used.insert(t.relfile);
+        used.extend(t.index);
+        if let Some(heap_pages) = pages.get(&t.relfile) {
+            let live = check_heap(&mut c, t, heap_pages)?;
+            if let (Some(ix), Some(_)) = (t.index, t.def.primary_key.as_ref()) {
+                if let Some(ix_pages) = pages.get(&ix) {
+                    check_btree(&mut c, t, ix_pages, heap_pages, &live)?;
+                }
+            }
+        }
+    }
+    c.report.orphan_files = files.into_iter().filter(|f| !used.contains(f)).collect();
+    Ok(report)
+}
+
+/// Step 3: the live catalog rows, checked.
+fn check_catalog(
+    c: &mut Checker<'_>,
+    pages: &BTreeMap<RelFileId, Pages>,
+) -> Result<Vec<TableInfo>> {
+    let Some(cat) = pages.get(&RelFileId::CATALOG) else {
+        c.problem(None, None, "the catalog file base/1 is missing".into());
+        return Ok(Vec::new());
+    };
+    let mut tables = Vec::new();
+    for (tid, v) in c.heap_tuples(cat)? {
+        if !c.outcomes.live(&v) {
+            continue;
+        }
+        match catalog::decode(tid, &v.data) {
+            Ok(t) => tables.push(t),
+            Err(e) => c.problem(
+                Some(RelFileId::CATALOG),
+                Some(tid.block),
+                format!("catalog row {}: {}", tid.slot, e.message),
+            ),
+        }
+    }
+    let mut names = HashSet::new();
+    let mut ids = HashSet::new();
+    let mut relfiles = HashSet::new();
+    for t in &tables {
+        let name = &t.def.name;
+        if !names.insert(name.clone()) {
+            c.problem(
+                None,
+                None,
+                format!("catalog: two live tables named \"{name}\""),
+            );
+        }
+        if !ids.insert(t.table_id) {
+            c.problem(
+                None,
+                None,
+                format!("catalog: table id {} is used twice", t.table_id),
+            );
+        }
+        for f in std::iter::once(t.relfile).chain(t.index) {
+            if !relfiles.insert(f) || f == RelFileId::CATALOG {
+                c.problem(
+                    None,
+                    None,
+                    format!("catalog: relation file {} is used twice", f.0),
+                );
+            }
+            if !pages.contains_key(&f) {
+                c.problem(
+                    Some(f),
+                    None,
+                    format!("file of table \"{name}\" is missing"),
+                );
+            }
+        }
+        if t.def.primary_key.is_some() != t.index.is_some() {
+            c.problem(
+                None,
+                None,
+                format!("catalog: table \"{name}\" has a primary key without an index, or an index without a key"),
+            );
+        }
+    }
+    Ok(tables)
+}
+
+/// Step 4: returns the live rows by primary-key key (empty without a key).
+fn check_heap(c: &mut Checker<'_>, t: &TableInfo, pages: &Pages) -> Result<HashMap<Vec<u8>, Tid>> {
+    let id = t.relfile;
+    let types: Vec<_> = t.def.columns.iter().map(|col| col.ty.clone()).collect();
+    let tuples = c.heap_tuples(pages)?;
+    let exists: HashSet<Tid> = tuples.iter().map(|(tid, _)| *tid).collect();
+    let mut live: HashMap<Vec<u8>, Tid> = HashMap::new();
+    for (tid, v) in &tuples {
+        for (name, link) in [("prev", v.prev), ("next", v.next)] {
+            if link.is_valid() && !exists.contains(&link) {
+                c.problem(
+                    Some(id),
+                    Some(tid.block),
+                    format!(
+                        "tuple {}: {name} link ({},{}) points at no tuple",
+                        tid.slot, link.block.0, link.slot
+                    ),
+                );
+            }
+        }
+        if !c.outcomes.live(v) {
+            continue;
+        }
+        c.report.live_rows += 1;
+        let row = match decode_row(&types, &v.data) {
+            Ok(r) => r,
+            Err(e) => {
+                c.problem(
+                    Some(id),
+                    Some(tid.block),
+                    format!("live tuple {} does not decode: {}", tid.slot, e.message),
+                );
+                continue;
+            }
+        };
+        if let Some(pk) = &t.def.primary_key {
+            let key = encode_key(&pk.iter().map(|&i| row[i].clone()).collect::<Vec<_>>());
+            if let Some(other) = live.insert(key, *tid) {
+                c.problem(
+                    Some(id),
+                    Some(tid.block),
+                    format!(
+                        "table \"{}\": live tuples ({},{}) and ({},{}) have the same primary key",
+                        t.def.name, other.block.0, other.slot, tid.block.0, tid.slot
+                    ),
+                );
+            }
+        }
+    }
+    Ok(live)
+}
+
+/// A B-tree page read for checking: level, links, high key, (key, value) items.
+struct Node {
+    level: u16,
+    left: Option<BlockNumber>,
+    right: Option<BlockNumber>,
+    high: Vec<u8>,
+    items: Vec<(Vec<u8>, Vec<u8>)>,
+}
+
+fn parse_node(p: &PageBuf) -> Result<Node> {
+    let n = page::slot_count(p);
+    let mut items = Vec::with_capacity(n.saturating_sub(1));
+    for i in 1..n {
+        let it = page::item(p, i)
+            .ok_or_else(|| Error::corruption(format!("line pointer {i} is unused")))?;
+        let (k, v) = crate::btree::parse_item(it)?;
+        items.push((k.to_vec(), v.to_vec()));
+    }
+    Ok(Node {
+        level: crate::btree::level(p),
+        left: crate::btree::left_link(p),
+        right: crate::btree::right_link(p),
+        high: crate::btree::high_key(p)?.to_vec(),
+        items,
+    })
+}
+
+/// Steps 5 and 6 for one table's index.
+fn check_btree(
+    c: &mut Checker<'_>,
+    t: &TableInfo,
+    ix: &Pages,
+    heap_pages: &Pages,
+    live: &HashMap<Vec<u8>, Tid>,
+) -> Result<()> {
+    let id = ix.rel.id;
+    let name = t.index_name();
+    let bad = |c: &mut Checker<'_>, b: Option<u32>, what: String| {
+        c.problem(
+            Some(id),
+            b.map(BlockNumber),
+            format!("index \"{name}\": {what}"),
+        )
+    };
+    let Some(meta) = c.read(ix, 0)? else {
+        bad(c, Some(0), "meta page is missing or unreadable".into());
+        return Ok(());
+    };
+    if page::kind(&meta) != Some(PageKind::BTreeMeta) {
+        bad(c, Some(0), "block 0 is not a meta page".into());
+        return Ok(());
+    }
+    let root = u32::from_le_bytes(meta[24..28].try_into().expect("4"));
+    let root_level = u32::from_le_bytes(meta[28..32].try_into().expect("4"));
+    // Level by level: (leftmost block, expected downlinks: block -> (low key, high bound)).
+    let mut leftmost = root;
+    let mut expected: Option<HashMap<u32, (Vec<u8>, Option<Vec<u8>>)>> = None;
+    let mut seen_pages: HashSet<u32> = HashSet::from([0]);
+    let mut reached_live: HashSet<Tid> = HashSet::new();
+    for lvl in (0..=root_level).rev() {
+        let mut next_expected: HashMap<u32, (Vec<u8>, Option<Vec<u8>>)> = HashMap::new();
+        let mut next_leftmost = None;
+        let mut prev: Option<(u32, Vec<u8>)> = None; // (block, high key)
+        let mut visited_level: HashSet<u32> = HashSet::new();
+        let mut cur = Some(leftmost);
+        while let Some(b) = cur {
+            if !visited_level.insert(b) || !seen_pages.insert(b) {
+                bad(
+                    c,
+                    Some(b),
+                    format!("level {lvl}: right links loop or reach page {b} twice"),
+                );
+                break;
+            }
+            let Some(p) = c.read(ix, b)? else {
+                bad(
+                    c,
+                    Some(b),
+                    format!("level {lvl}: page is missing or failed its check"),
+                );
+                break;
+            };
+            if page::kind(&p) != Some(PageKind::BTree) {
+                bad(c, Some(b), format!("level {lvl}: not a B-tree page"));
+                break;
+            }
+            let node = match parse_node(&p) {
+                Ok(n) => n,
+                Err(e) => {
+                    bad(c, Some(b), e.message.clone());
+                    break;
+                }
+            };
+            if u32::from(node.level) != lvl {
+                bad(
+                    c,
+                    Some(b),
+                    format!("level is {}, expected {lvl}", node.level),
+                );
+            }
+            let left_ok = match &prev {
+                None => node.left.is_none(),
+                Some((pb, _)) => node.left == Some(BlockNumber(*pb)),
+            };
+            if !left_ok {
+                bad(
+                    c,
+                    Some(b),
+                    format!(
+                        "left link {:?} does not point back to its left sibling",
+                        node.left.map(|x| x.0)
+                    ),
+                );
+            }
+            if node.right.is_none() != node.high.is_empty() {
+                bad(
+                    c,
+                    Some(b),
+                    "only the rightmost page may (and must) have an empty high key".into(),
+                );
+            }
+            // Keys: strictly ascending, below the high key, at least the left sibling's high
+            // key; internal pages start with -infinity.
+            for (i, (k, _)) in node.items.iter().enumerate() {
+                if lvl > 0 && i == 0 {
+                    if !k.is_empty() {
+                        bad(c, Some(b), "first downlink's key is not -infinity".into());
+                    }
+                    continue;
+                }
+                if i > 0 && node.items[i - 1].0 >= *k {
+                    bad(c, Some(b), format!("keys out of order at item {}", i + 1));
+                }
+                if !node.high.is_empty() && *k >= node.high {
+                    bad(
+                        c,
+                        Some(b),
+                        format!("item {} is not below the high key", i + 1),
+                    );
+                }
+                if let Some((_, ph)) = &prev {
+                    if i == usize::from(lvl > 0) && *k < *ph {
+                        bad(
+                            c,
+                            Some(b),
+                            "first key is below the left sibling's high key".into(),
+                        );
+                    }
+                }
+            }
+            // The parent's downlink to this page bounds its keys.
+            if let Some(exp) = expected.as_mut() {
+                match exp.remove(&b) {
+                    None => bad(
+                        c,
+                        Some(b),
+                        "page has no downlink from the level above".into(),
+                    ),
+                    Some((lo, hi)) => {
+                        let keys = node.items.iter().skip(usize::from(lvl > 0)).map(|(k, _)| k);
+                        for k in keys {
+                            if *k < lo || hi.as_ref().is_some_and(|h| k >= h) {
+                                bad(
+                                    c,
+                                    Some(b),
+                                    "a key lies outside its parent's downlink range".into(),
+                                );
+                                break;
+                            }
+                        }
+                    }
+                }
+            }
+            if lvl > 0 {
+                for (i, (k, v)) in node.items.iter().enumerate() {
+                    let Ok(bytes) = <[u8; 4]>::try_from(v.as_slice()) else {
+                        bad(c, Some(b), format!("downlink {} is malformed", i + 1));
+                        continue;
+                    };
+                    let child = u32::from_le_bytes(bytes);
+                    let hi = match node.items.get(i + 1) {
+                        Some((nk, _)) => Some(nk.clone()),
+                        None => (!node.high.is_empty()).then(|| node.high.clone()),
+                    };
+                    if next_expected.insert(child, (k.clone(), hi)).is_some() {
+                        bad(c, Some(b), format!("two downlinks to page {child}"));
+                    }
+                    if next_leftmost.is_none() {
+                        next_leftmost = Some(child);
+                    }
+                }
+            } else {
+                for (i, (k, v)) in node.items.iter().enumerate() {
+                    c.report.index_entries += 1;
+                    let Some(tid) = Tid::from_bytes(v) else {
+                        bad(
+                            c,
+                            Some(b),
+                            format!("leaf item {} has a malformed TID", i + 1),
+                        );
+                        continue;
+                    };
+                    check_entry(c, t, heap_pages, live, b, k, tid, &mut reached_live)?;
+                }
+            }
+            prev = Some((b, node.high.clone()));
+            cur = node.right.map(|r| r.0);
+        }
+        if let Some(exp) = expected.take() {
+            for (child, _) in exp {
+                bad(
+                    c,
+                    Some(child),
+                    format!("downlink points at a page not on level {lvl}'s chain"),
+                );
+            }
+        }
+        if lvl > 0 {
+            let Some(l) = next_leftmost else {
+                bad(c, None, format!("internal level {lvl} has no downlinks"));
+                return Ok(());
+            };
+            leftmost = l;
+            expected = Some(next_expected);
+        }
+    }
+    // Pages no walk reached: a B-tree page there is garbage nothing points to.
+    for b in 1..ix.nblocks {
+        if seen_pages.contains(&b) {
+            continue;
+        }
+        if let Some(p) = c.read(ix, b)? {
+            if !page::is_new(&p) {
+                bad(c, Some(b), "page is not reachable from the root".into());
+            }
+        }
+    }
+    for (key, tid) in live {
+        if !reached_live.contains(tid) {
+            c.problem(
+                Some(t.relfile),
+                Some(tid.block),
+                format!(
+                    "live tuple {} (key {}) is not reached from index \"{}\"",
+                    tid.slot,
+                    hex(key),
+                    t.index_name()
+                ),
+            );
+        }
+    }
+    Ok(())
+}
+
+/// Step 6 for one leaf entry: the TID exists, its key is the entry's, and its chain of older
+/// versions reaches the live version of that key, if any.
+#[allow(clippy::too_many_arguments)]
+fn check_entry(
+    c: &mut Checker<'_>,
+    t: &TableInfo,
+    heap_pages: &Pages,
+    live: &HashMap<Vec<u8>, Tid>,
+    leaf: u32,
+    key: &[u8],
+    tid: Tid,
+    reached: &mut HashSet<Tid>,
+) -> Result<()> {
+    let ix = t.index.expect("checked by the caller");
+    let types: Vec<_> = t.def.columns.iter().map(|col| col.ty.clone()).collect();
+    let pk = t.def.primary_key.as_ref().expect("checked by the caller");
+    let Some(v) = c.tuple(heap_pages, tid)? else {
+        c.problem(
+            Some(ix),
+            Some(BlockNumber(leaf)),
+            format!(
+                "entry {} points at ({},{}), which is no heap tuple",
+                hex(key),
+                tid.block.0,
+                tid.slot
+            ),
+        );
+        return Ok(());
+    };
+    let row_key = decode_row(&types, &v.data)
+        .ok()
+        .map(|r| encode_key(&pk.iter().map(|&i| r[i].clone()).collect::<Vec<_>>()));
+    if row_key.as_deref() != Some(key) {
+        c.problem(
+            Some(ix),
+            Some(BlockNumber(leaf)),
+            format!(
+                "entry {} points at ({},{}), whose key differs",
+                hex(key),
+                tid.block.0,
+                tid.slot
+            ),
+        );
+        return Ok(());
+    }
+    let Some(&want) = live.get(key) else {
+        return Ok(()); // a dead chain (deleted row, aborted insert): allowed
+    };
+    let mut cur = tid;
+    for _ in 0..100_000 {
+        if cur == want {
+            if !reached.insert(want) {
+                c.problem(
+                    Some(ix),
+                    Some(BlockNumber(leaf)),
+                    format!(
+                        "two entries reach live tuple ({},{})",
+                        want.block.0, want.slot
+                    ),
+                );
+            }
+            return Ok(());
+        }
+        match c.tuple(heap_pages, cur)? {
+            Some(v) if v.prev.is_valid() => cur = v.prev,
+            _ => break,
+        }
+    }
+    c.problem(
+        Some(ix),
+        Some(BlockNumber(leaf)),
+        format!(
+            "entry {} points at ({},{}), whose older versions do not lead to the live tuple ({},{})",
+            hex(key),
+            tid.block.0,
+            tid.slot,
+            want.block.0,
+            want.slot
+        ),
+    );
+    Ok(())
+}
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}

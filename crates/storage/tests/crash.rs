@@ -1,0 +1,495 @@
+//! Randomized crash tests through the fault-injecting file system (`walnut_io::fault`).
+//!
+//! Each round runs concurrent transactions against a storage engine on a [`FaultVfs`]: money
+//! transfers between accounts (two row updates and a history insert with a long key, so the
+//! history index splits often), with checkpoints requested in between and a buffer pool small
+//! enough that pages are evicted (written) while transactions run. Every acknowledged commit
+//! goes into a ledger with the file system's sequence number at acknowledgement.
+//!
+//! Meanwhile the test takes crash images at random moments — power losses (unsynced writes
+//! dropped, torn at 512 B or 4 KiB, reordered) and process kills — which fall in the middle of
+//! checkpoints, page write-outs, splits and commits alike. Each image is recovered and checked:
+//!
+//! - every commit acknowledged before the image was taken is there (its history row);
+//! - no transaction is partly there: each account's balance is its initial balance plus the
+//!   transfers whose history rows exist, and the total is unchanged;
+//! - `walnut_storage::verify` finds no problem after recovery and a clean shutdown.
+//!
+//! `WALNUT_CRASH_SEED` replays a seed (workload and crash choices; thread interleaving is the
+//! OS's), `WALNUT_CRASH_ROUNDS` sets the number of rounds (default 4, each with
+//! `WALNUT_CRASH_IMAGES` images, default 6). The seeds used are printed.
+
+use std::collections::{BTreeMap, HashMap};
+use std::ops::Bound;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use walnut_common::{ColumnDef, DataType, SqlState, TableDef, Value};
+use walnut_io::fault::{CrashKind, FaultConfig, FaultVfs};
+use walnut_io::Vfs;
+use walnut_storage::control::DbState;
+use walnut_storage::txn::{CommitSettings, RowWrite, Txn};
+use walnut_storage::{Storage, StorageConfig};
+
+const ACCOUNTS: i32 = 50;
+const INITIAL: i64 = 1000;
+const WORKERS: u64 = 4;
+
+fn env_u64(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+/// splitmix64, for the workload's choices.
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+fn config() -> StorageConfig {
+    StorageConfig {
+        // Small: pages are evicted, so written, while transactions run.
+        shared_buffers_pages: 48,
+        checkpoint_timeout_s: 3600,
+        // A checkpoint whenever 1 MB of WAL was written since the last redo point.
+        max_wal_size_mb: 2,
+        ..Default::default()
+    }
+}
+
+fn col(name: &str, ty: DataType) -> ColumnDef {
+    ColumnDef {
+        name: name.into(),
+        ty,
+        not_null: true,
+    }
+}
+
+fn commit(t: Txn) -> walnut_common::Result<()> {
+    t.commit(CommitSettings {
+        synchronous: true,
+        flush: walnut_wal::FlushOpts {
+            commit: true,
+            ..Default::default()
+        },
+    })
+}
+
+/// One acknowledged transfer.
+#[derive(Clone, Debug)]
+struct Entry {
+    key: String,
+    from: i32,
+    to: i32,
+    amount: i64,
+    /// `FaultVfs::seq()` after the commit returned.
+    acked_at: u64,
+}
+
+fn setup(st: &Arc<Storage>) {
+    let mut t = Txn::begin(st.clone(), Arc::new(AtomicBool::new(false)));
+    t.create_table(TableDef {
+        name: "accounts".into(),
+        columns: vec![col("aid", DataType::Int4), col("balance", DataType::Int8)],
+        primary_key: Some(vec![0]),
+        fillfactor: 100,
+    })
+    .unwrap();
+    t.create_table(TableDef {
+        name: "history".into(),
+        columns: vec![
+            col("key", DataType::Text),
+            col("from_aid", DataType::Int4),
+            col("to_aid", DataType::Int4),
+            col("amount", DataType::Int8),
+        ],
+        primary_key: Some(vec![0]),
+        fillfactor: 100,
+    })
+    .unwrap();
+    commit(t).unwrap();
+    let mut t = Txn::begin(st.clone(), Arc::new(AtomicBool::new(false)));
+    let info = t.table("accounts").unwrap();
+    for aid in 0..ACCOUNTS {
+        t.insert(&info, &[Value::Int4(aid), Value::Int8(INITIAL)])
+            .unwrap();
+    }
+    commit(t).unwrap();
+}
+
+/// Adds `delta` to account `aid`'s balance, following concurrent updates.
+fn add(t: &mut Txn, aid: i32, delta: i64) -> walnut_common::Result<()> {
+    let info = t.table("accounts").expect("accounts");
+    let key = [Value::Int4(aid)];
+    let mut found = None;
+    t.index_scan(
+        &info,
+        Bound::Included(&key[..]),
+        Bound::Included(&key[..]),
+        &mut |tid, row| {
+            found = Some((tid, row));
+            Ok(false)
+        },
+    )?;
+    let (mut tid, mut row) = found.expect("every account exists");
+    loop {
+        let bal = row[1].as_i64().expect("int8");
+        let new = [Value::Int4(aid), Value::Int8(bal + delta)];
+        match t.update(&info, tid, &row, &new)? {
+            RowWrite::Done => return Ok(()),
+            RowWrite::Changed(t2, r2) => {
+                tid = t2;
+                row = r2;
+            }
+            RowWrite::Gone => panic!("account {aid} vanished"),
+        }
+    }
+}
+
+fn transfer(
+    st: &Arc<Storage>,
+    rng: &mut Rng,
+    worker: u64,
+    seq: u64,
+) -> walnut_common::Result<Entry> {
+    let from = rng.below(ACCOUNTS as u64) as i32;
+    let to = (from + 1 + rng.below(ACCOUNTS as u64 - 1) as i32) % ACCOUNTS;
+    let amount = 1 + rng.below(100) as i64;
+    // A long key, so that history's index splits every few dozen inserts.
+    let key = format!(
+        "{worker:02}-{seq:08}-{}",
+        "k".repeat(150 + rng.below(100) as usize)
+    );
+    let mut t = Txn::begin(st.clone(), Arc::new(AtomicBool::new(false)));
+    // Lock accounts in aid order: no deadlocks.
+    let (a, b) = if from < to {
+        (from, -amount)
+    } else {
+        (to, amount)
+    };
+    let (c, d) = if from < to {
+        (to, amount)
+    } else {
+        (from, -amount)
+    };
+    add(&mut t, a, b)?;
+    add(&mut t, c, d)?;
+    let info = t.table("history").expect("history");
+    t.insert(
+        &info,
+        &[
+            Value::Text(key.clone()),
+            Value::Int4(from),
+            Value::Int4(to),
+            Value::Int8(amount),
+        ],
+    )?;
+    commit(t)?;
+    Ok(Entry {
+        key,
+        from,
+        to,
+        amount,
+        acked_at: 0,
+    })
+}
+
+/// Rows of `table` (first column as text or int, second as int) visible now.
+fn rows(st: &Arc<Storage>, table: &str) -> Vec<Vec<Value>> {
+    let t = Txn::begin(st.clone(), Arc::new(AtomicBool::new(false)));
+    let info = t.table(table).expect("table");
+    let mut out = Vec::new();
+    t.scan(&info, &mut |_, r| {
+        out.push(r);
+        Ok(true)
+    })
+    .unwrap();
+    t.rollback();
+    out
+}
+
+/// Recovers `image`, checks the ledger and the invariants, shuts down, and runs the verifier.
+/// After a process kill it first goes on: recovery, a few more transfers, then a power loss
+/// of the recovered system, which must keep everything acknowledged before and after.
+fn check_image(
+    image: &FaultVfs,
+    dir: &Path,
+    must: &[Entry],
+    what: &str,
+    kind: CrashKind,
+    seed: u64,
+) {
+    if kind == CrashKind::ProcessKill {
+        let vfs: Arc<dyn Vfs> = Arc::new(image.clone());
+        let st = Storage::open(vfs, dir, config())
+            .unwrap_or_else(|e| panic!("{what}: recovery failed: {e}"));
+        let mut all = must.to_vec();
+        let mut rng = Rng(seed);
+        for seq in 0..30 {
+            let mut e = transfer(&st, &mut rng, 99, seq)
+                .unwrap_or_else(|e| panic!("{what}: transfer after recovery failed: {e}"));
+            e.acked_at = image.seq();
+            all.push(e);
+        }
+        let (lost_power, at) = image.crash_image(CrashKind::PowerLoss, seed ^ 0x1234);
+        drop(st); // a crash: no shutdown
+        let must_after: Vec<Entry> = all.into_iter().filter(|e| e.acked_at < at).collect();
+        check_recovered(
+            &lost_power,
+            dir,
+            &must_after,
+            &format!("{what}, recovered, then a power loss"),
+        );
+        return;
+    }
+    check_recovered(image, dir, must, what);
+}
+
+/// Recovers `image`, checks the ledger and the invariants, shuts down, and runs the verifier.
+fn check_recovered(image: &FaultVfs, dir: &Path, must: &[Entry], what: &str) {
+    let vfs: Arc<dyn Vfs> = Arc::new(image.clone());
+    let st = Storage::open(vfs.clone(), dir, config())
+        .unwrap_or_else(|e| panic!("{what}: recovery failed: {e}"));
+    let history = rows(&st, "history");
+    let accounts = rows(&st, "accounts");
+    let present: HashMap<String, (i32, i32, i64)> = history
+        .iter()
+        .map(|r| {
+            let k = match &r[0] {
+                Value::Text(s) => s.clone(),
+                v => panic!("{what}: history key {v:?}"),
+            };
+            let n = |v: &Value| v.as_i64().expect("int");
+            (k, (n(&r[1]) as i32, n(&r[2]) as i32, n(&r[3])))
+        })
+        .collect();
+    assert_eq!(
+        present.len(),
+        history.len(),
+        "{what}: duplicate history keys"
+    );
+    for e in must {
+        assert_eq!(
+            present.get(&e.key),
+            Some(&(e.from, e.to, e.amount)),
+            "{what}: acknowledged commit {} (acked at seq {}) is missing after recovery",
+            e.key,
+            e.acked_at
+        );
+    }
+    let mut expect: BTreeMap<i32, i64> = (0..ACCOUNTS).map(|a| (a, INITIAL)).collect();
+    for (from, to, amount) in present.values() {
+        *expect.get_mut(from).expect("account") -= amount;
+        *expect.get_mut(to).expect("account") += amount;
+    }
+    let got: BTreeMap<i32, i64> = accounts
+        .iter()
+        .map(|r| (r[0].as_i64().unwrap() as i32, r[1].as_i64().unwrap()))
+        .collect();
+    assert_eq!(
+        got, expect,
+        "{what}: balances disagree with the history present: a transaction is partly visible"
+    );
+    st.shutdown()
+        .unwrap_or_else(|e| panic!("{what}: shutdown failed: {e}"));
+    drop(st);
+    let report = walnut_storage::verify::verify(vfs, dir)
+        .unwrap_or_else(|e| panic!("{what}: verify could not run: {e}"));
+    assert!(report.is_ok(), "{what}: verify found problems:\n{report}");
+}
+
+fn round(seed: u64, images: u64) -> (u64, u64) {
+    let dir = Path::new("/data");
+    let vfs = FaultVfs::new(FaultConfig {
+        // Every other round without a cache flusher: plain fdatasync instead of wal_sync_range.
+        cache_flush: seed % 2 == 0,
+        ..FaultConfig::new(seed)
+    });
+    let dynvfs: Arc<dyn Vfs> = Arc::new(vfs.clone());
+    Storage::initdb(dynvfs.clone(), dir).unwrap();
+    let st = Storage::open(dynvfs, dir, config()).unwrap();
+    setup(&st);
+    let ledger: Arc<Mutex<Vec<Entry>>> = Arc::new(Mutex::new(Vec::new()));
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut workers = Vec::new();
+    for w in 0..WORKERS {
+        let (st, ledger, stop, vfs) = (st.clone(), ledger.clone(), stop.clone(), vfs.clone());
+        workers.push(std::thread::spawn(move || {
+            let mut rng = Rng(seed ^ (w + 1).wrapping_mul(0x2545_F491_4F6C_DD1D));
+            let mut seq = 0;
+            while !stop.load(Ordering::Relaxed) {
+                seq += 1;
+                match transfer(&st, &mut rng, w, seq) {
+                    Ok(mut e) => {
+                        e.acked_at = vfs.seq();
+                        ledger.lock().unwrap().push(e);
+                    }
+                    Err(e) if e.sqlstate == SqlState::DEADLOCK_DETECTED => {}
+                    Err(e) => panic!("transfer failed: {e}"),
+                }
+            }
+        }));
+    }
+    let ckpt = {
+        let (st, stop) = (st.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let mut rng = Rng(seed ^ 0xC0FFEE);
+            while !stop.load(Ordering::Relaxed) {
+                std::thread::sleep(Duration::from_millis(5 + rng.below(30)));
+                st.checkpoint_now(DbState::InProduction).unwrap();
+            }
+        })
+    };
+    let mut rng = Rng(seed ^ 0xDEAD_BEEF);
+    let mut taken = Vec::new();
+    let started = Instant::now();
+    for i in 0..images {
+        std::thread::sleep(Duration::from_millis(10 + rng.below(60)));
+        let kind = if i % 3 == 2 {
+            CrashKind::ProcessKill
+        } else {
+            CrashKind::PowerLoss
+        };
+        let image_seed = rng.next();
+        let (image, at) = vfs.crash_image(kind, image_seed);
+        let must: Vec<Entry> = ledger
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|e| e.acked_at < at)
+            .cloned()
+            .collect();
+        taken.push((image, must, kind, image_seed));
+    }
+    stop.store(true, Ordering::Relaxed);
+    for w in workers {
+        w.join().unwrap();
+    }
+    ckpt.join().unwrap();
+    let commits = ledger.lock().unwrap().len() as u64;
+    st.shutdown().unwrap();
+    drop(st);
+    let report = walnut_storage::verify::verify(Arc::new(vfs.clone()), dir).unwrap();
+    assert!(
+        report.is_ok(),
+        "seed {seed}: verify after a clean shutdown:\n{report}"
+    );
+    eprintln!(
+        "seed {seed}: {commits} commits in {:?}, {images} crash images",
+        started.elapsed()
+    );
+    for (i, (image, must, kind, image_seed)) in taken.iter().enumerate() {
+        let what = format!(
+            "seed {seed}, image {i} ({kind:?}, image seed {image_seed}, {} acknowledged commits before it)",
+            must.len()
+        );
+        check_image(image, dir, must, &what, *kind, *image_seed);
+    }
+    (commits, images)
+}
+
+#[test]
+fn acknowledged_commits_survive_random_crashes_and_nothing_is_partial() {
+    let rounds = env_u64("WALNUT_CRASH_ROUNDS", 4);
+    let images = env_u64("WALNUT_CRASH_IMAGES", 6);
+    let base = env_u64(
+        "WALNUT_CRASH_SEED",
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(1, |d| d.as_nanos() as u64),
+    );
+    eprintln!("crash test: base seed {base} (replay with WALNUT_CRASH_SEED={base})");
+    let (mut commits, mut crashes) = (0, 0);
+    for r in 0..rounds {
+        let (c, i) = round(base.wrapping_add(r), images);
+        commits += c;
+        crashes += i;
+    }
+    eprintln!("crash test: {rounds} rounds, {commits} commits, {crashes} crash images recovered and verified");
+}
+
+/// The window a process crash leaves open: the dead run wrote pages (evicted them) that only
+/// the page cache holds; recovery reads them, skips their WAL records by page LSN, and its
+/// checkpoint moves the redo point past those records. Unless start-up syncs the data files
+/// first (PostgreSQL's `SyncDataDirectory`), a power loss after that loses the pages for good.
+#[test]
+fn a_power_loss_after_recovering_from_a_process_kill_keeps_what_the_dead_run_wrote() {
+    let seed = env_u64("WALNUT_CRASH_SEED", 7);
+    eprintln!("seed {seed}");
+    let dir = Path::new("/data");
+    let vfs = FaultVfs::new(FaultConfig::new(seed));
+    let dynvfs: Arc<dyn Vfs> = Arc::new(vfs.clone());
+    let cfg = StorageConfig {
+        shared_buffers_pages: 16,
+        checkpoint_timeout_s: 3600,
+        max_wal_size_mb: 10_000,
+        // With full-page images, redo rewrites every page changed since the checkpoint, and
+        // its checkpoint syncs their files anyway; without them it skips pages whose LSN is
+        // new enough, so only the start-up sync protects what the dead run wrote.
+        full_page_writes: false,
+        ..Default::default()
+    };
+    Storage::initdb(dynvfs.clone(), dir).unwrap();
+    let st = Storage::open(dynvfs, dir, cfg.clone()).unwrap();
+    let mut t = Txn::begin(st.clone(), Arc::new(AtomicBool::new(false)));
+    for name in ["kept", "filler"] {
+        t.create_table(TableDef {
+            name: name.into(),
+            columns: vec![col("id", DataType::Int4), col("v", DataType::Text)],
+            primary_key: Some(vec![0]),
+            fillfactor: 100,
+        })
+        .unwrap();
+    }
+    commit(t).unwrap();
+    st.checkpoint_now(DbState::InProduction).unwrap();
+    // Rows that must survive, committed after the last checkpoint...
+    let mut t = Txn::begin(st.clone(), Arc::new(AtomicBool::new(false)));
+    let kept = t.table("kept").unwrap();
+    for id in 0..60 {
+        t.insert(&kept, &[Value::Int4(id), Value::Text("x".repeat(300))])
+            .unwrap();
+    }
+    commit(t).unwrap();
+    // ...and enough other work that their pages are evicted (written, not synced).
+    let mut t = Txn::begin(st.clone(), Arc::new(AtomicBool::new(false)));
+    let filler = t.table("filler").unwrap();
+    for id in 0..800 {
+        t.insert(&filler, &[Value::Int4(id), Value::Text("y".repeat(400))])
+            .unwrap();
+    }
+    commit(t).unwrap();
+    let (killed, _) = vfs.crash_image(CrashKind::ProcessKill, seed);
+    drop(st);
+    // Recovery and its checkpoint, then a power loss.
+    let st = Storage::open(Arc::new(killed.clone()), dir, cfg.clone()).unwrap();
+    assert_eq!(rows(&st, "kept").len(), 60);
+    drop(st);
+
+    for s in 0..4 {
+        let (lost, _) = killed.crash_image(CrashKind::PowerLoss, seed ^ s);
+        let st = Storage::open(Arc::new(lost.clone()), dir, cfg.clone())
+            .unwrap_or_else(|e| panic!("power-loss seed {s}: recovery failed: {e}"));
+        assert_eq!(
+            rows(&st, "kept").len(),
+            60,
+            "power-loss seed {s}: rows lost"
+        );
+        st.shutdown().unwrap();
+        drop(st);
+        let report = walnut_storage::verify::verify(Arc::new(lost), dir).unwrap();
+        assert!(report.is_ok(), "power-loss seed {s}:\n{report}");
+    }
+}

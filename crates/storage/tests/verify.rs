@@ -1,0 +1,201 @@
+//! `walnut_storage::verify` against damaged data directories: each kind of damage it exists to
+//! find is made on purpose (through the fault-injecting file system's `corrupt`) and must be
+//! reported, with the file and block; a healthy directory must pass.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+use walnut_common::{ColumnDef, DataType, SqlState, TableDef, Value, BLCKSZ};
+use walnut_io::fault::{FaultConfig, FaultVfs};
+use walnut_io::Vfs;
+use walnut_storage::page::{self, PageBuf};
+use walnut_storage::txn::{CommitSettings, Txn};
+use walnut_storage::verify::{verify, Report};
+use walnut_storage::{Storage, StorageConfig};
+
+const DIR: &str = "/data";
+
+/// A shut-down data directory with a table `t` of `rows` rows (long keys, so the index has
+/// internal pages), and the paths of its heap and index files.
+fn database(rows: i32) -> (FaultVfs, PathBuf, PathBuf) {
+    let fv = FaultVfs::new(FaultConfig::new(3));
+    let vfs: Arc<dyn Vfs> = Arc::new(fv.clone());
+    let dir = Path::new(DIR);
+    Storage::initdb(vfs.clone(), dir).unwrap();
+    let st = Storage::open(vfs, dir, StorageConfig::default()).unwrap();
+    let mut t = Txn::begin(st.clone(), Arc::new(AtomicBool::new(false)));
+    t.create_table(TableDef {
+        name: "t".into(),
+        columns: vec![
+            ColumnDef {
+                name: "k".into(),
+                ty: DataType::Text,
+                not_null: true,
+            },
+            ColumnDef {
+                name: "v".into(),
+                ty: DataType::Int4,
+                not_null: false,
+            },
+        ],
+        primary_key: Some(vec![0]),
+        fillfactor: 100,
+    })
+    .unwrap();
+    let info = t.table("t").unwrap();
+    for i in 0..rows {
+        t.insert(
+            &info,
+            &[
+                Value::Text(format!("{i:06}-{}", "k".repeat(120))),
+                Value::Int4(i),
+            ],
+        )
+        .unwrap();
+    }
+    t.commit(CommitSettings {
+        synchronous: true,
+        flush: Default::default(),
+    })
+    .unwrap();
+    let (heap, index) = (info.relfile, info.index.unwrap());
+    st.shutdown().unwrap();
+    drop(st);
+    let base = Path::new(DIR).join("base");
+    (
+        fv,
+        base.join(heap.0.to_string()),
+        base.join(index.0.to_string()),
+    )
+}
+
+fn check(fv: &FaultVfs) -> Report {
+    verify(Arc::new(fv.clone()), Path::new(DIR)).unwrap()
+}
+
+fn page_of(fv: &FaultVfs, path: &Path, block: usize) -> Box<PageBuf> {
+    let bytes = fv.read_file(path).unwrap();
+    let mut p: Box<PageBuf> = vec![0u8; BLCKSZ].into_boxed_slice().try_into().unwrap();
+    p.copy_from_slice(&bytes[block * BLCKSZ..(block + 1) * BLCKSZ]);
+    p
+}
+
+/// Writes `p` back as block `block`, with a valid checksum: damage only the structure checks
+/// can see.
+fn put_page(fv: &FaultVfs, path: &Path, block: usize, p: &mut PageBuf) {
+    page::set_checksum(p);
+    fv.corrupt(path, (block * BLCKSZ) as u64, &p[..]).unwrap();
+}
+
+fn assert_finds(r: &Report, what: &str) {
+    assert!(
+        r.problems.iter().any(|p| p.to_string().contains(what)),
+        "expected a problem containing {what:?}:\n{r}"
+    );
+}
+
+#[test]
+fn a_healthy_directory_passes() {
+    let (fv, _, _) = database(600);
+    let r = check(&fv);
+    assert!(r.is_ok(), "{r}");
+    assert_eq!(r.tables, 1);
+    assert_eq!(r.live_rows, 600);
+    assert_eq!(r.index_entries, 600);
+    assert!(r.pages > 10);
+}
+
+#[test]
+fn a_bad_checksum_is_reported_with_its_block() {
+    let (fv, heap, _) = database(50);
+    fv.corrupt(&heap, 100, &[0xEE]).unwrap();
+    let r = check(&fv);
+    assert_finds(&r, "block 0: page verification failed");
+}
+
+#[test]
+fn a_broken_sibling_link_is_reported() {
+    let (fv, _, index) = database(600);
+    // Find a leaf with a right sibling and point its right link at itself.
+    let n = fv.read_file(&index).unwrap().len() / BLCKSZ;
+    let mut done = false;
+    for b in 1..n {
+        let mut p = page_of(&fv, &index, b);
+        if page::kind(&p) == Some(page::PageKind::BTree)
+            && walnut_storage::btree::level(&p) == 0
+            && walnut_storage::btree::right_link(&p).is_some()
+        {
+            let s = page::special_offset(&p);
+            p[s..s + 4].copy_from_slice(&(b as u32).to_le_bytes());
+            put_page(&fv, &index, b, &mut p);
+            done = true;
+            break;
+        }
+    }
+    assert!(done, "the index has a leaf with a right sibling");
+    let r = check(&fv);
+    assert!(!r.is_ok());
+    assert_finds(&r, "index \"t_pkey\"");
+}
+
+#[test]
+fn keys_out_of_order_are_reported() {
+    let (fv, _, index) = database(600);
+    let n = fv.read_file(&index).unwrap().len() / BLCKSZ;
+    for b in 1..n {
+        let mut p = page_of(&fv, &index, b);
+        if page::kind(&p) == Some(page::PageKind::BTree)
+            && walnut_storage::btree::level(&p) == 0
+            && page::slot_count(&p) > 3
+        {
+            // Swap two items' line pointers: the keys are then out of order.
+            let lp = |i: usize| page::PAGE_HEADER_SIZE + 4 * i;
+            let (a, c) = (lp(1), lp(2));
+            let tmp: [u8; 4] = p[a..a + 4].try_into().unwrap();
+            p.copy_within(c..c + 4, a);
+            p[c..c + 4].copy_from_slice(&tmp);
+            put_page(&fv, &index, b, &mut p);
+            break;
+        }
+    }
+    assert_finds(&check(&fv), "keys out of order");
+}
+
+#[test]
+fn an_index_that_disagrees_with_its_heap_is_reported() {
+    let (fv, heap, _) = database(50);
+    // Change a live row's key in the heap (and fix the checksum): its index entry now points
+    // at a tuple with another key, and the row is reached from no entry.
+    let mut p = page_of(&fv, &heap, 0);
+    let (off, len) = page::line_pointer(&p, 0);
+    let row = &mut p[off..off + len];
+    let pos = row
+        .windows(6)
+        .position(|w| w == b"000000")
+        .expect("the first key");
+    row[pos] = b'9';
+    put_page(&fv, &heap, 0, &mut p);
+    let r = check(&fv);
+    assert_finds(&r, "whose key differs");
+    assert_finds(&r, "is not reached from index");
+}
+
+#[test]
+fn a_half_extended_file_is_reported() {
+    let (fv, heap, _) = database(50);
+    let len = fv.read_file(&heap).unwrap().len() as u64;
+    fv.corrupt(&heap, len, &[0u8; 100]).unwrap();
+    assert_finds(&check(&fv), "half-extended");
+}
+
+#[test]
+fn an_unclean_directory_is_refused() {
+    let fv = FaultVfs::new(FaultConfig::new(4));
+    let vfs: Arc<dyn Vfs> = Arc::new(fv.clone());
+    Storage::initdb(vfs.clone(), Path::new(DIR)).unwrap();
+    let st = Storage::open(vfs.clone(), Path::new(DIR), StorageConfig::default()).unwrap();
+    // Still running (control file says in production).
+    let e = verify(vfs, Path::new(DIR)).unwrap_err();
+    assert_eq!(e.sqlstate, SqlState::OBJECT_NOT_IN_PREREQUISITE_STATE);
+    drop(st);
+}
