@@ -232,6 +232,8 @@ struct FsState {
 }
 
 impl FsState {
+    // `map_or(true, ..)` rather than `is_none_or`, which needs Rust 1.82 (the workspace says 1.80).
+    #[allow(clippy::unnecessary_map_or)]
     fn subject(&self, path: &Path) -> bool {
         self.plan
             .path_filter
@@ -544,6 +546,8 @@ struct FaultFile {
 }
 
 impl FaultFile {
+    // `%` rather than `is_multiple_of`, which needs Rust 1.87 (the workspace says 1.80).
+    #[allow(clippy::manual_is_multiple_of)]
     fn check_direct(&self, off: u64, len: usize) -> io::Result<()> {
         let a = DIRECT_IO_ALIGN as u64;
         if self.mode.direct && (off % a != 0 || len as u64 % a != 0) {

@@ -468,6 +468,10 @@ fn parse_node(p: &PageBuf) -> Result<Node> {
     })
 }
 
+/// Pages a level's downlinks point at: block -> (the downlink's key, the next one's, or `None`
+/// for +infinity). Every key on the page must lie in that range.
+type Downlinks = HashMap<u32, (Vec<u8>, Option<Vec<u8>>)>;
+
 /// Steps 5 and 6 for one table's index.
 fn check_btree(
     c: &mut Checker<'_>,
@@ -497,11 +501,11 @@ fn check_btree(
     let root_level = u32::from_le_bytes(meta[28..32].try_into().expect("4"));
     // Level by level: (leftmost block, expected downlinks: block -> (low key, high bound)).
     let mut leftmost = root;
-    let mut expected: Option<HashMap<u32, (Vec<u8>, Option<Vec<u8>>)>> = None;
+    let mut expected: Option<Downlinks> = None;
     let mut seen_pages: HashSet<u32> = HashSet::from([0]);
     let mut reached_live: HashSet<Tid> = HashSet::new();
     for lvl in (0..=root_level).rev() {
-        let mut next_expected: HashMap<u32, (Vec<u8>, Option<Vec<u8>>)> = HashMap::new();
+        let mut next_expected: Downlinks = HashMap::new();
         let mut next_leftmost = None;
         let mut prev: Option<(u32, Vec<u8>)> = None; // (block, high key)
         let mut visited_level: HashSet<u32> = HashSet::new();

@@ -305,7 +305,7 @@ fn concurrent_inserts_read_back_once_in_order_across_segments() {
     for d in &recs {
         // Contiguous but for flush marks (40 bytes each), which the reader skips.
         assert!(
-            d.lsn >= prev_end && (d.lsn.0 - prev_end.0) % 40 == 0,
+            d.lsn >= prev_end && ((d.lsn.0 - prev_end.0) / 40) * 40 == d.lsn.0 - prev_end.0,
             "records are contiguous: {} after {}",
             d.lsn,
             prev_end
