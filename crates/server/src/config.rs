@@ -7,8 +7,10 @@
 //! ([`walnut_sql::session::GucDefaults`]).
 
 use crate::guc;
+use crate::hba::Hba;
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use walnut_common::{Error, Result, SqlState};
 use walnut_sql::session::GucDefaults;
 
@@ -19,8 +21,115 @@ pub const DEFAULT_LISTEN_ADDRESSES: &str = "127.0.0.1";
 /// Default `max_connections`, as PostgreSQL's.
 pub const DEFAULT_MAX_CONNECTIONS: usize = 100;
 
-/// Everything the front end needs to start listening.
+/// Client authentication: the pg_hba rules, and the data directory whose
+/// `global/pg_authid` holds role passwords.
 #[derive(Clone, Debug)]
+pub struct AuthConfig {
+    /// The rules (`DATADIR/pg_hba.conf`, or the loopback-only default).
+    pub hba: Hba,
+    /// Where `global/pg_authid` is; `None`: no role has a password.
+    pub datadir: Option<PathBuf>,
+}
+
+impl Default for AuthConfig {
+    /// Trust from loopback addresses only, no passwords (in-process servers and tests).
+    fn default() -> Self {
+        AuthConfig {
+            hba: Hba::parse(crate::hba::DEFAULT_HBA).expect("the default rules parse"),
+            datadir: None,
+        }
+    }
+}
+
+impl AuthConfig {
+    /// The rules and passwords of data directory `dir`.
+    ///
+    /// # Errors
+    /// 22023 with the file and line if pg_hba.conf is malformed.
+    pub fn load(dir: &Path) -> Result<AuthConfig> {
+        Ok(AuthConfig {
+            hba: Hba::load(dir).map_err(|e| Error::user(SqlState::INVALID_PARAMETER_VALUE, e))?,
+            datadir: Some(dir.to_path_buf()),
+        })
+    }
+}
+
+/// TLS for client connections (`ssl = on`): the acceptor built from `ssl_cert_file` and
+/// `ssl_key_file` (PEM, relative to the data directory), with rustls and the ring provider.
+///
+/// # Errors
+/// 22023 naming the file if a certificate or key cannot be read or does not fit.
+pub fn tls_acceptor(
+    dir: &Path,
+    settings: &[(String, String)],
+) -> Result<Option<pgwire::tokio::TlsAcceptor>> {
+    use pgwire::tokio::tokio_rustls::rustls;
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    let get = |name: &str| {
+        settings
+            .iter()
+            .rev()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.clone())
+    };
+    let on = match get("ssl") {
+        Some(v) => walnut_sql::guc::value_as_bool("ssl", &v)?,
+        None => false,
+    };
+    if !on {
+        return Ok(None);
+    }
+    let file = |name: &str, default: &str| {
+        let f = get(name).unwrap_or_else(|| default.to_string());
+        let p = PathBuf::from(&f);
+        if p.is_absolute() {
+            p
+        } else {
+            dir.join(p)
+        }
+    };
+    let bad = |what: String| Error::user(SqlState::INVALID_PARAMETER_VALUE, what);
+    let cert_path = file("ssl_cert_file", "server.crt");
+    let key_path = file("ssl_key_file", "server.key");
+    let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(&cert_path)
+        .and_then(|it| it.collect::<std::result::Result<Vec<_>, _>>())
+        .map_err(|e| {
+            bad(format!(
+                "could not load server certificate file \"{}\": {e}",
+                cert_path.display()
+            ))
+        })?;
+    if certs.is_empty() {
+        return Err(bad(format!(
+            "server certificate file \"{}\" holds no certificate",
+            cert_path.display()
+        )));
+    }
+    let key = PrivateKeyDer::from_pem_file(&key_path).map_err(|e| {
+        bad(format!(
+            "could not load private key file \"{}\": {e}",
+            key_path.display()
+        ))
+    })?;
+    let config = rustls::ServerConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .map_err(|e| bad(format!("TLS configuration: {e}")))?
+    .with_no_client_auth()
+    .with_single_cert(certs, key)
+    .map_err(|e| {
+        bad(format!(
+            "private key file \"{}\" does not match the certificate: {e}",
+            key_path.display()
+        ))
+    })?;
+    Ok(Some(pgwire::tokio::TlsAcceptor::from(Arc::new(config))))
+}
+
+/// Everything the front end needs to start listening.
+#[derive(Clone)]
 pub struct ServerConfig {
     /// Comma-separated host names or addresses (`*` = all IPv4 and IPv6 addresses).
     pub listen_addresses: String,
@@ -30,6 +139,22 @@ pub struct ServerConfig {
     pub max_connections: usize,
     /// All settings, in order, as session defaults.
     pub defaults: GucDefaults,
+    /// Client authentication.
+    pub auth: Arc<AuthConfig>,
+    /// TLS, if `ssl = on`: the SSLRequest is answered `S` and the handshake done.
+    pub tls: Option<pgwire::tokio::TlsAcceptor>,
+}
+
+impl std::fmt::Debug for ServerConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ServerConfig")
+            .field("listen_addresses", &self.listen_addresses)
+            .field("port", &self.port)
+            .field("max_connections", &self.max_connections)
+            .field("auth", &self.auth)
+            .field("tls", &self.tls.is_some())
+            .finish()
+    }
 }
 
 impl Default for ServerConfig {
@@ -39,6 +164,8 @@ impl Default for ServerConfig {
             port: DEFAULT_PORT,
             max_connections: DEFAULT_MAX_CONNECTIONS,
             defaults: Vec::new(),
+            auth: Arc::new(AuthConfig::default()),
+            tls: None,
         }
     }
 }

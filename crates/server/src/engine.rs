@@ -36,7 +36,9 @@ full_page_writes = on
 pub fn initdb(dir: &Path) -> Result<()> {
     Storage::initdb(Arc::new(walnut_io::RealVfs), dir)?;
     std::fs::write(dir.join("walnut.conf"), DEFAULT_CONF)
-        .map_err(|e| Error::io("could not write walnut.conf", e))
+        .map_err(|e| Error::io("could not write walnut.conf", e))?;
+    std::fs::write(dir.join("pg_hba.conf"), crate::hba::DEFAULT_HBA)
+        .map_err(|e| Error::io("could not write pg_hba.conf", e))
 }
 
 /// The engine as the SQL layer sees it.

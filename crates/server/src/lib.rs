@@ -11,11 +11,13 @@
 //! Nothing in walnut imports this crate except the `walnut` binary and tests.
 #![forbid(unsafe_code)]
 
+pub mod authid;
 pub mod backend;
 pub mod config;
 pub mod demo;
 pub mod engine;
 mod guc;
+pub mod hba;
 pub mod protocol;
 pub mod server;
 pub mod test_fsync;

@@ -68,6 +68,20 @@ enum Command {
         #[arg(long, default_value_t = 0, value_name = "US")]
         interval_us: u64,
     },
+    /// Set (or with --remove, remove) a role's password, stored as a SCRAM-SHA-256 verifier in
+    /// DIR/global/pg_authid. The password is read from the first line of standard input.
+    /// Connections use it where pg_hba.conf says scram-sha-256.
+    Passwd {
+        /// The data directory.
+        #[arg(short = 'D', long = "pgdata", value_name = "DIR")]
+        dir: PathBuf,
+        /// The role (user name).
+        #[arg(short = 'U', long = "username", value_name = "ROLE")]
+        role: String,
+        /// Remove the role's password instead.
+        #[arg(long)]
+        remove: bool,
+    },
     /// Check a cleanly shut down data directory offline: page checksums, the catalog, heaps,
     /// B-tree structure, and that every index agrees with its heap (like pg_checksums and
     /// amcheck). Exit status 0: no problems; 1: problems found (listed); 2: could not run.
@@ -111,6 +125,7 @@ fn main() -> ExitCode {
             interval_us,
         }),
         Command::Verify { dir } => return verify(&dir),
+        Command::Passwd { dir, role, remove } => passwd(&dir, &role, remove),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -140,6 +155,26 @@ fn verify(dir: &Path) -> ExitCode {
     }
 }
 
+/// `walnut passwd`: the password is the first line of standard input (without its newline).
+fn passwd(dir: &Path, role: &str, remove: bool) -> Result<(), String> {
+    if !dir.join("global").is_dir() {
+        return Err(format!("\"{}\" is not a data directory", dir.display()));
+    }
+    if remove {
+        walnut_server::authid::set_password(dir, role, None)?;
+        println!("removed the password of role \"{role}\"");
+        return Ok(());
+    }
+    let mut line = String::new();
+    std::io::stdin()
+        .read_line(&mut line)
+        .map_err(|e| format!("could not read the password from standard input: {e}"))?;
+    let pw = line.trim_end_matches(['\n', '\r']);
+    walnut_server::authid::set_password(dir, role, Some(pw))?;
+    println!("set the password of role \"{role}\" (SCRAM-SHA-256)");
+    Ok(())
+}
+
 fn initdb(dir: &Path) -> Result<(), String> {
     engine::initdb(dir).map_err(|e| {
         format!(
@@ -153,10 +188,12 @@ fn initdb(dir: &Path) -> Result<(), String> {
     );
     println!();
     println!(
-        "Authentication is \"trust\": any local user can connect as any database user. The \
-         server listens on localhost only (listen_addresses = '{}'); do not widen it without a \
-         firewall.",
-        config::DEFAULT_LISTEN_ADDRESSES
+        "Authentication is \"trust\" for connections from this machine (pg_hba.conf): any local \
+         user can connect as any database user. The server listens on localhost only \
+         (listen_addresses = '{}'). To require passwords, set them with `walnut passwd -D {} -U \
+         ROLE` and change the method in pg_hba.conf to scram-sha-256.",
+        config::DEFAULT_LISTEN_ADDRESSES,
+        dir.display()
     );
     println!();
     println!("You can now start the database server using:");
@@ -173,7 +210,9 @@ fn initdb(dir: &Path) -> Result<(), String> {
 fn serve(dir: &Path, port: Option<u16>, overrides: &[String]) -> Result<(), String> {
     walnut_server::init_logging("info");
     let settings = config::load_settings(dir, overrides, port).map_err(|e| e.to_string())?;
-    let config = ServerConfig::from_settings(&settings).map_err(|e| e.to_string())?;
+    let mut config = ServerConfig::from_settings(&settings).map_err(|e| e.to_string())?;
+    config.auth = std::sync::Arc::new(config::AuthConfig::load(dir).map_err(|e| e.to_string())?);
+    config.tls = config::tls_acceptor(dir, &settings).map_err(|e| e.to_string())?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .thread_name("walnut-net")

@@ -62,6 +62,7 @@ pub async fn start(config: &ServerConfig, engine: Arc<dyn Engine>) -> io::Result
     let registry = Registry::new(config.max_connections);
     let shared = Arc::new(Shared {
         engine,
+        auth: config.auth.clone(),
         defaults: Arc::new(config.defaults.clone()),
         registry: registry.clone(),
     });
@@ -95,6 +96,7 @@ pub async fn start(config: &ServerConfig, engine: Arc<dyn Engine>) -> io::Result
             listener,
             shared.clone(),
             stop_rx.clone(),
+            config.tls.clone(),
         )));
     }
     if addrs.is_empty() {
@@ -124,7 +126,12 @@ fn bind(addr: SocketAddr) -> io::Result<TcpListener> {
     socket.listen(1024)
 }
 
-async fn accept_loop(listener: TcpListener, shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
+async fn accept_loop(
+    listener: TcpListener,
+    shared: Arc<Shared>,
+    mut stop: watch::Receiver<bool>,
+    tls: Option<pgwire::tokio::TlsAcceptor>,
+) {
     loop {
         let accepted = tokio::select! {
             _ = stop.wait_for(|s| *s) => return,
@@ -140,6 +147,7 @@ async fn accept_loop(listener: TcpListener, shared: Arc<Shared>, mut stop: watch
             }
         };
         let handlers = ConnHandlers(Arc::new(Conn::new(shared.clone())));
+        let tls = tls.clone();
         let mut stop = stop.clone();
         // Each connection gets its own OS thread and single-threaded runtime (see
         // crate::backend): its session may block there without stalling anyone else.
@@ -173,7 +181,7 @@ async fn accept_loop(listener: TcpListener, shared: Arc<Shared>, mut stop: watch
                     };
                     let _ = socket.set_nodelay(true);
                     tokio::select! {
-                        result = pgwire::tokio::process_socket(socket, None, handlers) => {
+                        result = pgwire::tokio::process_socket(socket, tls, handlers) => {
                             if let Err(e) = result {
                                 tracing::debug!(%peer, "connection ended with error: {e}");
                             }

@@ -36,7 +36,7 @@ async fn start(max_connections: usize) -> ServerHandle {
         listen_addresses: "127.0.0.1".into(),
         port: 0,
         max_connections,
-        defaults: Vec::new(),
+        ..ServerConfig::default()
     };
     server::start(&config, Arc::new(NoEngine))
         .await
@@ -518,4 +518,74 @@ async fn hop_rate() {
         );
     }
     server.shutdown(Duration::from_secs(5)).await;
+}
+
+/// Malformed messages get an ErrorResponse or a closed connection — never a crash or a hang
+/// (`recv` fails the test if the server says nothing for 10 s) — and another session is not
+/// harmed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn malformed_messages_get_an_error_or_a_close_and_harm_no_one_else() {
+    let server = start(20).await;
+    let mut bystander = Raw::connect(&server, &[]).await.unwrap();
+    let mut huge = vec![b'Q'];
+    huge.extend_from_slice(&0x7fff_fff0u32.to_be_bytes());
+    huge.extend_from_slice(b"select 1\0");
+    let cases: Vec<(&str, Vec<u8>)> = vec![
+        (
+            "an unknown message type",
+            message(b'!', |b| b.put_slice(b"abc")).to_vec(),
+        ),
+        ("a length below 4", vec![b'Q', 0, 0, 0, 2]),
+        ("a length of 2 GiB", huge),
+        (
+            "a query without its terminator",
+            message(b'Q', |b| b.put_slice(b"select 1")).to_vec(),
+        ),
+        (
+            "a bind with a negative format count",
+            message(b'B', |b| {
+                cstr(b, "");
+                cstr(b, "nope");
+                b.put_i16(-5);
+            })
+            .to_vec(),
+        ),
+        (
+            "a parse with a negative parameter count",
+            message(b'P', |b| {
+                cstr(b, "");
+                cstr(b, "select $1");
+                b.put_i16(-1);
+            })
+            .to_vec(),
+        ),
+        (
+            "a describe of an unknown kind",
+            message(b'D', |b| {
+                b.put_u8(b'Z');
+                cstr(b, "");
+            })
+            .to_vec(),
+        ),
+    ];
+    for (what, bytes) in cases {
+        let mut c = Raw::connect(&server, &[]).await.unwrap();
+        c.send(&bytes).await;
+        c.send(&sync()).await;
+        let mut answered = false;
+        while let Some(m) = c.recv().await {
+            if m.tag == b'E' {
+                answered = true;
+                break;
+            }
+        }
+        let _ = answered; // an ErrorResponse or EOF: either is fine, silence is not
+        bystander.send(&query("select 1")).await;
+        let t = tags(&bystander.until_ready().await);
+        assert!(t.ends_with('Z'), "{what}: the other session got {t}");
+    }
+    // The server still accepts new sessions.
+    let mut fresh = Raw::connect(&server, &[]).await.unwrap();
+    fresh.send(&query("select 1")).await;
+    assert!(tags(&fresh.until_ready().await).ends_with('Z'));
 }

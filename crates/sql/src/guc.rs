@@ -375,6 +375,27 @@ pub static REGISTRY: &[GucDef] = &[
         description: "Sets the number of shared memory buffers used by the server.",
     },
     GucDef {
+        name: "ssl",
+        kind: Kind::Bool,
+        default: "off",
+        context: Postmaster,
+        description: "Enables SSL connections.",
+    },
+    GucDef {
+        name: "ssl_cert_file",
+        kind: Kind::Str,
+        default: "server.crt",
+        context: Postmaster,
+        description: "Location of the SSL server certificate file.",
+    },
+    GucDef {
+        name: "ssl_key_file",
+        kind: Kind::Str,
+        default: "server.key",
+        context: Postmaster,
+        description: "Location of the SSL server private key file.",
+    },
+    GucDef {
         name: "standard_conforming_strings",
         kind: Kind::Bool,
         default: "on",

@@ -30,6 +30,9 @@ use crate::config;
 use async_trait::async_trait;
 use futures::{Sink, SinkExt};
 use parking_lot::Mutex;
+use pgwire::api::auth::sasl::scram::{
+    ScramSecret, ScramServerAuth, ScramServerAuthWaitingForClientFinal,
+};
 use pgwire::api::auth::{
     protocol_negotiation, save_startup_parameters_to_metadata, StartupHandler,
 };
@@ -55,7 +58,9 @@ use pgwire::messages::response::{
     CommandComplete, EmptyQueryResponse, ReadyForQuery, TransactionStatus,
 };
 use pgwire::messages::simplequery::Query;
-use pgwire::messages::startup::{Authentication, BackendKeyData, ParameterStatus};
+use pgwire::messages::startup::{
+    Authentication, BackendKeyData, ParameterStatus, PasswordMessageFamily, Startup,
+};
 use pgwire::messages::{PgWireBackendMessage, PgWireFrontendMessage, ProtocolVersion};
 use std::collections::HashMap;
 use std::fmt::Debug;
@@ -69,6 +74,8 @@ use walnut_sql::storage::Engine;
 pub struct Shared {
     /// The database.
     pub engine: Arc<dyn Engine>,
+    /// Client authentication: the pg_hba rules and where role passwords live.
+    pub auth: Arc<crate::config::AuthConfig>,
     /// Server settings, the defaults of every session.
     pub defaults: Arc<GucDefaults>,
     /// Connection count and cancel keys.
@@ -111,6 +118,31 @@ pub struct Conn {
     status: AtomicU8,
     /// Startup failed with FATAL: the connection is closing.
     rejected: AtomicBool,
+    /// Where the authentication exchange is.
+    auth: Mutex<AuthState>,
+}
+
+/// The authentication exchange of one connection (SCRAM-SHA-256, RFC 5802/7677, as PostgreSQL
+/// runs it: `src/backend/libpq/auth-scram.c`).
+enum AuthState {
+    /// No startup message yet, or authentication finished.
+    Idle,
+    /// AuthenticationSASL sent; the client's SASLInitialResponse is next.
+    SaslInitial {
+        startup: Box<Startup>,
+        user: String,
+        /// The role's verifier; a made-up one if it has none, so that a missing role or
+        /// password costs the same exchange and fails the same way at its end.
+        secret: ScramSecret,
+        real: bool,
+    },
+    /// SASLContinue sent; the client's final message is next.
+    SaslFinal {
+        startup: Box<Startup>,
+        user: String,
+        waiting: Box<ScramServerAuthWaitingForClientFinal>,
+        real: bool,
+    },
 }
 
 /// The handler set pgwire's `process_socket` takes: every handler is the connection itself.
@@ -331,6 +363,7 @@ impl Conn {
             portals: Mutex::new(HashMap::new()),
             status: AtomicU8::new(TransactionStatus::Idle as u8),
             rejected: AtomicBool::new(false),
+            auth: Mutex::new(AuthState::Idle),
         }
     }
 
@@ -501,30 +534,196 @@ impl CancelHandler for Conn {
     }
 }
 
-#[async_trait]
-impl StartupHandler for Conn {
-    async fn on_startup<C>(
+/// 28000 invalid_authorization_specification, 28P01 invalid_password.
+fn auth_error(sqlstate: &'static str, message: String) -> Error {
+    Error::user(SqlState(sqlstate), message)
+}
+
+/// A verifier nobody can log in with (random keys), for roles without a password.
+fn fake_secret() -> ScramSecret {
+    let mut b = [0u8; 16 + 32 + 32];
+    let _ = ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut b);
+    ScramSecret::Verifier {
+        salt: b[..16].to_vec(),
+        iterations: crate::authid::SCRAM_ITERATIONS,
+        stored_key: b[16..48].to_vec(),
+        server_key: b[48..].to_vec(),
+    }
+}
+
+impl Conn {
+    /// The startup message: decides the authentication method from the pg_hba rules and
+    /// either finishes startup (trust), refuses (reject, no rule), or starts SCRAM.
+    async fn on_startup_message<C>(&self, client: &mut C, startup: Startup) -> PgWireResult<()>
+    where
+        C: ClientInfo + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        protocol_negotiation(client, &startup).await?;
+        save_startup_parameters_to_metadata(client, &startup);
+        let user = startup.parameters.get("user").cloned().unwrap_or_default();
+        let database = startup
+            .parameters
+            .get("database")
+            .cloned()
+            .unwrap_or_else(|| user.clone());
+        let addr = client.socket_addr().ip();
+        let ssl = client.is_secure();
+        let ssl_text = if ssl {
+            "SSL encryption"
+        } else {
+            "no encryption"
+        };
+        let auth = &self.shared.auth;
+        let Some(rule) = auth.hba.find(addr, ssl, &database, &user) else {
+            let e = auth_error(
+                "28000",
+                format!("no pg_hba.conf entry for host \"{addr}\", user \"{user}\", database \"{database}\", {ssl_text}"),
+            );
+            return self.reject(client, &e).await;
+        };
+        match rule.method {
+            crate::hba::Method::Reject => {
+                let e = auth_error(
+                    "28000",
+                    format!("pg_hba.conf rejects connection for host \"{addr}\", user \"{user}\", database \"{database}\", {ssl_text}"),
+                );
+                self.reject(client, &e).await
+            }
+            crate::hba::Method::Trust => self.finish_startup(client, &startup).await,
+            crate::hba::Method::ScramSha256 => {
+                let stored = match &auth.datadir {
+                    Some(d) => match crate::authid::load(d) {
+                        Ok(all) => all
+                            .get(&user)
+                            .and_then(|v| crate::authid::parse_verifier(v)),
+                        Err(e) => {
+                            tracing::warn!("{e}");
+                            None
+                        }
+                    },
+                    None => None,
+                };
+                let real = stored.is_some();
+                *self.auth.lock() = AuthState::SaslInitial {
+                    startup: Box::new(startup),
+                    user,
+                    secret: stored.unwrap_or_else(fake_secret),
+                    real,
+                };
+                client
+                    .send(PgWireBackendMessage::Authentication(Authentication::SASL(
+                        vec!["SCRAM-SHA-256".to_string()],
+                    )))
+                    .await?;
+                client.set_state(PgWireConnectionState::AuthenticationInProgress);
+                Ok(())
+            }
+        }
+    }
+
+    /// A SASL message during authentication.
+    async fn on_password_message<C>(
         &self,
         client: &mut C,
-        message: PgWireFrontendMessage,
+        msg: PasswordMessageFamily,
     ) -> PgWireResult<()>
     where
         C: ClientInfo + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
         C::Error: Debug,
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
-        if self.rejected.load(Ordering::Relaxed) {
-            return Err(PgWireError::IoError(
-                std::io::ErrorKind::ConnectionAborted.into(),
-            ));
-        }
-        let PgWireFrontendMessage::Startup(startup) = message else {
-            let e = protocol_error("expected startup message");
-            return self.reject(client, &e).await;
+        let state = std::mem::replace(&mut *self.auth.lock(), AuthState::Idle);
+        let failed = |user: &str| {
+            auth_error(
+                "28P01",
+                format!("password authentication failed for user \"{user}\""),
+            )
         };
-        protocol_negotiation(client, &startup).await?;
-        save_startup_parameters_to_metadata(client, &startup);
+        match state {
+            AuthState::SaslInitial {
+                startup,
+                user,
+                secret,
+                real,
+            } => {
+                let init = match msg.into_sasl_initial_response() {
+                    Ok(i) => i,
+                    Err(_) => {
+                        let e = protocol_error("expected SASLInitialResponse");
+                        return self.reject(client, &e).await;
+                    }
+                };
+                if init.auth_method != "SCRAM-SHA-256" {
+                    let e = protocol_error(format!(
+                        "client selected an invalid SASL authentication mechanism \"{}\"",
+                        init.auth_method
+                    ));
+                    return self.reject(client, &e).await;
+                }
+                let data = init.data.unwrap_or_default();
+                match ScramServerAuth::new().on_client_first_message_with_secret(&data, secret) {
+                    Ok((server_first, waiting)) => {
+                        *self.auth.lock() = AuthState::SaslFinal {
+                            startup,
+                            user,
+                            waiting: Box::new(waiting),
+                            real,
+                        };
+                        client
+                            .send(PgWireBackendMessage::Authentication(
+                                Authentication::SASLContinue(server_first.into_bytes().into()),
+                            ))
+                            .await?;
+                        Ok(())
+                    }
+                    Err(e) => {
+                        tracing::info!("SCRAM client-first message refused: {e}");
+                        self.reject(client, &failed(&user)).await
+                    }
+                }
+            }
+            AuthState::SaslFinal {
+                startup,
+                user,
+                waiting,
+                real,
+            } => {
+                let resp = match msg.into_sasl_response() {
+                    Ok(r) => r,
+                    Err(_) => {
+                        let e = protocol_error("expected SASLResponse");
+                        return self.reject(client, &e).await;
+                    }
+                };
+                match waiting.on_client_final_message(&resp.data) {
+                    Ok(server_final) if real => {
+                        client
+                            .feed(PgWireBackendMessage::Authentication(
+                                Authentication::SASLFinal(server_final.into_bytes().into()),
+                            ))
+                            .await?;
+                        self.finish_startup(client, &startup).await
+                    }
+                    _ => self.reject(client, &failed(&user)).await,
+                }
+            }
+            AuthState::Idle => {
+                let e = protocol_error("unexpected password message");
+                self.reject(client, &e).await
+            }
+        }
+    }
 
+    /// After authentication: reserves a connection slot, starts the session and sends
+    /// AuthenticationOk, ParameterStatus, BackendKeyData and ReadyForQuery.
+    async fn finish_startup<C>(&self, client: &mut C, startup: &Startup) -> PgWireResult<()>
+    where
+        C: ClientInfo + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
         let options = match config::session_options(&startup.parameters) {
             Ok(o) => o,
             Err(e) => return self.reject(client, &e).await,
@@ -582,6 +781,38 @@ impl StartupHandler for Conn {
             return Err(fatal_error(&protocol_error("duplicate startup message")));
         }
         Ok(())
+    }
+}
+
+#[async_trait]
+impl StartupHandler for Conn {
+    async fn on_startup<C>(
+        &self,
+        client: &mut C,
+        message: PgWireFrontendMessage,
+    ) -> PgWireResult<()>
+    where
+        C: ClientInfo + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        if self.rejected.load(Ordering::Relaxed) {
+            return Err(PgWireError::IoError(
+                std::io::ErrorKind::ConnectionAborted.into(),
+            ));
+        }
+        match message {
+            PgWireFrontendMessage::Startup(startup) => {
+                self.on_startup_message(client, startup).await
+            }
+            PgWireFrontendMessage::PasswordMessageFamily(m) => {
+                self.on_password_message(client, m).await
+            }
+            _ => {
+                let e = protocol_error("expected startup message");
+                self.reject(client, &e).await
+            }
+        }
     }
 }
 
