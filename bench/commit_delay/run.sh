@@ -20,7 +20,8 @@
 #
 # Writes to OUT (default bench/commit_delay/results/DATE-TIME): results.tsv (server mode
 # commit_delay_us clients tps lat_avg_ms lat_p50_ms lat_p99_ms write_iops), chart.svg, table.md,
-# test-fsync.txt, walnut-*.stats-{before,after}.txt, settings.txt, server logs, pgbench/ output.
+# test-fsync.txt (and test-fsync-paced.txt, flushes 2 ms apart), walnut-*.stats-{before,after}.txt,
+# settings.txt, server logs, pgbench/ output.
 # PGBENCH and PSQL override PostgreSQL 18's pgbench and psql. Needs root (cgroups, su pgref).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd); root=$(cd "$here/../.." && pwd)
@@ -157,6 +158,10 @@ run_walnut() {
   # The disk's own flush rate under the same throttle, for the ceiling clients x flushes/s.
   { "${thr[@]}" "$walnut" test-fsync -D "$work/walnut" --seconds 3 2>&1 || echo "(walnut test-fsync exited $?)"; } \
     >"$out/test-fsync.txt"
+  # The same, with flushes 2 ms apart as under group commit: shows the write requests per flush
+  # that back-to-back flushes hide (the inode write of fdatasync on ext4 without a journal).
+  { "${thr[@]}" "$walnut" test-fsync -D "$work/walnut" --seconds 3 --interval-us 2000 2>&1 || echo "(walnut test-fsync exited $?)"; } \
+    >"$out/test-fsync-paced.txt"
   walnut_start walnut-fixed -c group_commit=fixed
   walnut_settings fixed
   "$PGBENCH" -h 127.0.0.1 -p "$wport" -U postgres -i -s "$scale" -q postgres >"$out/walnut.init.log" 2>&1
