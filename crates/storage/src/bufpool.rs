@@ -49,6 +49,10 @@ struct Frame {
     tag: AtomicU64,
     valid: AtomicBool,
     dirty: AtomicBool,
+    /// A write-out of this frame took its copy and has not finished: the page on disk is not
+    /// yet what `dirty == false` promises. Set before `dirty` is cleared, cleared after the
+    /// write (PostgreSQL's `BM_IO_IN_PROGRESS`).
+    write_pending: AtomicBool,
     pins: AtomicU32,
     usage: AtomicU8,
     io: Mutex<()>,
@@ -119,6 +123,7 @@ impl BufferPool {
                 tag: AtomicU64::new(NO_TAG),
                 valid: AtomicBool::new(false),
                 dirty: AtomicBool::new(false),
+                write_pending: AtomicBool::new(false),
                 pins: AtomicU32::new(0),
                 usage: AtomicU8::new(0),
                 io: Mutex::new(()),
@@ -302,40 +307,52 @@ impl BufferPool {
         ))
     }
 
-    /// Writes frame `i` (pinned by the caller) out, obeying the WAL rule.
+    /// Writes frame `i` (pinned by the caller) out, obeying the WAL rule. One write-out of a
+    /// frame at a time (its `io` lock): a checkpoint that finds a write-out in progress waits
+    /// for it, so it never counts as written a page that is not yet in the file (a crash after
+    /// the checkpoint could otherwise lose the page, whose WAL is before the redo point). A
+    /// page changed while it is being written stays dirty.
     fn write_frame(&self, i: usize, tag: BufTag) -> Result<()> {
         let f = &self.frames[i];
+        let _io = f.io.lock();
         let mut copy: Box<PageBuf> = vec![0u8; BLCKSZ]
             .into_boxed_slice()
             .try_into()
             .expect("BLCKSZ");
         {
             let page = f.page.read();
-            f.dirty.store(false, Ordering::Release);
+            if !f.dirty.load(Ordering::SeqCst) {
+                return Ok(()); // written meanwhile by someone else
+            }
+            f.write_pending.store(true, Ordering::SeqCst);
+            f.dirty.store(false, Ordering::SeqCst);
             copy.copy_from_slice(&page[..]);
         }
-        let lsn = page::lsn(&copy);
+        let r = self.write_copy(tag, &mut copy);
+        if r.is_err() {
+            f.dirty.store(true, Ordering::SeqCst);
+        }
+        f.write_pending.store(false, Ordering::SeqCst);
+        r
+    }
+
+    /// The WAL rule, the checksum and the write of a frame's copy.
+    fn write_copy(&self, tag: BufTag, copy: &mut PageBuf) -> Result<()> {
+        let lsn = page::lsn(copy);
         if let Some(wal) = self.wal.get() {
             if lsn > wal.flush_lsn() {
                 wal.flush(lsn, FlushOpts::default())?;
             }
         }
-        page::set_checksum(&mut copy);
+        page::set_checksum(copy);
         let rel = match self.smgr.open(tag.rel) {
             Ok(rel) => rel,
             // The relation was dropped (its buffers are discarded lazily when they were
             // pinned at the time): the page is garbage, not a failure.
             Err(_) if !self.smgr.exists(tag.rel) => return Ok(()),
-            Err(e) => {
-                f.dirty.store(true, Ordering::Release);
-                return Err(e);
-            }
+            Err(e) => return Err(e),
         };
-        if let Err(e) = self.smgr.write(&rel, tag.block, &copy[..]) {
-            f.dirty.store(true, Ordering::Release);
-            return Err(e);
-        }
-        Ok(())
+        self.smgr.write(&rel, tag.block, &copy[..])
     }
 
     /// Writes out every dirty page (checkpoint step 2). Returns the number written.
@@ -345,7 +362,9 @@ impl BufferPool {
     pub fn flush_all(&self) -> Result<usize> {
         let mut written = 0;
         for (i, f) in self.frames.iter().enumerate() {
-            if !f.dirty.load(Ordering::Acquire) {
+            // In this order: a write-out sets `write_pending` before it clears `dirty`.
+            let dirty = f.dirty.load(Ordering::SeqCst);
+            if !dirty && !f.write_pending.load(Ordering::SeqCst) {
                 continue;
             }
             let Some(tag) = BufTag::unpack(f.tag.load(Ordering::Acquire)) else {
@@ -363,7 +382,8 @@ impl BufferPool {
                 idx: i,
                 tag,
             };
-            let r = if f.valid.load(Ordering::Acquire) && f.dirty.load(Ordering::Acquire) {
+            // write_frame waits for a write-out in progress, then writes only if still dirty.
+            let r = if f.valid.load(Ordering::Acquire) {
                 self.write_frame(i, tag).map(|()| written += 1)
             } else {
                 Ok(())

@@ -274,13 +274,15 @@ impl Storage {
             &status,
         ));
         let end = recovery::redo(&st, &ctl)?;
-        let st2 = st.clone();
+        // Weak: the WAL lives inside the storage; a strong reference would make a cycle that
+        // keeps every opened storage (and its files) alive for the life of the process.
+        let st2 = Arc::downgrade(&st);
         let wal = Wal::open(
             vfs,
             wal_config(dir, &config),
             end.end_lsn,
             ctl.redo_lsn,
-            Arc::new(move || st2.xact.active_count()),
+            Arc::new(move || st2.upgrade().map_or(0, |st| st.xact.active_count())),
         )?;
         st.pool.attach_wal(wal.clone());
         let _ = st.wal.set(wal);

@@ -158,12 +158,6 @@ impl Smgr {
     /// I/O errors (53100 for ENOSPC).
     pub fn write(&self, rel: &Relation, block: BlockNumber, buf: &[u8]) -> Result<()> {
         let off = block.0 as u64 * BLCKSZ as u64;
-        {
-            let mut d = self.dirty.lock();
-            if !d.contains(&rel.id) {
-                d.insert(rel.id);
-            }
-        }
         rel.file.write_at(&buf[..BLCKSZ], off).map_err(|e| {
             // A write past the end that failed part way (ENOSPC after a short write) must not
             // leave a partial block: cut the file back to where the block starts. If even that
@@ -181,7 +175,12 @@ impl Smgr {
                 ),
                 e,
             )
-        })
+        })?;
+        // After the write, as PostgreSQL's mdwrite registers its fsync request: a checkpoint
+        // that drains the set in between syncs a write that is complete, never one still to
+        // come.
+        self.dirty.lock().insert(rel.id);
+        Ok(())
     }
 
     /// Allocates the next block number of `rel` (the caller holds `extend_lock`).

@@ -16,7 +16,7 @@
 //! - `walnut_storage::verify` finds no problem after recovery and a clean shutdown.
 //!
 //! `WALNUT_CRASH_SEED` replays a seed (workload and crash choices; thread interleaving is the
-//! OS's), `WALNUT_CRASH_ROUNDS` sets the number of rounds (default 4, each with
+//! OS's), `WALNUT_CRASH_ROUNDS` sets the number of rounds (default 8, each with
 //! `WALNUT_CRASH_IMAGES` images, default 6). The seeds used are printed.
 
 use std::collections::{BTreeMap, HashMap};
@@ -208,16 +208,19 @@ fn transfer(
 
 /// Rows of `table` (first column as text or int, second as int) visible now.
 fn rows(st: &Arc<Storage>, table: &str) -> Vec<Vec<Value>> {
+    try_rows(st, table).unwrap_or_else(|e| panic!("scan of {table}: {e}"))
+}
+
+fn try_rows(st: &Arc<Storage>, table: &str) -> walnut_common::Result<Vec<Vec<Value>>> {
     let t = Txn::begin(st.clone(), Arc::new(AtomicBool::new(false)));
     let info = t.table(table).expect("table");
     let mut out = Vec::new();
     t.scan(&info, &mut |_, r| {
         out.push(r);
         Ok(true)
-    })
-    .unwrap();
+    })?;
     t.rollback();
-    out
+    Ok(out)
 }
 
 /// Recovers `image`, checks the ledger and the invariants, shuts down, and runs the verifier.
@@ -262,8 +265,8 @@ fn check_recovered(image: &FaultVfs, dir: &Path, must: &[Entry], what: &str) {
     let vfs: Arc<dyn Vfs> = Arc::new(image.clone());
     let st = Storage::open(vfs.clone(), dir, config())
         .unwrap_or_else(|e| panic!("{what}: recovery failed: {e}"));
-    let history = rows(&st, "history");
-    let accounts = rows(&st, "accounts");
+    let history = try_rows(&st, "history").unwrap_or_else(|e| panic!("{what}: {e}"));
+    let accounts = try_rows(&st, "accounts").unwrap_or_else(|e| panic!("{what}: {e}"));
     let present: HashMap<String, (i32, i32, i64)> = history
         .iter()
         .map(|r| {
@@ -402,7 +405,7 @@ fn round(seed: u64, images: u64) -> (u64, u64) {
 
 #[test]
 fn acknowledged_commits_survive_random_crashes_and_nothing_is_partial() {
-    let rounds = env_u64("WALNUT_CRASH_ROUNDS", 4);
+    let rounds = env_u64("WALNUT_CRASH_ROUNDS", 8);
     let images = env_u64("WALNUT_CRASH_IMAGES", 6);
     let base = env_u64(
         "WALNUT_CRASH_SEED",
