@@ -243,7 +243,7 @@ fn check_direct_io(wal_dir: &Path) -> Result<()> {
     }
 }
 
-/// Time the start-up probe spends on each `wal_sync_method`.
+/// Time the start-up probe spends on each `wal_sync_method`, over all its rounds.
 const STARTUP_PROBE: std::time::Duration = std::time::Duration::from_millis(100);
 
 /// Pause between the start-up probe's flushes. Group commit never flushes back to back (a
@@ -255,46 +255,136 @@ const STARTUP_PROBE_INTERVAL: std::time::Duration = std::time::Duration::from_mi
 /// The start-up probe: measures each `wal_sync_method`'s flushes/s on the disk that holds
 /// `wal_dir` (8 KiB writes, [`STARTUP_PROBE`] each, [`STARTUP_PROBE_INTERVAL`] apart, O_DIRECT
 /// if `direct`) and returns the
-/// fastest; `fdatasync` (PostgreSQL's Linux default) if the probe fails. With `range`
+/// one with the fewest disk write requests per flush, then the fastest (see
+/// [`choose_by_requests`]); `fdatasync` (PostgreSQL's Linux default) if the probe fails. With `range`
 /// (`wal_sync_range` on and `wal_init_zero` on), `fdatasync` is measured the way the WAL will
 /// do it where the file system allows: write-back plus a device cache flush.
 pub fn probe_sync_method(wal_dir: &Path, direct: bool, range: bool) -> SyncMethod {
     let vfs = walnut_io::RealVfs;
-    let mut results = Vec::new();
-    for m in SyncMethod::ALL {
-        let spec = |range| walnut_wal::ProbeSpec {
-            method: m,
-            direct,
-            range,
-            write_bytes: 8192,
-            duration: STARTUP_PROBE,
-            interval: STARTUP_PROBE_INTERVAL,
-        };
-        let try_range = range && m == SyncMethod::Fdatasync;
-        let probed = match walnut_wal::probe(&vfs, wal_dir, &spec(try_range)) {
-            // No cache flusher on this file system: the WAL will use plain fdatasync.
-            Err(e) if try_range && e.kind() == std::io::ErrorKind::Unsupported => {
-                walnut_wal::probe(&vfs, wal_dir, &spec(false))
+    // Several short rounds, each in its own order, rather than one run per method: on a
+    // throttled disk the budget left in the throttle's time slice favours whichever method runs
+    // first, and a single 100 ms sample per method picked a different winner at every start.
+    let mut totals: Vec<(SyncMethod, bool, u64, f64)> = Vec::new(); // method, range, flushes, s
+                                                                    // The disk's completed write + flush requests during each method's probes (None if the
+                                                                    // counters cannot be read).
+    let disk = crate::test_fsync::DiskStat::for_dir(wal_dir);
+    let mut requests: std::collections::HashMap<SyncMethod, Option<u64>> = Default::default();
+    let mut failed = std::collections::HashSet::new();
+    for round in 0..STARTUP_PROBE_ROUNDS {
+        let mut order = SyncMethod::ALL.to_vec();
+        let n = order.len();
+        order.rotate_left(round % n);
+        for m in order {
+            if failed.contains(&m) {
+                continue;
             }
-            other => other,
-        };
-        match probed {
-            Ok(r) => results.push(r),
-            Err(e) => tracing::warn!(method = %m, "wal_sync_method probe failed: {e}"),
+            let spec = |range| walnut_wal::ProbeSpec {
+                method: m,
+                direct,
+                range,
+                write_bytes: 8192,
+                duration: STARTUP_PROBE / STARTUP_PROBE_ROUNDS as u32,
+                interval: STARTUP_PROBE_INTERVAL,
+            };
+            let try_range = range && m == SyncMethod::Fdatasync;
+            let before = disk.as_ref().and_then(|d| d.requests());
+            let probed = match walnut_wal::probe(&vfs, wal_dir, &spec(try_range)) {
+                // No cache flusher on this file system: the WAL will use plain fdatasync.
+                Err(e) if try_range && e.kind() == std::io::ErrorKind::Unsupported => {
+                    walnut_wal::probe(&vfs, wal_dir, &spec(false))
+                }
+                other => other,
+            };
+            let after = disk.as_ref().and_then(|d| d.requests());
+            let delta = before.zip(after).map(|(b, a)| a.saturating_sub(b));
+            let entry = requests.entry(m).or_insert(Some(0));
+            *entry = entry.zip(delta).map(|(t, d)| t + d);
+            match probed {
+                Ok(r) => {
+                    let secs = r.flushes as f64 / r.flushes_per_sec.max(f64::MIN_POSITIVE);
+                    match totals.iter_mut().find(|t| t.0 == m) {
+                        Some(t) => {
+                            t.2 += r.flushes;
+                            t.3 += secs;
+                        }
+                        None => totals.push((m, r.range, r.flushes, secs)),
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(method = %m, "wal_sync_method probe failed: {e}");
+                    failed.insert(m);
+                }
+            }
         }
     }
-    let chosen = walnut_wal::choose_sync_method(&results).unwrap_or(SyncMethod::Fdatasync);
+    // In SyncMethod::ALL order, so that choose_sync_method's tie rule favours fdatasync.
+    totals.sort_by_key(|t| SyncMethod::ALL.iter().position(|m| *m == t.0));
+    let results: Vec<walnut_wal::ProbeResult> = totals
+        .iter()
+        .filter(|t| !failed.contains(&t.0))
+        .map(|&(method, range, flushes, secs)| walnut_wal::ProbeResult {
+            method,
+            range,
+            direct,
+            flushes_per_sec: flushes as f64 / secs.max(f64::MIN_POSITIVE),
+            mean_us: secs * 1e6 / flushes.max(1) as f64,
+            p50_us: f64::NAN,
+            p99_us: f64::NAN,
+            max_us: f64::NAN,
+            flushes,
+            write_bytes: 8192,
+        })
+        .collect();
+    // First by the disk's write requests per flush (rounded to a tenth): on an IOPS-limited
+    // disk that decides the flush rate, and a method that also writes the segment's inode
+    // when the clock ticked costs more, which short latency samples under a throttle do not
+    // show reliably. Then by speed, among the methods within a tenth of the fewest.
+    let per_flush = |r: &walnut_wal::ProbeResult| {
+        requests
+            .get(&r.method)
+            .copied()
+            .flatten()
+            .map(|n| n as f64 / r.flushes.max(1) as f64)
+    };
+    let chosen = choose_by_requests(&results, &per_flush);
     let rates = results
         .iter()
         .map(|r| {
             let range = if r.range { " (range)" } else { "" };
-            format!("{}{range} {:.0}/s", r.method, r.flushes_per_sec)
+            let rpf = per_flush(r).map_or_else(String::new, |p| format!(" {p:.2} req/flush"));
+            format!("{}{range} {:.0}/s{rpf}", r.method, r.flushes_per_sec)
         })
         .collect::<Vec<_>>()
         .join(", ");
     tracing::info!("wal_sync_method = {chosen} (start-up probe: {rates})");
     chosen
 }
+
+/// The start-up probe's choice: among the methods whose write requests per flush
+/// (`per_flush`, `None` if unknown) are within a tenth of the fewest, the fastest by
+/// [`walnut_wal::choose_sync_method`]; by speed alone if no counts are known.
+fn choose_by_requests(
+    results: &[walnut_wal::ProbeResult],
+    per_flush: &dyn Fn(&walnut_wal::ProbeResult) -> Option<f64>,
+) -> SyncMethod {
+    let fewest = results
+        .iter()
+        .filter_map(per_flush)
+        .fold(f64::INFINITY, f64::min);
+    let candidates: Vec<walnut_wal::ProbeResult> = if fewest.is_finite() {
+        results
+            .iter()
+            .filter(|r| per_flush(r).is_some_and(|p| p <= fewest + 0.1))
+            .cloned()
+            .collect()
+    } else {
+        results.to_vec()
+    };
+    walnut_wal::choose_sync_method(&candidates).unwrap_or(SyncMethod::Fdatasync)
+}
+
+/// Rounds of the start-up probe (each method once per round, in a rotating order).
+const STARTUP_PROBE_ROUNDS: usize = 4;
 
 fn col(name: &str, ty: DataType) -> ColumnDef {
     ColumnDef {
@@ -538,5 +628,47 @@ impl Transaction for TxnAdapter {
         if let Some(t) = self.txn.take() {
             t.rollback();
         }
+    }
+}
+
+#[cfg(test)]
+mod probe_choice_tests {
+    use super::*;
+
+    fn r(method: SyncMethod, range: bool, rate: f64) -> walnut_wal::ProbeResult {
+        walnut_wal::ProbeResult {
+            method,
+            range,
+            direct: false,
+            flushes_per_sec: rate,
+            mean_us: 1e6 / rate,
+            p50_us: f64::NAN,
+            p99_us: f64::NAN,
+            max_us: f64::NAN,
+            flushes: 100,
+            write_bytes: 8192,
+        }
+    }
+
+    #[test]
+    fn fewer_requests_per_flush_win_over_a_noisy_rate() {
+        let results = [
+            r(SyncMethod::Fdatasync, true, 1600.0),
+            r(SyncMethod::Fsync, false, 4600.0),
+            r(SyncMethod::OpenDatasync, false, 1300.0),
+        ];
+        let rpf = |x: &walnut_wal::ProbeResult| {
+            Some(match x.method {
+                SyncMethod::Fdatasync => 2.5,
+                _ => 2.9,
+            })
+        };
+        assert_eq!(choose_by_requests(&results, &rpf), SyncMethod::Fdatasync);
+        // Equal requests: the fastest (by the usual 10% margin) wins.
+        let same = |_: &walnut_wal::ProbeResult| Some(2.0);
+        assert_eq!(choose_by_requests(&results, &same), SyncMethod::Fsync);
+        // No counters: speed alone.
+        let none = |_: &walnut_wal::ProbeResult| None;
+        assert_eq!(choose_by_requests(&results, &none), SyncMethod::Fsync);
     }
 }

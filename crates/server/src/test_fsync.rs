@@ -176,13 +176,13 @@ fn check_args(opts: &Options) -> Result<(Duration, Duration), String> {
 }
 
 /// The block device statistics of the disk that holds a directory.
-struct DiskStat {
+pub(crate) struct DiskStat {
     path: PathBuf,
 }
 
 impl DiskStat {
     /// `/sys/dev/block/MAJ:MIN/stat` of `dir`'s device, if it exists.
-    fn for_dir(dir: &Path) -> Option<DiskStat> {
+    pub(crate) fn for_dir(dir: &Path) -> Option<DiskStat> {
         use std::os::unix::fs::MetadataExt;
         let dev = std::fs::metadata(dir).ok()?.dev();
         let path = PathBuf::from(format!(
@@ -194,7 +194,7 @@ impl DiskStat {
     }
 
     /// Completed write requests plus completed flush requests so far.
-    fn requests(&self) -> Option<u64> {
+    pub(crate) fn requests(&self) -> Option<u64> {
         parse_requests(&std::fs::read_to_string(&self.path).ok()?)
     }
 }
