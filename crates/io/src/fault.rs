@@ -857,26 +857,55 @@ impl Vfs for FaultVfs {
 }
 
 /// A pass-through [`Vfs`] over another (the real file system, in a server under test) that
-/// fails one chosen sync with EIO: the `nth` (1-based) `sync_data`/`sync_all`/write-back of a
-/// file whose path contains `path_filter`. Every other call goes through unchanged. The server
-/// installs it when `WALNUT_FAULT_SYNC_EIO=FILTER:N` is set (see `parse_sync_eio_spec`), so that
-/// an end-to-end test can watch a real process PANIC on a failed fsync and recover.
+/// injects two kinds of fault, each optional; every other call goes through unchanged.
+///
+/// - **A failed sync:** the `nth` (1-based) `sync_data`/`sync_all`/write-back of a file whose
+///   path contains a filter fails with EIO. The server installs it when
+///   `WALNUT_FAULT_SYNC_EIO=FILTER:N` is set (see [`parse_sync_eio_spec`]), so that an
+///   end-to-end test can watch a real process PANIC on a failed fsync and recover.
+/// - **A full disk:** while the file `full_while` exists, every `write_at` or `set_len` that
+///   would make a file longer fails with ENOSPC, writing nothing; writes within a file's length
+///   (and syncs, renames, removals) still succeed, as on a full file system whose files were
+///   allocated before it filled. If the trigger file holds text, only files whose path contains
+///   it are on the full disk (`/wal/`: a WAL directory on its own volume). The server installs
+///   it when `WALNUT_FAULT_DISK_FULL_WHILE=PATH` is set, so that a test can fill and free the
+///   disk.
 pub struct InjectVfs {
     inner: Arc<dyn Vfs>,
-    path_filter: String,
-    nth: u64,
+    sync_eio: Option<(String, u64)>,
+    full_while: Option<PathBuf>,
     seen: Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl InjectVfs {
-    /// Wraps `inner`; the `nth` matching sync fails.
+    /// Wraps `inner`; the `nth` sync of a file whose path contains `path_filter` fails.
     pub fn new(inner: Arc<dyn Vfs>, path_filter: &str, nth: u64) -> InjectVfs {
+        InjectVfs::pass_through(inner).with_sync_eio(path_filter, nth)
+    }
+
+    /// Wraps `inner` with no fault armed.
+    pub fn pass_through(inner: Arc<dyn Vfs>) -> InjectVfs {
         InjectVfs {
             inner,
-            path_filter: path_filter.to_string(),
-            nth,
+            sync_eio: None,
+            full_while: None,
             seen: Arc::new(std::sync::atomic::AtomicU64::new(0)),
         }
+    }
+
+    /// Arms the failed sync: the `nth` (1-based) sync of a file whose path contains
+    /// `path_filter` fails with EIO.
+    pub fn with_sync_eio(mut self, path_filter: &str, nth: u64) -> InjectVfs {
+        self.sync_eio = Some((path_filter.to_string(), nth));
+        self
+    }
+
+    /// Arms the full disk: while the file `trigger` exists (checked at each call), writes
+    /// that would lengthen a file fail with ENOSPC; if it holds text, only those of files
+    /// whose path contains the text.
+    pub fn with_disk_full_while(mut self, trigger: &Path) -> InjectVfs {
+        self.full_while = Some(trigger.to_path_buf());
+        self
     }
 }
 
@@ -898,18 +927,38 @@ pub fn parse_sync_eio_spec(spec: &str) -> Result<(String, u64), String> {
 
 struct InjectFile {
     inner: Arc<dyn FileIo>,
-    matches: bool,
-    nth: u64,
+    /// The sync to fail, if this file matches the filter.
+    fail_sync: Option<u64>,
+    full_while: Option<PathBuf>,
     seen: Arc<std::sync::atomic::AtomicU64>,
     path: PathBuf,
 }
 
 impl InjectFile {
     fn maybe_fail(&self, what: &str) -> io::Result<()> {
-        if self.matches
-            && self.seen.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1 == self.nth
-        {
-            return Err(eio(what, &self.path));
+        if let Some(nth) = self.fail_sync {
+            if self.seen.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1 == nth {
+                return Err(eio(what, &self.path));
+            }
+        }
+        Ok(())
+    }
+
+    /// ENOSPC if the disk is "full" for this file (the trigger exists, and is empty or holds
+    /// text that the file's path contains) and the file would grow to `new_end` bytes.
+    fn check_growth(&self, new_end: u64) -> io::Result<()> {
+        let Some(trigger) = &self.full_while else {
+            return Ok(());
+        };
+        let full = match std::fs::read_to_string(trigger) {
+            Ok(filter) => {
+                let filter = filter.trim();
+                filter.is_empty() || self.path.to_string_lossy().contains(filter)
+            }
+            Err(_) => false,
+        };
+        if full && new_end > self.inner.len()? {
+            return Err(enospc());
         }
         Ok(())
     }
@@ -920,6 +969,7 @@ impl FileIo for InjectFile {
         self.inner.read_at(buf, offset)
     }
     fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
+        self.check_growth(offset + buf.len() as u64)?;
         self.inner.write_at(buf, offset)
     }
     fn sync_data(&self) -> io::Result<()> {
@@ -934,6 +984,7 @@ impl FileIo for InjectFile {
         self.inner.len()
     }
     fn set_len(&self, len: u64) -> io::Result<()> {
+        self.check_growth(len)?;
         self.inner.set_len(len)
     }
     fn write_back(&self, offset: u64, len: u64) -> io::Result<()> {
@@ -947,10 +998,15 @@ impl FileIo for InjectFile {
 
 impl Vfs for InjectVfs {
     fn open(&self, path: &Path, mode: OpenMode) -> io::Result<Arc<dyn FileIo>> {
+        let fail_sync = self
+            .sync_eio
+            .as_ref()
+            .filter(|(f, _)| path.to_string_lossy().contains(f.as_str()))
+            .map(|&(_, nth)| nth);
         Ok(Arc::new(InjectFile {
             inner: self.inner.open(path, mode)?,
-            matches: path.to_string_lossy().contains(self.path_filter.as_str()),
-            nth: self.nth,
+            fail_sync,
+            full_while: self.full_while.clone(),
             seen: self.seen.clone(),
             path: path.to_path_buf(),
         }))
@@ -1157,6 +1213,31 @@ mod tests {
         w.sync_data().unwrap();
         assert_eq!(parse_sync_eio_spec("wal:100"), Ok(("wal".into(), 100)));
         assert!(parse_sync_eio_spec("wal").is_err() && parse_sync_eio_spec("wal:0").is_err());
+    }
+
+    #[test]
+    fn inject_vfs_refuses_growth_while_the_trigger_exists() {
+        let trigger = std::env::temp_dir().join(format!("walnut-full-{}", std::process::id()));
+        let _ = std::fs::remove_file(&trigger);
+        let inner: Arc<dyn Vfs> = Arc::new(FaultVfs::new(FaultConfig::new(10)));
+        inner.create_dir_all(Path::new("/x")).unwrap();
+        let v = InjectVfs::pass_through(inner).with_disk_full_while(&trigger);
+        let f = v.open(Path::new("/x/f"), create()).unwrap();
+        f.write_at(&[1u8; 8192], 0).unwrap();
+        std::fs::write(&trigger, b"").unwrap();
+        f.write_at(&[2u8; 4096], 4096).unwrap(); // within the file: allowed
+        let full = |r: io::Result<()>| r.unwrap_err().raw_os_error() == Some(28);
+        assert!(full(f.write_at(&[3u8; 4096], 6144)), "a write past the end");
+        assert!(full(f.set_len(16384)), "a longer length");
+        f.set_len(4096).unwrap(); // shorter: allowed
+        assert_eq!(f.len().unwrap(), 4096);
+        std::fs::write(&trigger, b"/y/").unwrap(); // another volume is full
+        f.write_at(&[4u8; 8192], 4096).unwrap();
+        assert_eq!(f.len().unwrap(), 12288);
+        std::fs::write(&trigger, b"/x/").unwrap();
+        assert!(full(f.write_at(&[5u8; 1], 12288)), "this volume is full");
+        std::fs::remove_file(&trigger).unwrap();
+        f.write_at(&[5u8; 1], 12288).unwrap();
     }
 
     #[test]

@@ -192,24 +192,41 @@ pub fn open_handle(dir: &Path, settings: &[(String, String)]) -> Result<Arc<Hand
     Ok(Arc::new(Handle { storage }))
 }
 
-/// The file system the server uses: the real one, or, when the environment variable
-/// `WALNUT_FAULT_SYNC_EIO=FILTER:N` is set (tests only), the real one with the Nth sync of a
-/// file whose path contains FILTER failing with EIO (`walnut_io::fault::InjectVfs`), so that an
-/// end-to-end test can watch the server PANIC on a failed fsync and recover.
+/// The file system the server uses: the real one, or, for tests only, the real one with faults
+/// armed by environment variables (`walnut_io::fault::InjectVfs`):
+///
+/// - `WALNUT_FAULT_SYNC_EIO=FILTER:N`: the Nth sync of a file whose path contains FILTER fails
+///   with EIO, so that a test can watch the server PANIC on a failed fsync and recover;
+/// - `WALNUT_FAULT_DISK_FULL_WHILE=PATH`: while the file PATH exists, every write that would
+///   lengthen a file fails with ENOSPC, so that a test can fill the disk and free it again.
 ///
 /// # Errors
-/// 22023 if the variable is malformed.
+/// 22023 if a variable is malformed.
 fn server_vfs() -> Result<Arc<dyn walnut_io::Vfs>> {
     let real: Arc<dyn walnut_io::Vfs> = Arc::new(walnut_io::RealVfs);
-    let Ok(spec) = std::env::var("WALNUT_FAULT_SYNC_EIO") else {
+    let sync_eio = std::env::var("WALNUT_FAULT_SYNC_EIO").ok();
+    let full_while = std::env::var_os("WALNUT_FAULT_DISK_FULL_WHILE");
+    if sync_eio.is_none() && full_while.is_none() {
         return Ok(real);
-    };
-    let (filter, n) = walnut_io::fault::parse_sync_eio_spec(&spec)
-        .map_err(|e| invalid("WALNUT_FAULT_SYNC_EIO", &e))?;
-    tracing::warn!(
-        "fault injection: sync number {n} of a file matching \"{filter}\" will fail with EIO"
-    );
-    Ok(Arc::new(walnut_io::fault::InjectVfs::new(real, &filter, n)))
+    }
+    let mut vfs = walnut_io::fault::InjectVfs::pass_through(real);
+    if let Some(spec) = sync_eio {
+        let (filter, n) = walnut_io::fault::parse_sync_eio_spec(&spec)
+            .map_err(|e| invalid("WALNUT_FAULT_SYNC_EIO", &e))?;
+        tracing::warn!(
+            "fault injection: sync number {n} of a file matching \"{filter}\" will fail with EIO"
+        );
+        vfs = vfs.with_sync_eio(&filter, n);
+    }
+    if let Some(path) = full_while {
+        let path = std::path::PathBuf::from(path);
+        tracing::warn!(
+            "fault injection: files cannot grow (ENOSPC) while \"{}\" exists",
+            path.display()
+        );
+        vfs = vfs.with_disk_full_while(&path);
+    }
+    Ok(Arc::new(vfs))
 }
 
 /// Fails cleanly, before recovery touches the WAL, if the file system under `wal_dir` refuses
