@@ -945,3 +945,121 @@ fn disconnect_mid_transaction_or_mid_copy_leaves_nothing() {
             .unwrap();
     });
 }
+
+/// A full disk (`WALNUT_FAULT_DISK_FULL_WHILE`: while a trigger file exists, no file of the
+/// server's may grow, as on a file system with no free block): writes fail with 53100
+/// disk_full, first with the whole data directory full (a heap file cannot be extended), then
+/// with only the WAL's volume full (no new WAL segment: `Wal::check_space`); the server stays
+/// up and answers reads; a checkpoint fails and says so; once space is freed, writes and
+/// checkpoints succeed again; and after a kill -9 every acknowledged row, and no other, is
+/// there, and `walnut verify` passes.
+#[test]
+fn full_disk_fails_writes_with_53100_and_loses_nothing() {
+    // A small buffer pool, so that pages are evicted while the disk is full.
+    let settings = ["shared_buffers=4MB", "max_wal_size=64MB"];
+    let mut s = Server::new(&settings);
+    s.query("create table t (id int primary key, pad text)");
+    let tmp = tempfile::tempdir().unwrap();
+    let trigger = tmp.path().join("disk-is-full");
+    s.stop();
+    s.start_env(
+        &settings,
+        &[("WALNUT_FAULT_DISK_FULL_WHILE", trigger.to_str().unwrap())],
+    );
+    let port = s.port;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let acked: Vec<i32> = rt.block_on(async move {
+        let (c, conn) = tokio_postgres::connect(
+            &format!("host=127.0.0.1 port={port} user=postgres dbname=postgres"),
+            tokio_postgres::NoTls,
+        )
+        .await
+        .unwrap();
+        tokio::spawn(conn);
+        let pad = "x".repeat(2000);
+        let batch = |from: i32| {
+            let rows: Vec<String> = (from..from + 50)
+                .map(|i| format!("({i}, '{pad}')"))
+                .collect();
+            format!("insert into t values {}", rows.join(", "))
+        };
+        let mut acked = Vec::new();
+        let mut next = 0;
+        for _ in 0..20 {
+            c.batch_execute(&batch(next)).await.unwrap();
+            acked.extend(next..next + 50);
+            next += 50;
+        }
+        // The whole disk (""), then only the WAL's volume ("/wal/"), fills.
+        for (volume, message) in [("", "could not extend file"), ("/wal/", "WAL segment")] {
+            std::fs::write(&trigger, volume).unwrap();
+            let mut failures = 0;
+            // At most ~160 MB of rows: several WAL segments.
+            for _ in 0..1600 {
+                match c.batch_execute(&batch(next)).await {
+                    Ok(()) => acked.extend(next..next + 50),
+                    Err(e) => {
+                        let msg = e.as_db_error().map_or("", |d| d.message()).to_string();
+                        eprintln!("full disk ({volume:?}): {msg}");
+                        assert_eq!(
+                            e.code(),
+                            Some(&tokio_postgres::error::SqlState::DISK_FULL),
+                            "a full disk must fail the statement with 53100: {e:?}"
+                        );
+                        assert!(msg.contains(message), "{msg}");
+                        failures += 1;
+                        if failures == 3 {
+                            break;
+                        }
+                    }
+                }
+                next += 50;
+            }
+            assert_eq!(
+                failures, 3,
+                "the writes never failed on the full disk ({volume:?})"
+            );
+            // Still up, and consistent: every acknowledged row, no row of a failed statement.
+            let n: i64 = c
+                .query_one("select count(*) from t", &[])
+                .await
+                .unwrap()
+                .get(0);
+            assert_eq!(n, acked.len() as i64, "reads while the disk is full");
+            // A checkpoint cannot complete (its control file is a new file), and says so.
+            if volume.is_empty() {
+                assert!(
+                    c.batch_execute("checkpoint").await.is_err(),
+                    "a checkpoint on a full disk"
+                );
+            }
+            // Space is freed: writes and a checkpoint succeed again.
+            std::fs::remove_file(&trigger).unwrap();
+            c.batch_execute(&batch(next)).await.unwrap();
+            acked.extend(next..next + 50);
+            next += 50;
+            c.batch_execute("checkpoint").await.unwrap();
+        }
+        c.batch_execute(&batch(next)).await.unwrap();
+        acked.extend(next..next + 50);
+        acked
+    });
+    s.kill9();
+    s.start(&settings);
+    let ids: Vec<i32> = s
+        .query("select id from t order by id")
+        .lines()
+        .map(|l| l.trim().parse().unwrap())
+        .collect();
+    let mut want = acked;
+    want.sort_unstable();
+    assert_eq!(ids.len(), want.len(), "rows after the restart");
+    assert!(
+        ids == want,
+        "the rows after the restart are not the acknowledged ones"
+    );
+    verify_offline(&mut s, &settings);
+}

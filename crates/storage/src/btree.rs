@@ -511,9 +511,9 @@ fn split_node(
         c.copy_from_slice(&p[..]);
         Ok(c)
     };
-    let alloc = || -> BlockNumber {
+    let alloc = || -> Result<BlockNumber> {
         let _e = rel.extend_lock.lock();
-        st.smgr.allocate_block(rel)
+        st.smgr.extend(rel)
     };
     let lvl = level(page_img);
     if items.len() < 2 {
@@ -525,7 +525,7 @@ fn split_node(
     let cut = (items.len() / 2).clamp(1, items.len() - 1);
     let old_high = page::item(page_img, 0).expect("high key").to_vec();
     let old_right = right_link(page_img);
-    let right_block = alloc();
+    let right_block = alloc()?;
     let sep = parse_item(&items[cut])?.0.to_vec();
     let mut left: Box<PageBuf> = vec![0u8; BLCKSZ]
         .into_boxed_slice()
@@ -563,7 +563,7 @@ fn split_node(
     pages.push((right_block, right, true));
     let downlink = make_item(&sep, &right_block.0.to_le_bytes());
     if path.is_empty() {
-        let root_block = alloc();
+        let root_block = alloc()?;
         let mut r: Box<PageBuf> = vec![0u8; BLCKSZ]
             .into_boxed_slice()
             .try_into()
@@ -666,12 +666,12 @@ fn finish_smo(
 /// I/O errors.
 pub fn build(st: &Storage, rel: &Relation, xid: Xid, entries: &[(Vec<u8>, Tid)]) -> Result<()> {
     let limit = (BLCKSZ - page::PAGE_HEADER_SIZE - SPECIAL_SIZE) * BUILD_FILL / 100;
-    let alloc = || -> BlockNumber {
+    let alloc = || -> Result<BlockNumber> {
         let _e = rel.extend_lock.lock();
-        st.smgr.allocate_block(rel)
+        st.smgr.extend(rel)
     };
     // The meta page is block 0.
-    let meta_block = alloc();
+    let meta_block = alloc()?;
     assert_eq!(
         meta_block,
         BlockNumber(0),
@@ -696,7 +696,7 @@ pub fn build(st: &Storage, rel: &Relation, xid: Xid, entries: &[(Vec<u8>, Tid)])
             used += sz;
             groups.last_mut().expect("group").push(it);
         }
-        let blocks: Vec<BlockNumber> = groups.iter().map(|_| alloc()).collect();
+        let blocks: Vec<BlockNumber> = groups.iter().map(|_| alloc()).collect::<Result<_>>()?;
         let mut next_level = Vec::new();
         for (gi, g) in groups.iter().enumerate() {
             let mut p: Box<PageBuf> = vec![0u8; BLCKSZ]

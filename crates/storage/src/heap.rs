@@ -192,7 +192,7 @@ fn target_page<'a>(
     if cur != hint && cur.0 < rel.nblocks.load(Ordering::Acquire) && Some(cur) != avoid {
         return st.pool.pin(rel, cur, ReadMode::Normal);
     }
-    let block = st.smgr.allocate_block(rel);
+    let block = st.smgr.extend(rel)?;
     let pin = st.pool.pin(rel, block, ReadMode::Zero)?;
     rel.insert_hint.store(block.0, Ordering::Release);
     Ok(pin)

@@ -430,7 +430,8 @@ impl Storage {
     }
 }
 
-/// Before crash recovery: syncs every relation file and the directories. After a process
+/// Before crash recovery: cuts any partial block off the end of each relation file, and syncs
+/// every relation file and the directories. After a process
 /// crash the files may hold pages written by the dead run that only the page cache has; redo
 /// trusts them (their page LSNs skip records), and the end-of-recovery checkpoint syncs only
 /// files this run writes, so without this a later power loss could lose a page whose WAL is
@@ -449,6 +450,21 @@ fn sync_data_directory(vfs: &dyn Vfs, dir: &Path) -> Result<()> {
         let f = vfs
             .open(&path, walnut_io::OpenMode::default())
             .map_err(|e| Error::io(format!("could not open \"{}\"", path.display()), e))?;
+        // A torn extension leaves a partial block at the end, which holds nothing redo needs
+        // (past the last whole block a page reads as new): cut it off, so that no data file
+        // stays half-extended.
+        let len = f
+            .len()
+            .map_err(|e| Error::io(format!("could not stat \"{}\"", path.display()), e))?;
+        let whole = len / walnut_common::BLCKSZ as u64 * walnut_common::BLCKSZ as u64;
+        if whole != len {
+            tracing::info!(
+                "truncating a partial block at the end of \"{}\" ({len} bytes) to {whole} bytes",
+                path.display()
+            );
+            f.set_len(whole)
+                .map_err(|e| Error::io(format!("could not truncate \"{}\"", path.display()), e))?;
+        }
         if let Err(e) = f.sync_data() {
             panic_fatal(&format!("could not fsync file \"{}\": {e}", path.display()));
         }

@@ -1,10 +1,11 @@
 //! Storage manager: relation files `base/<relfile>` of 8 KiB blocks, through the I/O trait.
 //!
-//! A relation's size in blocks is tracked in memory (`nblocks`): new blocks are allocated
-//! there first and reach the file when the buffer pool writes them out, so a file may be shorter
-//! than `nblocks` after a crash. Reading a block at or past the file's end yields an all-zero
-//! ("new") page, which redo then initializes from a WAL record with `will_init` or a full-page
-//! image.
+//! A relation's size in blocks is tracked in memory (`nblocks`). A new block is allocated by
+//! extending the file with a zero block at once (`Smgr::extend`, PostgreSQL's `mdextend`), so
+//! that a full disk fails the allocation rather than a later write-out. The zeros are not
+//! synced, so a file may be shorter than the blocks redo finds in the WAL after a crash:
+//! reading a block at or past the file's end yields an all-zero ("new") page, which redo then
+//! initializes from a WAL record with `will_init` or a full-page image.
 
 use parking_lot::{Mutex, RwLock};
 use std::collections::{HashMap, HashSet};
@@ -39,6 +40,9 @@ pub struct Smgr {
     rels: RwLock<HashMap<RelFileId, Arc<Relation>>>,
     /// Files written since the last checkpoint; the checkpoint syncs them.
     dirty: Mutex<HashSet<RelFileId>>,
+    /// False for `walnut verify`, which must change nothing: a partial block at a file's end
+    /// is then left alone (and reported) instead of cut off.
+    writable: bool,
 }
 
 impl Smgr {
@@ -49,6 +53,16 @@ impl Smgr {
             base,
             rels: RwLock::new(HashMap::new()),
             dirty: Mutex::new(HashSet::new()),
+            writable: true,
+        }
+    }
+
+    /// A storage manager that never changes a file (for `walnut verify`); it must not be
+    /// written through.
+    pub fn read_only(vfs: Arc<dyn Vfs>, base: PathBuf) -> Smgr {
+        Smgr {
+            writable: false,
+            ..Smgr::new(vfs, base)
         }
     }
 
@@ -103,6 +117,18 @@ impl Smgr {
             .len()
             .map_err(|e| Error::io(format!("could not stat \"{}\"", path.display()), e))?;
         let nblocks = (len / BLCKSZ as u64) as u32;
+        if len % BLCKSZ as u64 != 0 && self.writable {
+            // A torn extension (a crash while the zeros or a new page were being written, or a
+            // short write on a full disk): the partial block holds nothing redo needs (it reads
+            // as a new page past the end), so cut the file back to whole blocks.
+            let whole = nblocks as u64 * BLCKSZ as u64;
+            tracing::info!(
+                "truncating a partial block at the end of \"{}\" ({len} bytes) to {whole} bytes",
+                path.display()
+            );
+            file.set_len(whole)
+                .map_err(|e| Error::io(format!("could not truncate \"{}\"", path.display()), e))?;
+        }
         let rel = Arc::new(Relation {
             id,
             file,
@@ -161,8 +187,8 @@ impl Smgr {
         rel.file.write_at(&buf[..BLCKSZ], off).map_err(|e| {
             // A write past the end that failed part way (ENOSPC after a short write) must not
             // leave a partial block: cut the file back to where the block starts. If even that
-            // fails, the length is not a whole number of blocks and the next open rounds it
-            // down; the block is still in the buffer pool and is written again later.
+            // fails, the length is not a whole number of blocks and the next open cuts it back;
+            // the block is still in the buffer pool and is written again later.
             if let Ok(len) = rel.file.len() {
                 if len > off && len < off + BLCKSZ as u64 {
                     let _ = rel.file.set_len(off);
@@ -183,9 +209,36 @@ impl Smgr {
         Ok(())
     }
 
-    /// Allocates the next block number of `rel` (the caller holds `extend_lock`).
-    pub fn allocate_block(&self, rel: &Relation) -> BlockNumber {
-        BlockNumber(rel.nblocks.fetch_add(1, Ordering::AcqRel))
+    /// Allocates the next block of `rel` and extends its file with zeros through that block
+    /// (the caller holds `extend_lock`), as PostgreSQL's `mdextend` does: a full disk fails
+    /// the allocation, before any page changes, and never a later write-out of the page, which
+    /// overwrites space already allocated (so a full disk cannot fill the buffer pool with pages
+    /// that cannot be evicted). The zeros need no sync: a file shorter than `nblocks` after a
+    /// crash reads as zero pages past its end.
+    ///
+    /// # Errors
+    /// I/O errors (53100 for ENOSPC); the file is cut back to whole blocks and `nblocks` is
+    /// unchanged.
+    pub fn extend(&self, rel: &Relation) -> Result<BlockNumber> {
+        let block = rel.nblocks.load(Ordering::Acquire);
+        let end = (block as u64 + 1) * BLCKSZ as u64;
+        let err = |e| Error::io(format!("could not extend file \"base/{}\"", rel.id.0), e);
+        let len = rel.file.len().map_err(err)?;
+        if len < end {
+            // Normally one block; more only if redo noted blocks that never reached the file.
+            let from = len / BLCKSZ as u64 * BLCKSZ as u64;
+            let zeros = vec![0u8; (end - from) as usize];
+            if let Err(e) = rel.file.write_at(&zeros, from) {
+                if let Ok(now) = rel.file.len() {
+                    if now > len {
+                        let _ = rel.file.set_len(len.max(from));
+                    }
+                }
+                return Err(err(e));
+            }
+        }
+        rel.nblocks.store(block + 1, Ordering::Release);
+        Ok(BlockNumber(block))
     }
 
     /// Notes that `block` exists (redo of a record that initialized it).

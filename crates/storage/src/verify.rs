@@ -268,7 +268,7 @@ pub fn verify(vfs: Arc<dyn Vfs>, dir: &Path) -> Result<Report> {
         .list_dir(&base)
         .map_err(|e| Error::io(format!("could not list \"{}\"", base.display()), e))?;
     let mut c = Checker {
-        smgr: Smgr::new(vfs.clone(), base.clone()),
+        smgr: Smgr::read_only(vfs.clone(), base.clone()),
         outcomes,
         report: &mut report,
     };
