@@ -17,7 +17,9 @@
 //!
 //! `WALNUT_CRASH_SEED` replays a seed (workload and crash choices; thread interleaving is the
 //! OS's), `WALNUT_CRASH_ROUNDS` sets the number of rounds (default 8, each with
-//! `WALNUT_CRASH_IMAGES` images, default 6). The seeds used are printed.
+//! `WALNUT_CRASH_IMAGES` images, default 6). The seeds used are printed. An image that fails
+//! its check is saved under `target/tmp/crash-images/` and replays exactly, interleaving
+//! included, with `WALNUT_CRASH_REPLAY=DIR` (the `replay` test).
 
 use std::collections::{BTreeMap, HashMap};
 use std::ops::Bound;
@@ -398,9 +400,169 @@ fn round(seed: u64, images: u64) -> (u64, u64) {
             "seed {seed}, image {i} ({kind:?}, image seed {image_seed}, {} acknowledged commits before it)",
             must.len()
         );
-        check_image(image, dir, must, &what, *kind, *image_seed);
+        check_or_save(image, dir, must, &what, *kind, *image_seed);
     }
     (commits, images)
+}
+
+/// [`check_image`]; if the check fails, first saves the image (every file, as recovery would
+/// find it), the ledger it was checked against and how it was taken, under
+/// `target/tmp/crash-images/`, so that the failure replays exactly, whatever the threads'
+/// interleaving was: `WALNUT_CRASH_REPLAY=DIR cargo test -p walnut-storage --test crash replay`.
+fn check_or_save(
+    image: &FaultVfs,
+    dir: &Path,
+    must: &[Entry],
+    what: &str,
+    kind: CrashKind,
+    seed: u64,
+) {
+    // The check changes the image (recovery, shutdown): keep an exact copy to save.
+    let pristine = image.crash_image(CrashKind::ProcessKill, 0).0;
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        check_image(image, dir, must, what, kind, seed)
+    }));
+    if let Err(panic) = r {
+        let name: String = what
+            .chars()
+            .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
+            .collect();
+        let out = Path::new(env!("CARGO_TARGET_TMPDIR"))
+            .join("crash-images")
+            .join(name);
+        match save_image(&pristine, must, kind, seed, &out) {
+            Ok(()) => eprintln!(
+                "{what}: failed; the image is saved: replay with WALNUT_CRASH_REPLAY={}",
+                out.display()
+            ),
+            Err(e) => eprintln!("{what}: failed; could not save the image: {e}"),
+        }
+        std::panic::resume_unwind(panic);
+    }
+}
+
+/// Writes `image`'s files under `out/files`, `must` to `out/ledger.tsv` and the crash kind and
+/// seed to `out/crash.txt`. The files' visible contents are saved: after a process kill, what
+/// the page cache still held replays as durable (the dead process's view, which recovery reads;
+/// only the later power loss of that replay differs).
+fn save_image(
+    image: &FaultVfs,
+    must: &[Entry],
+    kind: CrashKind,
+    seed: u64,
+    out: &Path,
+) -> std::io::Result<()> {
+    let _ = std::fs::remove_dir_all(out);
+    for path in image.files() {
+        let rel = path.strip_prefix("/").unwrap_or(&path);
+        let to = out.join("files").join(rel);
+        std::fs::create_dir_all(to.parent().expect("a file has a parent"))?;
+        std::fs::write(&to, image.read_file(&path)?)?;
+    }
+    let ledger: String = must
+        .iter()
+        .map(|e| {
+            format!(
+                "{}\t{}\t{}\t{}\t{}\n",
+                e.key, e.from, e.to, e.amount, e.acked_at
+            )
+        })
+        .collect();
+    std::fs::write(out.join("ledger.tsv"), ledger)?;
+    let kind = match kind {
+        CrashKind::PowerLoss => "power-loss",
+        CrashKind::ProcessKill => "process-kill",
+    };
+    std::fs::write(out.join("crash.txt"), format!("{kind} {seed}\n"))
+}
+
+/// Loads what [`save_image`] wrote: a file system holding the image's files, durable.
+fn load_image(from: &Path) -> (FaultVfs, Vec<Entry>, CrashKind, u64) {
+    fn walk(vfs: &FaultVfs, root: &Path, dir: &Path) {
+        for e in std::fs::read_dir(dir).unwrap() {
+            let path = e.unwrap().path();
+            if path.is_dir() {
+                walk(vfs, root, &path);
+                continue;
+            }
+            let target = Path::new("/").join(path.strip_prefix(root).unwrap());
+            let parent = target.parent().unwrap();
+            vfs.create_dir_all(parent).unwrap();
+            let mode = walnut_io::OpenMode {
+                create: true,
+                ..Default::default()
+            };
+            let f = vfs.open(&target, mode).unwrap();
+            f.write_at(&std::fs::read(&path).unwrap(), 0).unwrap();
+            f.sync_all().unwrap();
+            let mut d = Some(parent);
+            while let Some(p) = d {
+                vfs.sync_dir(p).unwrap();
+                d = p.parent();
+            }
+        }
+    }
+    let vfs = FaultVfs::new(FaultConfig::new(0));
+    walk(&vfs, &from.join("files"), &from.join("files"));
+    let must = std::fs::read_to_string(from.join("ledger.tsv"))
+        .unwrap()
+        .lines()
+        .map(|l| {
+            let f: Vec<&str> = l.split('\t').collect();
+            Entry {
+                key: f[0].to_string(),
+                from: f[1].parse().unwrap(),
+                to: f[2].parse().unwrap(),
+                amount: f[3].parse().unwrap(),
+                acked_at: f[4].parse().unwrap(),
+            }
+        })
+        .collect();
+    let crash = std::fs::read_to_string(from.join("crash.txt")).unwrap();
+    let (kind, seed) = crash.trim().split_once(' ').unwrap();
+    let kind = match kind {
+        "power-loss" => CrashKind::PowerLoss,
+        _ => CrashKind::ProcessKill,
+    };
+    (vfs, must, kind, seed.parse().unwrap())
+}
+
+/// Replays an image that [`check_or_save`] saved, when `WALNUT_CRASH_REPLAY=DIR` is set
+/// (otherwise it saves, loads and checks the image of a short clean run, so the saving and
+/// loading stay honest).
+#[test]
+fn replay() {
+    let (from, _keep) = match std::env::var_os("WALNUT_CRASH_REPLAY") {
+        Some(d) => (std::path::PathBuf::from(d), None),
+        None => {
+            let tmp = tempfile::tempdir().unwrap();
+            let vfs = FaultVfs::new(FaultConfig::new(11));
+            let dir = Path::new("/data");
+            let dynvfs: Arc<dyn Vfs> = Arc::new(vfs.clone());
+            Storage::initdb(dynvfs.clone(), dir).unwrap();
+            let st = Storage::open(dynvfs, dir, config()).unwrap();
+            setup(&st);
+            let mut rng = Rng(11);
+            let mut must = Vec::new();
+            for seq in 0..20 {
+                let mut e = transfer(&st, &mut rng, 0, seq).unwrap();
+                e.acked_at = vfs.seq();
+                must.push(e);
+            }
+            let (image, _) = vfs.crash_image(CrashKind::PowerLoss, 5);
+            drop(st);
+            save_image(&image, &must, CrashKind::PowerLoss, 5, tmp.path()).unwrap();
+            (tmp.path().to_path_buf(), Some(tmp))
+        }
+    };
+    let (vfs, must, kind, seed) = load_image(&from);
+    eprintln!(
+        "replaying {} ({kind:?}, seed {seed}, {} acknowledged commits)",
+        from.display(),
+        must.len()
+    );
+    assert!(!must.is_empty() || std::env::var_os("WALNUT_CRASH_REPLAY").is_some());
+    check_image(&vfs, Path::new("/data"), &must, "replay", kind, seed);
 }
 
 #[test]
