@@ -20,7 +20,8 @@ pub struct Relation {
     /// The relation file.
     pub id: RelFileId,
     file: Arc<dyn FileIo>,
-    /// Blocks allocated (the file may hold fewer until they are written).
+    /// Blocks allocated: the file holds them (as zeros until a page is written), except after
+    /// a crash or redo, when it may hold fewer.
     pub nblocks: AtomicU32,
     /// Block where the last heap insert found room (a one-entry free-space map).
     pub insert_hint: AtomicU32,
@@ -209,33 +210,36 @@ impl Smgr {
         Ok(())
     }
 
-    /// Allocates the next block of `rel` and extends its file with zeros through that block
-    /// (the caller holds `extend_lock`), as PostgreSQL's `mdextend` does: a full disk fails
-    /// the allocation, before any page changes, and never a later write-out of the page, which
-    /// overwrites space already allocated (so a full disk cannot fill the buffer pool with pages
-    /// that cannot be evicted). The zeros need no sync: a file shorter than `nblocks` after a
-    /// crash reads as zero pages past its end.
+    /// Allocates the next block of `rel` and writes it to the file as zeros at once (the
+    /// caller holds `extend_lock`), as PostgreSQL's `mdextend` does: a full disk fails the
+    /// allocation, before any page changes, and not a later write-out of the page, which
+    /// overwrites space the file already has (so a full disk cannot fill the buffer pool with
+    /// pages that cannot be evicted). No file holds data at or past block `nblocks`, so the
+    /// zeros overwrite nothing; if the file is shorter (blocks redo noted), the gap is a hole
+    /// that reads as zeros. The zeros need no sync: after a crash a missing block reads as a
+    /// new page.
     ///
     /// # Errors
-    /// I/O errors (53100 for ENOSPC); the file is cut back to whole blocks and `nblocks` is
+    /// I/O errors (53100 for ENOSPC); a partly written block is cut off, and `nblocks` is
     /// unchanged.
     pub fn extend(&self, rel: &Relation) -> Result<BlockNumber> {
+        assert!(
+            rel.extend_lock.is_locked(),
+            "Smgr::extend without the relation's extend_lock"
+        );
         let block = rel.nblocks.load(Ordering::Acquire);
-        let end = (block as u64 + 1) * BLCKSZ as u64;
-        let err = |e| Error::io(format!("could not extend file \"base/{}\"", rel.id.0), e);
-        let len = rel.file.len().map_err(err)?;
-        if len < end {
-            // Normally one block; more only if redo noted blocks that never reached the file.
-            let from = len / BLCKSZ as u64 * BLCKSZ as u64;
-            let zeros = vec![0u8; (end - from) as usize];
-            if let Err(e) = rel.file.write_at(&zeros, from) {
-                if let Ok(now) = rel.file.len() {
-                    if now > len {
-                        let _ = rel.file.set_len(len.max(from));
-                    }
+        let off = block as u64 * BLCKSZ as u64;
+        static ZEROS: [u8; BLCKSZ] = [0; BLCKSZ];
+        if let Err(e) = rel.file.write_at(&ZEROS, off) {
+            if let Ok(len) = rel.file.len() {
+                if len > off && len < off + BLCKSZ as u64 {
+                    let _ = rel.file.set_len(off);
                 }
-                return Err(err(e));
             }
+            return Err(Error::io(
+                format!("could not extend file \"base/{}\"", rel.id.0),
+                e,
+            ));
         }
         rel.nblocks.store(block + 1, Ordering::Release);
         Ok(BlockNumber(block))

@@ -18,8 +18,9 @@
 //! `WALNUT_CRASH_SEED` replays a seed (workload and crash choices; thread interleaving is the
 //! OS's), `WALNUT_CRASH_ROUNDS` sets the number of rounds (default 8, each with
 //! `WALNUT_CRASH_IMAGES` images, default 6). The seeds used are printed. An image that fails
-//! its check is saved under `target/tmp/crash-images/` and replays exactly, interleaving
-//! included, with `WALNUT_CRASH_REPLAY=DIR` (the `replay` test).
+//! its check is saved under `target/tmp/crash-images/` and replays, interleaving included,
+//! with `WALNUT_CRASH_REPLAY=DIR` (the `replay` test): exactly for a power-loss image; for a
+//! process-kill image the writes the page cache held replay as durable.
 
 use std::collections::{BTreeMap, HashMap};
 use std::ops::Bound;
