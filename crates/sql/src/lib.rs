@@ -18,6 +18,7 @@ mod copy;
 mod exec;
 mod expr;
 pub mod guc;
+mod literals;
 mod plan;
 mod preparse;
 pub mod session;

@@ -15,6 +15,7 @@
 use crate::copy::CopyState;
 use crate::exec::{self, ExecCtx};
 use crate::guc;
+use crate::literals;
 use crate::plan::{self, Plan, Planner};
 use crate::preparse;
 use crate::storage::{CommitOpts, Engine, Transaction};
@@ -220,6 +221,8 @@ pub struct Session {
     notices: Vec<Notice>,
     cancel: Arc<AtomicBool>,
     cache: PlanCache,
+    /// Parse trees of simple-query statements by their literal-free shape.
+    parse_cache: literals::ParseCache,
     copy: Option<CopyState>,
     /// When the running statement's `statement_timeout` expires.
     deadline: Option<std::time::Instant>,
@@ -340,6 +343,7 @@ impl Session {
                 len: 0,
                 tick: 0,
             },
+            parse_cache: literals::ParseCache::default(),
             copy: None,
             deadline: None,
         })
@@ -358,7 +362,7 @@ impl Session {
         }
         let mut parsed = Vec::with_capacity(pieces.len());
         for p in &pieces {
-            match parse_one(p) {
+            match self.parse_simple(p) {
                 Ok(x) => parsed.push(x),
                 Err(e) => {
                     if self.block == Block::Explicit {
@@ -389,6 +393,30 @@ impl Session {
             }
         }
         out
+    }
+
+    /// Parses one statement of a simple query, through the parse cache for statements that
+    /// differ only in their literals (`literals.rs`).
+    ///
+    /// # Errors
+    /// As [`parse_one`].
+    fn parse_simple(&mut self, sql: &str) -> Result<Parsed> {
+        if let Some(p) = preparse::preparse(sql)? {
+            return Ok(Parsed::Plan(Box::new(p)));
+        }
+        let Some((key, lits)) = literals::shape(sql) else {
+            return parse_one(sql);
+        };
+        if let Some(t) = self.parse_cache.get(&key) {
+            return Ok(Parsed::Ast(Box::new(t.instantiate(&lits))));
+        }
+        let parsed = parse_one(sql)?;
+        if let Parsed::Ast(stmt) = &parsed {
+            if let Some(t) = literals::Template::new((**stmt).clone(), &lits) {
+                self.parse_cache.put(key, t);
+            }
+        }
+        Ok(parsed)
     }
 
     /// Parse: parses and plans `sql`; `param_oids[i]` is the client's type for `$i+1`
