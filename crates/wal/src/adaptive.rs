@@ -127,9 +127,6 @@ pub struct Controller {
     ref_sessions: usize,
     /// Explorations from a long patience so far (they alternate between two targets).
     explorations_down: u32,
-    /// A shorter patience that won one exploration epoch and is tried once more before the
-    /// controller jumps there.
-    confirm: Option<f64>,
     /// EWMA of the time leaders actually kept groups open, µs.
     waited_us: f64,
     last_prune: u64,
@@ -163,7 +160,6 @@ impl Controller {
             ref_flush_us: 0.0,
             ref_sessions: 0,
             explorations_down: 0,
-            confirm: None,
             waited_us: 0.0,
             last_prune: 0,
         }
@@ -250,14 +246,7 @@ impl Controller {
                 self.probe = self.after_pair();
             }
             Probe::Explore(target) => {
-                let won = rate > self.explore_ref * (1.0 + DOWN_BAND);
-                if won && target < self.patience_us && self.confirm != Some(target) {
-                    // A shorter wait won once. On a bursty (throttled) disk one 100 ms epoch
-                    // can win by luck, and a needless jump down splits cohorts for the second
-                    // the climb back takes: try it once more, at the next pair, first.
-                    self.confirm = Some(target);
-                    self.explore_every = 1;
-                } else if won {
+                if rate > self.explore_ref * (1.0 + DOWN_BAND) {
                     // A distant patience beat both local probes: jump there. The next
                     // exploration would try where we came from, so it can wait a little.
                     self.patience_us = target;
@@ -266,9 +255,7 @@ impl Controller {
                     self.down_votes = 0;
                     self.explore_every = 4;
                     self.settle_pairs = 3;
-                    self.confirm = None;
                 } else {
-                    self.confirm = None;
                     self.explore_every = (self.explore_every * 2).min(MAX_EXPLORE_EVERY);
                 }
                 self.pairs_since_explore = 0;
@@ -343,8 +330,7 @@ impl Controller {
     /// `explore_every` pairs one epoch tries the far side — if patience is long, alternately
     /// an eighth of it and zero, else the time a whole cohort needs (twice the median session
     /// cycle, at least twice the flush latency) — and patience jumps there if it wins by
-    /// [`DOWN_BAND`] (a jump down only after a second win at the next pair: one lucky epoch
-    /// on a bursty disk must not split cohorts). A failed exploration
+    /// [`DOWN_BAND`]. A failed exploration
     /// doubles the interval, up to [`MAX_EXPLORE_EVERY`] pairs (the cost of a bad epoch is then
     /// under 1% of the time); a new load or a new disk (sessions or slow flush latency changed
     /// by [`CHANGE_FACTOR`]) restarts it at every pair, so that patience settles within about a
@@ -354,9 +340,6 @@ impl Controller {
         let sessions = self.sessions.len();
         if sessions < 2 || self.pairs_since_explore < self.explore_every {
             return Probe::Up;
-        }
-        if let Some(t) = self.confirm {
-            return Probe::Explore(t);
         }
         let mut cycles: Vec<f64> = self
             .sessions
@@ -771,37 +754,6 @@ mod tests {
             "adaptive {adaptive:.0} tps < 90% of the best fixed delay ({best_delay} µs: {best:.0} tps) \
              for {clients} clients, think {think} µs, latency {latency} µs, {iops} IOPS"
         );
-    }
-
-    #[test]
-    fn a_shorter_patience_must_win_two_explorations_before_the_jump() {
-        let mut c = Controller::new();
-        c.on_arrival(0, 1);
-        c.on_arrival(0, 2);
-        c.patience_us = 8000.0;
-        c.explore_ref = 1.0;
-        // One lucky epoch at zero patience: no jump yet, the same target comes next.
-        c.probe = Probe::Explore(0.0);
-        c.end_epoch(2.0);
-        assert_eq!(c.patience_us, 8000.0, "one win is not enough");
-        c.probe = Probe::Down;
-        c.up_rate = Some(1.0);
-        c.end_epoch(1.0);
-        assert!(
-            matches!(c.probe, Probe::Explore(t) if t == 0.0),
-            "{:?}",
-            c.probe
-        );
-        // It loses the second time: patience stays, and the confirmation is dropped.
-        c.end_epoch(1.0);
-        assert_eq!(c.patience_us, 8000.0);
-        assert_eq!(c.confirm, None);
-        // Two wins in a row: the jump.
-        c.probe = Probe::Explore(0.0);
-        c.end_epoch(2.0);
-        c.probe = Probe::Explore(0.0);
-        c.end_epoch(2.0);
-        assert_eq!(c.patience_us, 0.0, "two wins move patience");
     }
 
     #[test]
