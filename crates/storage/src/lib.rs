@@ -450,21 +450,7 @@ fn sync_data_directory(vfs: &dyn Vfs, dir: &Path) -> Result<()> {
         let f = vfs
             .open(&path, walnut_io::OpenMode::default())
             .map_err(|e| Error::io(format!("could not open \"{}\"", path.display()), e))?;
-        // A torn extension leaves a partial block at the end, which holds nothing redo needs
-        // (past the last whole block a page reads as new): cut it off, so that no data file
-        // stays half-extended.
-        let len = f
-            .len()
-            .map_err(|e| Error::io(format!("could not stat \"{}\"", path.display()), e))?;
-        let whole = len / walnut_common::BLCKSZ as u64 * walnut_common::BLCKSZ as u64;
-        if whole != len {
-            tracing::info!(
-                "truncating a partial block at the end of \"{}\" ({len} bytes) to {whole} bytes",
-                path.display()
-            );
-            f.set_len(whole)
-                .map_err(|e| Error::io(format!("could not truncate \"{}\"", path.display()), e))?;
-        }
+        smgr::cut_partial_block(f.as_ref(), &path)?;
         if let Err(e) = f.sync_data() {
             panic_fatal(&format!("could not fsync file \"{}\": {e}", path.display()));
         }

@@ -114,22 +114,13 @@ impl Smgr {
             .vfs
             .open(&path, OpenMode::default())
             .map_err(|e| Error::io(format!("could not open file \"{}\"", path.display()), e))?;
-        let len = file
-            .len()
-            .map_err(|e| Error::io(format!("could not stat \"{}\"", path.display()), e))?;
+        let len = if self.writable {
+            cut_partial_block(file.as_ref(), &path)?
+        } else {
+            file.len()
+                .map_err(|e| Error::io(format!("could not stat \"{}\"", path.display()), e))?
+        };
         let nblocks = (len / BLCKSZ as u64) as u32;
-        if len % BLCKSZ as u64 != 0 && self.writable {
-            // A torn extension (a crash while the zeros or a new page were being written, or a
-            // short write on a full disk): the partial block holds nothing redo needs (it reads
-            // as a new page past the end), so cut the file back to whole blocks.
-            let whole = nblocks as u64 * BLCKSZ as u64;
-            tracing::info!(
-                "truncating a partial block at the end of \"{}\" ({len} bytes) to {whole} bytes",
-                path.display()
-            );
-            file.set_len(whole)
-                .map_err(|e| Error::io(format!("could not truncate \"{}\"", path.display()), e))?;
-        }
         let rel = Arc::new(Relation {
             id,
             file,
@@ -291,4 +282,28 @@ impl Smgr {
             .sync_dir(&self.base)
             .map_err(|e| Error::io("could not fsync directory base", e))
     }
+}
+
+/// Cuts a partial block off the end of a relation file and returns the file's length, bytes.
+/// A torn extension (a crash while the zeros or a new page were being written, or a short write
+/// on a full disk) leaves one; it holds nothing redo needs, since past the last whole block a
+/// page reads as new. Called for every file at start-up after a crash and when a file is
+/// opened, so no data file stays half-extended.
+///
+/// # Errors
+/// I/O errors from stat or truncate.
+pub(crate) fn cut_partial_block(file: &dyn FileIo, path: &std::path::Path) -> Result<u64> {
+    let len = file
+        .len()
+        .map_err(|e| Error::io(format!("could not stat \"{}\"", path.display()), e))?;
+    let whole = len / BLCKSZ as u64 * BLCKSZ as u64;
+    if whole != len {
+        tracing::info!(
+            "truncating a partial block at the end of \"{}\" ({len} bytes) to {whole} bytes",
+            path.display()
+        );
+        file.set_len(whole)
+            .map_err(|e| Error::io(format!("could not truncate \"{}\"", path.display()), e))?;
+    }
+    Ok(whole)
 }

@@ -408,8 +408,9 @@ fn round(seed: u64, images: u64) -> (u64, u64) {
 
 /// [`check_image`]; if the check fails, first saves the image (every file, as recovery would
 /// find it), the ledger it was checked against and how it was taken, under
-/// `target/tmp/crash-images/`, so that the failure replays exactly, whatever the threads'
-/// interleaving was: `WALNUT_CRASH_REPLAY=DIR cargo test -p walnut-storage --test crash replay`.
+/// `target/tmp/crash-images/`, so that the failure replays whatever the threads' interleaving
+/// was (see `save_image` for what a process-kill image loses):
+/// `WALNUT_CRASH_REPLAY=DIR cargo test -p walnut-storage --test crash replay`.
 fn check_or_save(
     image: &FaultVfs,
     dir: &Path,
