@@ -454,20 +454,31 @@ impl Engine for Handle {
                 } else {
                     s.group_commits as f64 / s.group_flushes as f64
                 };
+                // Buckets are labelled by the commits they hold: "0", "1", "2", "3-4", … "65+".
                 let histogram = s
                     .group_histogram
                     .iter()
-                    .scan(0u64, |lo, &(hi, n)| {
-                        let label = match (*lo + 1, hi) {
+                    .scan(None::<u64>, |prev, &(hi, n)| {
+                        let lo = prev.map_or(0, |p| p + 1);
+                        let label = match (lo, hi) {
                             (a, u64::MAX) => format!("{a}+"),
                             (a, b) if a == b => format!("{a}"),
                             (a, b) => format!("{a}-{b}"),
                         };
-                        *lo = hi;
+                        *prev = Some(hi);
                         Some(format!("{label}:{n}"))
                     })
                     .collect::<Vec<_>>()
                     .join(" ");
+                let by_cause = |single: bool| {
+                    s.group_closed
+                        .iter()
+                        .map(|&(cause, all, one)| {
+                            format!("{cause}:{}", if single { one } else { all })
+                        })
+                        .collect::<Vec<_>>()
+                        .join(" ")
+                };
                 let mode = self.storage.config().group_commit.name();
                 Some((
                     vec![
@@ -483,6 +494,8 @@ impl Engine for Handle {
                         col("sessions", DataType::Int8),
                         col("wal_sync_method", DataType::Text),
                         col("wal_sync_range", DataType::Bool),
+                        col("flushes_by_close", DataType::Text),
+                        col("single_commit_flushes_by_close", DataType::Text),
                     ],
                     vec![vec![
                         Value::Text(mode.into()),
@@ -497,6 +510,8 @@ impl Engine for Handle {
                         i(s.group_sessions),
                         Value::Text(self.storage.config().wal_sync_method.name().into()),
                         Value::Bool(self.storage.wal().sync_range_in_use()),
+                        Value::Text(by_cause(false)),
+                        Value::Text(by_cause(true)),
                     ]],
                 ))
             }

@@ -617,6 +617,56 @@ fn startup_probe_picks_a_sync_method() {
 }
 
 #[test]
+fn group_commit_view_says_why_groups_closed() {
+    let s = Server::new(&[]);
+    s.query("create table t (id int primary key)");
+    for i in 0..5 {
+        s.query(&format!("insert into t values ({i})"));
+    }
+    let row = s.query(
+        "select flushes, commits_per_flush_histogram, flushes_by_close, \
+         single_commit_flushes_by_close from walnut_stat_group_commit",
+    );
+    let cols: Vec<&str> = row.split('|').collect();
+    assert_eq!(cols.len(), 4, "{row}");
+    let flushes: u64 = cols[0].parse().unwrap();
+    assert!(flushes >= 6, "each commit of a lone client flushes: {row}");
+    assert!(
+        cols[1].starts_with("0:"),
+        "bucket 0 holds flushes for no commit: {row}"
+    );
+    // "background:n fixed:n none_expected:n patience:n", summing to the flushes.
+    let counts = |text: &str| -> Vec<(String, u64)> {
+        text.split(' ')
+            .map(|kv| {
+                let (k, v) = kv.split_once(':').unwrap();
+                (k.to_string(), v.parse().unwrap())
+            })
+            .collect()
+    };
+    let by_close = counts(cols[2]);
+    let names: Vec<&str> = by_close.iter().map(|(k, _)| k.as_str()).collect();
+    assert_eq!(
+        names,
+        ["background", "fixed", "none_expected", "patience"],
+        "{row}"
+    );
+    assert_eq!(
+        by_close.iter().map(|(_, n)| n).sum::<u64>(),
+        flushes,
+        "{row}"
+    );
+    let single = counts(cols[3]);
+    for ((_, one), (_, all)) in single.iter().zip(&by_close) {
+        assert!(one <= all, "{row}");
+    }
+    // The default is adaptive: no group closed by PostgreSQL's fixed rule, and some by the
+    // controller.
+    assert_eq!(by_close[1].1, 0, "{row}");
+    assert!(by_close[2].1 + by_close[3].1 > 0, "{row}");
+}
+
+#[test]
 fn psql_round_trip() {
     let s = Server::new(&[]);
     assert_eq!(

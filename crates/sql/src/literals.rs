@@ -302,7 +302,7 @@ mod tests {
             }
             rest = &rest[p + 3..];
         }
-        out.push_str(&rest);
+        out.push_str(rest);
         out
     }
 

@@ -59,6 +59,16 @@ pub const MAX_EXPLORE_EVERY: u32 = 32;
 pub const CHANGE_FACTOR: f64 = 2.0;
 /// EWMA weight of the slow flush-latency average that detects a changed disk.
 const SLOW_ALPHA: f64 = 1.0 / 64.0;
+/// An exploration epoch ends early, as a failure, once it has run this long (µs) and at least
+/// [`ABORT_MIN_FLUSHES`] flushes at under [`ABORT_FRACTION`] of the rate it must beat. On a
+/// throttled disk an exploration at zero patience runs at a sixth of the batched rate (each
+/// flush then carries one or two commits) and, left for a whole epoch, scatters the cohort and
+/// runs up the throttle's debt for the epochs after it.
+pub const ABORT_AFTER_US: u64 = 10_000;
+/// See [`ABORT_AFTER_US`].
+pub const ABORT_MIN_FLUSHES: u64 = 4;
+/// See [`ABORT_AFTER_US`].
+pub const ABORT_FRACTION: f64 = 0.5;
 /// Patience below this is treated as zero (never wait), µs.
 pub const MIN_PATIENCE_US: f64 = 20.0;
 /// Upper bound on patience, µs.
@@ -76,6 +86,8 @@ struct Session {
     cycle_us: f64,
     /// Its commit request is waiting for a flush.
     waiting: bool,
+    /// End of the WAL its waiting commit request needs durable, bytes (the request's LSN).
+    lsn: u64,
     /// Last arrival or release, µs.
     last_seen: u64,
 }
@@ -120,6 +132,11 @@ pub struct Controller {
     explore_every: u32,
     /// Probe pairs since the last exploration epoch.
     pairs_since_explore: u32,
+    /// Flushes published in the current epoch.
+    epoch_flushes: u64,
+    /// Epochs left, after an exploration, whose flush latency does not feed the slow average:
+    /// the exploration's own queue at a throttle drains during them.
+    quiet_epochs: u32,
     /// Slow EWMA of flush service time, µs, and its value when exploration last restarted.
     slow_flush_us: f64,
     ref_flush_us: f64,
@@ -156,6 +173,8 @@ impl Controller {
             settle_pairs: 0,
             explore_every: 1,
             pairs_since_explore: 0,
+            epoch_flushes: 0,
+            quiet_epochs: 0,
             slow_flush_us: 0.0,
             ref_flush_us: 0.0,
             ref_sessions: 0,
@@ -165,12 +184,14 @@ impl Controller {
         }
     }
 
-    /// A commit request from `session` enters the wait for a flush at `now`.
-    pub fn on_arrival(&mut self, now: u64, session: u64) {
+    /// A commit request from `session`, which needs the WAL durable up to `lsn` (bytes),
+    /// enters the wait for a flush at `now`.
+    pub fn on_arrival(&mut self, now: u64, session: u64, lsn: u64) {
         let s = self.sessions.entry(session).or_insert(Session {
             release: None,
             cycle_us: 0.0,
             waiting: false,
+            lsn,
             last_seen: now,
         });
         if let Some(r) = s.release {
@@ -182,15 +203,36 @@ impl Controller {
             };
         }
         s.waiting = true;
+        s.lsn = lsn;
         s.last_seen = now;
     }
 
-    /// `session`'s commit was acknowledged (its LSN is durable) at `now`.
+    /// `session`'s commit was acknowledged (its LSN is durable) at `now`. A no-op if
+    /// [`Controller::on_published`] already released it.
     pub fn on_release(&mut self, now: u64, session: u64) {
         if let Some(s) = self.sessions.get_mut(&session) {
-            s.waiting = false;
-            s.release = Some(now);
-            s.last_seen = now;
+            if s.waiting {
+                s.waiting = false;
+                s.release = Some(now);
+                s.last_seen = now;
+            }
+        }
+    }
+
+    /// The WAL became durable up to `flushed` (bytes) at `now`: every session waiting for an
+    /// LSN at or below it is released now, before its thread gets the mutex back to say so.
+    ///
+    /// Without this, a leader that opens the next group in the gap — the gap is a chain of
+    /// wake-ups, one per woken follower, each needing a CPU — sees the just-released sessions
+    /// as still waiting, expects none of them, and flushes alone: on a throttled disk that
+    /// single-commit flush costs as much as a full one.
+    pub fn on_published(&mut self, now: u64, flushed: u64) {
+        for s in self.sessions.values_mut() {
+            if s.waiting && s.lsn <= flushed {
+                s.waiting = false;
+                s.release = Some(now);
+                s.last_seen = now;
+            }
         }
     }
 
@@ -203,7 +245,7 @@ impl Controller {
         } else {
             self.flush_us + ALPHA * (f - self.flush_us)
         };
-        if !matches!(self.probe, Probe::Explore(_)) {
+        if !matches!(self.probe, Probe::Explore(_)) && self.quiet_epochs == 0 {
             self.slow_flush_us = if self.slow_flush_us == 0.0 {
                 f
             } else {
@@ -216,11 +258,18 @@ impl Controller {
             self.epoch_commits = 0;
         }
         self.epoch_commits += commits;
+        self.epoch_flushes += 1;
         let elapsed = now.saturating_sub(self.epoch_start);
-        if elapsed >= EPOCH_US {
-            self.end_epoch(self.epoch_commits as f64 / elapsed as f64);
+        let rate = self.epoch_commits as f64 / elapsed.max(1) as f64;
+        let losing_exploration = matches!(self.probe, Probe::Explore(_))
+            && elapsed >= ABORT_AFTER_US
+            && self.epoch_flushes >= ABORT_MIN_FLUSHES
+            && rate < self.explore_ref * ABORT_FRACTION;
+        if elapsed >= EPOCH_US || losing_exploration {
+            self.end_epoch(rate);
             self.epoch_start = now;
             self.epoch_commits = 0;
+            self.epoch_flushes = 0;
         }
         if now.saturating_sub(self.last_prune) >= EPOCH_US {
             self.last_prune = now;
@@ -230,6 +279,19 @@ impl Controller {
     }
 
     fn end_epoch(&mut self, rate: f64) {
+        if !matches!(self.probe, Probe::Explore(_)) {
+            self.quiet_epochs = self.quiet_epochs.saturating_sub(1);
+        }
+        tracing::debug!(
+            target: "walnut::group_commit",
+            probe = ?self.probe,
+            commits_per_s = (rate * 1e6) as u64,
+            patience_us = self.patience_us as i64,
+            explore_every = self.explore_every,
+            sessions = self.sessions.len(),
+            slow_flush_us = self.slow_flush_us as u64,
+            "epoch"
+        );
         match self.probe {
             Probe::Up => {
                 self.up_rate = Some(rate);
@@ -258,6 +320,7 @@ impl Controller {
                 } else {
                     self.explore_every = (self.explore_every * 2).min(MAX_EXPLORE_EVERY);
                 }
+                self.quiet_epochs = 1;
                 self.pairs_since_explore = 0;
                 self.probe = Probe::Up;
             }
@@ -419,6 +482,13 @@ impl Controller {
         // Wake at least at the deadline's side of the last expected arrival: a little slack
         // for scheduling noise, never past the deadline.
         wait_until.map(|w| (w + (w - now) / 4 + 1).min(deadline))
+    }
+
+    /// True if a group opened at `opened` (µs) has reached its deadline at `now`: the patience
+    /// in force ran out (at once when it is zero). When [`Controller::decide`] returns `None`
+    /// before that, it is because no session outside the group was expected in time.
+    pub fn deadline_passed(&self, now: u64, opened: u64) -> bool {
+        self.patience_us >= 0.0 && now >= opened + self.effective_patience() as u64
     }
 
     /// Record that a leader kept its group open for `waited_us` µs.
@@ -647,7 +717,7 @@ mod tests {
             let mut timer_fired = false;
             match ev {
                 Ev::Arrive(c) => {
-                    ctl.on_arrival(now, c as u64);
+                    ctl.on_arrival(now, c as u64, now);
                     if open.is_some() {
                         group.push(c);
                     } else if in_flight.len() >= limit(&ctl) {
@@ -759,10 +829,10 @@ mod tests {
     #[test]
     fn single_client_never_waits() {
         let mut c = Controller::new();
-        c.on_arrival(0, 1);
+        c.on_arrival(0, 1, 0);
         c.on_flush_done(200, 200, 1);
         c.on_release(200, 1);
-        c.on_arrival(1200, 1);
+        c.on_arrival(1200, 1, 1200);
         assert_eq!(c.decide(1200, 1200), None, "nobody else can join");
     }
 
@@ -772,23 +842,56 @@ mod tests {
         // Establish cycles of 1000 µs for sessions 1 and 2 and a flush latency of 2000 µs.
         for round in 0..4u64 {
             let t = round * 3000;
-            c.on_arrival(t, 1);
-            c.on_arrival(t + 10, 2);
+            c.on_arrival(t, 1, t);
+            c.on_arrival(t + 10, 2, t + 10);
             c.on_flush_done(t + 2000, 2000, 2);
             c.on_release(t + 2000, 1);
             c.on_release(t + 2000, 2);
         }
         // Session 1 arrives; session 2 is expected about 1000 µs after its release.
         let now = 4 * 3000;
-        c.on_arrival(now, 1);
+        c.on_arrival(now, 1, now);
         let w = c.decide(now, now).expect("session 2 is worth waiting for");
         assert!(w > now && w <= now + 2 * 3000);
         // Once session 2 has gone idle for longer than STALE_US it is forgotten.
         let later = now + STALE_US + 10;
         c.on_flush_done(later, 2000, 1);
         c.on_release(later, 1);
-        c.on_arrival(later + 1, 1);
+        c.on_arrival(later + 1, 1, later + 1);
         assert_eq!(c.decide(later + 1, later + 1), None);
+    }
+
+    #[test]
+    fn a_session_released_by_a_publish_is_expected_before_its_thread_says_so() {
+        let mut c = Controller::new();
+        // Sessions 1 and 2 commit together every 3000 µs: a flush of 2000 µs, then 1000 µs of
+        // transaction each.
+        for round in 0..4u64 {
+            let t = round * 3000;
+            c.on_arrival(t, 1, t);
+            c.on_arrival(t + 10, 2, t + 10);
+            c.on_flush_done(t + 2000, 2000, 2);
+            c.on_published(t + 2000, t + 10);
+            c.on_release(t + 2000, 1);
+            c.on_release(t + 2000, 2);
+        }
+        // The next flush covers both. Session 1's thread gets the mutex back, runs its next
+        // transaction and opens a group before session 2's thread has run at all.
+        let t = 4 * 3000;
+        c.on_arrival(t, 1, t);
+        c.on_arrival(t + 10, 2, t + 10);
+        c.on_flush_done(t + 2000, 2000, 2);
+        c.on_published(t + 2000, t + 10);
+        c.on_release(t + 2000, 1);
+        c.on_arrival(t + 2900, 1, t + 2900);
+        let w = c.decide(t + 2900, t + 2900);
+        assert!(
+            w.is_some(),
+            "session 2 was released by the publish and is due about now: wait for it"
+        );
+        // Its thread's own release, later, does not move its release time.
+        c.on_release(t + 2950, 2);
+        assert_eq!(c.decide(t + 2900, t + 2900), w);
     }
 
     #[test]

@@ -62,8 +62,49 @@ pub(crate) enum Pipelining {
     Always,
 }
 
-/// Upper bounds of the commits-per-flush histogram buckets (the last is open-ended).
-pub(crate) const HISTOGRAM_BOUNDS: [u64; 8] = [1, 2, 4, 8, 16, 32, 64, u64::MAX];
+/// Upper bounds of the commits-per-flush histogram buckets (the last is open-ended). The first
+/// bucket holds flushes that acknowledged no commit: the WAL writer's, a page write's, a
+/// checkpoint's.
+pub(crate) const HISTOGRAM_BOUNDS: [u64; 9] = [0, 1, 2, 4, 8, 16, 32, 64, u64::MAX];
+
+/// Why a leader closed its group, for the counters (`walnut_stat_group_commit`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum CloseCause {
+    /// The leader flushes for no commit (the WAL writer, a page write, a checkpoint): it never
+    /// waits.
+    Background,
+    /// `group_commit = fixed`: after `commit_delay` (or at once).
+    Fixed,
+    /// Adaptive: no session not yet in the group was expected before the deadline.
+    NoneExpected,
+    /// Adaptive: the deadline (opened + patience) passed, with patience zero or a session
+    /// still expected.
+    Patience,
+}
+
+impl CloseCause {
+    /// Every cause, in the order of [`GroupStats::closed`].
+    pub(crate) const ALL: [CloseCause; 4] = [
+        CloseCause::Background,
+        CloseCause::Fixed,
+        CloseCause::NoneExpected,
+        CloseCause::Patience,
+    ];
+
+    /// The label in `walnut_stat_group_commit`.
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            CloseCause::Background => "background",
+            CloseCause::Fixed => "fixed",
+            CloseCause::NoneExpected => "none_expected",
+            CloseCause::Patience => "patience",
+        }
+    }
+
+    fn index(self) -> usize {
+        self as usize
+    }
+}
 
 /// Counters, a snapshot of which [`GroupCommit::stats`] returns.
 #[derive(Clone, Debug, Default)]
@@ -73,7 +114,11 @@ pub(crate) struct GroupStats {
     /// Commit requests satisfied (waiters plus those already durable on arrival).
     pub commits: u64,
     /// Waiting commit requests per flush, by [`HISTOGRAM_BOUNDS`] bucket.
-    pub histogram: [u64; 8],
+    pub histogram: [u64; 9],
+    /// Flushes by why their group closed, indexed as [`CloseCause::ALL`].
+    pub closed: [u64; 4],
+    /// Flushes that acknowledged exactly one commit, by why their group closed.
+    pub closed_single: [u64; 4],
     /// Total time leaders kept groups open before flushing, µs.
     pub wait_us: u64,
     /// The adaptive controller's patience, µs.
@@ -97,6 +142,7 @@ struct Flight {
     target: u64,
     members: u64,
     issued_us: u64,
+    cause: CloseCause,
     done: bool,
 }
 
@@ -184,7 +230,7 @@ impl GroupCommit {
         };
         let mut st = self.state.lock();
         if commit {
-            st.ctrl.on_arrival(now_us(), session);
+            st.ctrl.on_arrival(now_us(), session, lsn);
         }
         let mut joined = false;
         loop {
@@ -256,6 +302,11 @@ impl GroupCommit {
             opened_us,
             members: u64::from(!joined && commit),
         });
+        let mut cause = if commit {
+            CloseCause::Fixed
+        } else {
+            CloseCause::Background
+        };
         match wait {
             LeaderWait::Fixed { delay_us, siblings } => {
                 if delay_us > 0 {
@@ -270,7 +321,14 @@ impl GroupCommit {
             LeaderWait::Adaptive => loop {
                 let now = now_us();
                 match st.ctrl.decide(now, opened_us) {
-                    None => break,
+                    None => {
+                        cause = if st.ctrl.deadline_passed(now, opened_us) {
+                            CloseCause::Patience
+                        } else {
+                            CloseCause::NoneExpected
+                        };
+                        break;
+                    }
                     Some(until) => {
                         let d = Duration::from_micros(until.saturating_sub(now).max(1));
                         st = self.leader.wait_timeout(st, d).0;
@@ -307,6 +365,7 @@ impl GroupCommit {
             target,
             members: g.members,
             issued_us,
+            cause,
             done: false,
         });
         drop(st);
@@ -332,11 +391,16 @@ impl GroupCommit {
                 .position(|&b| f.members <= b)
                 .unwrap_or(HISTOGRAM_BOUNDS.len() - 1);
             st.stats.histogram[bucket] += 1;
+            st.stats.closed[f.cause.index()] += 1;
+            if f.members == 1 {
+                st.stats.closed_single[f.cause.index()] += 1;
+            }
             st.ctrl
                 .on_flush_done(now, now.saturating_sub(f.issued_us), f.members);
             published = true;
         }
         if published {
+            st.ctrl.on_published(now, self.flushed());
             self.followers.notify_all();
         }
         st

@@ -254,9 +254,15 @@ pub struct WalStats {
     /// Flush requests (commits) satisfied: by a leader, as followers, or already durable on
     /// arrival.
     pub group_commits: u64,
-    /// Histogram of waiting commit requests per flush: (bucket upper bound, flushes); the last
-    /// bound is `u64::MAX` (open-ended).
+    /// Histogram of waiting commit requests per flush: (bucket upper bound, flushes); the first
+    /// bound is 0 (flushes that acknowledged no commit), the last is `u64::MAX` (open-ended).
     pub group_histogram: Vec<(u64, u64)>,
+    /// Flushes by why the leader closed its group: (cause, all flushes, flushes that
+    /// acknowledged exactly one commit). Causes: `background` (a flush for no commit: the WAL
+    /// writer, a page write, a checkpoint), `fixed` (`group_commit = fixed`), `none_expected`
+    /// (adaptive: no other session was expected in time), `patience` (adaptive: the wait ran
+    /// out, or was zero).
+    pub group_closed: Vec<(&'static str, u64, u64)>,
     /// Total time leaders kept their groups open before flushing, µs.
     pub group_wait_time_us: u64,
     /// The adaptive controller's current patience (the longest a leader will wait), µs.

@@ -908,8 +908,41 @@ fn adaptive_group_commit_groups_concurrent_commits() {
         st.group_histogram.iter().map(|(_, n)| n).sum::<u64>(),
         st.group_flushes
     );
+    // Every flush has one close cause, and the single-commit ones are the histogram's "1".
+    assert_eq!(
+        st.group_closed.iter().map(|&(_, all, _)| all).sum::<u64>(),
+        st.group_flushes
+    );
+    assert_eq!(
+        st.group_closed.iter().map(|&(_, _, one)| one).sum::<u64>(),
+        st.group_histogram[1].1
+    );
+    let closed = |cause: &str| st.group_closed.iter().find(|c| c.0 == cause).unwrap().1;
+    assert_eq!(
+        closed("fixed") + closed("background"),
+        0,
+        "{:?}",
+        st.group_closed
+    );
+
+    // A flush for no commit (the WAL writer's, a page write's) is counted in bucket 0 and as
+    // closed for the background, and never as a commit.
+    let (_, e) = wal.insert(&mut |_| tagged_record(99, 0, false)).unwrap();
+    wal.flush(e, FlushOpts::default()).unwrap();
+    let after = wal.stats();
+    assert_eq!(after.group_histogram[0], (0, st.group_histogram[0].1 + 1));
+    assert_eq!(after.group_commits, st.group_commits);
+    let background = |s: &WalStats| {
+        s.group_closed
+            .iter()
+            .find(|c| c.0 == "background")
+            .unwrap()
+            .1
+    };
+    assert_eq!(background(&after), background(&st) + 1);
+
     let (recs, _) = read_all(vfs(), cfg.dir.clone(), Lsn::FIRST);
-    assert_eq!(recs.len(), (threads * per_thread) as usize);
+    assert_eq!(recs.len(), (threads * per_thread) as usize + 1);
 }
 
 /// A Vfs over the real file system that offers a cache flusher (the `wal_sync_range` path)

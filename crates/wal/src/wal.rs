@@ -16,7 +16,7 @@
 //! See DESIGN.md for the numbered protocols and the crash windows.
 
 use crate::group_commit::{
-    FlushDevice, GroupCommit, LeaderWait, Pipelining, SyncBatches, HISTOGRAM_BOUNDS,
+    CloseCause, FlushDevice, GroupCommit, LeaderWait, Pipelining, SyncBatches, HISTOGRAM_BOUNDS,
 };
 use crate::reader::ReaderState;
 use crate::record;
@@ -897,6 +897,11 @@ impl Wal {
             group_flushes: g.flushes,
             group_commits: g.commits,
             group_histogram: HISTOGRAM_BOUNDS.into_iter().zip(g.histogram).collect(),
+            group_closed: CloseCause::ALL
+                .iter()
+                .enumerate()
+                .map(|(i, c)| (c.name(), g.closed[i], g.closed_single[i]))
+                .collect(),
             group_wait_time_us: g.wait_us,
             group_patience_us: g.patience_us,
             group_recent_wait_us: g.recent_wait_us,
