@@ -630,7 +630,10 @@ fn group_commit_view_says_why_groups_closed() {
     let cols: Vec<&str> = row.split('|').collect();
     assert_eq!(cols.len(), 4, "{row}");
     let flushes: u64 = cols[0].parse().unwrap();
-    assert!(flushes >= 6, "each commit of a lone client flushes: {row}");
+    assert!(
+        flushes >= 6,
+        "six commits, one at a time, each needing a flush: {row}"
+    );
     assert!(
         cols[1].starts_with("0:"),
         "bucket 0 holds flushes for no commit: {row}"

@@ -39,7 +39,9 @@ pub const STEP_GROWTH: f64 = 1.5;
 /// Largest multiplicative step of one move.
 pub const MAX_STEP: f64 = 4.0;
 /// Relative throughput difference by which the longer probe must win to move patience up.
-pub const DEAD_BAND: f64 = 0.01;
+pub const DEAD_BAND: f64 = 0.05;
+/// Consecutive probe pairs the longer probe must win by [`DEAD_BAND`] to move up.
+pub const UP_VOTES: u8 = 2;
 /// Relative throughput difference by which the shorter probe must win, in
 /// [`DOWN_VOTES`] probe pairs in a row, to move patience down. Moving down needs more evidence
 /// than moving up because the two errors cost differently: a patience too long costs little
@@ -122,6 +124,8 @@ pub struct Controller {
     last_move: i8,
     /// Consecutive probe pairs the shorter probe won by [`DOWN_BAND`].
     down_votes: u8,
+    /// Consecutive probe pairs the longer probe won by [`DEAD_BAND`].
+    up_votes: u8,
     /// What the next exploration must beat, commits/µs: the better of the last probe pair's
     /// rates, or the last epoch's alone if the load or the disk changed during the pair.
     explore_ref: f64,
@@ -169,6 +173,7 @@ impl Controller {
             step: STEP,
             last_move: 0,
             down_votes: 0,
+            up_votes: 0,
             explore_ref: 0.0,
             settle_pairs: 0,
             explore_every: 1,
@@ -315,6 +320,7 @@ impl Controller {
                     self.step = STEP;
                     self.last_move = 0;
                     self.down_votes = 0;
+                    self.up_votes = 0;
                     self.explore_every = 4;
                     self.settle_pairs = 3;
                 } else {
@@ -334,7 +340,13 @@ impl Controller {
         } else {
             self.down_votes = 0;
         }
-        let dir: i8 = if up > down * (1.0 + DEAD_BAND) {
+        if up > down * (1.0 + DEAD_BAND) {
+            self.up_votes = self.up_votes.saturating_add(1);
+        } else {
+            self.up_votes = 0;
+        }
+        let dir: i8 = if self.up_votes >= UP_VOTES {
+            self.up_votes = 0;
             1
         } else if self.down_votes >= DOWN_VOTES {
             self.down_votes = 0;
@@ -362,8 +374,9 @@ impl Controller {
     }
 
     /// After a probe pair: true if the load or the disk changed — the committing sessions, or
-    /// the slow average of flush latency (not fed by exploration epochs), moved by
-    /// [`CHANGE_FACTOR`] since the reference — and then exploration restarts at every pair.
+    /// the slow average of flush latency (not fed by exploration epochs nor the epoch after
+    /// one), moved by [`CHANGE_FACTOR`] since the reference — and then exploration restarts at
+    /// every pair.
     fn detect_change(&mut self) -> bool {
         let sessions = self.sessions.len();
         if self.settle_pairs > 0 {
@@ -485,10 +498,11 @@ impl Controller {
     }
 
     /// True if a group opened at `opened` (µs) has reached its deadline at `now`: the patience
-    /// in force ran out (at once when it is zero). When [`Controller::decide`] returns `None`
-    /// before that, it is because no session outside the group was expected in time.
+    /// in force ran out, at once when it is zero or not yet measured (before the first flush
+    /// the leader never waits). When [`Controller::decide`] returns `None` before that, it is
+    /// because no session outside the group was expected in time.
     pub fn deadline_passed(&self, now: u64, opened: u64) -> bool {
-        self.patience_us >= 0.0 && now >= opened + self.effective_patience() as u64
+        self.patience_us < 0.0 || now >= opened + self.effective_patience() as u64
     }
 
     /// Record that a leader kept its group open for `waited_us` µs.

@@ -70,15 +70,15 @@ pub(crate) const HISTOGRAM_BOUNDS: [u64; 9] = [0, 1, 2, 4, 8, 16, 32, 64, u64::M
 /// Why a leader closed its group, for the counters (`walnut_stat_group_commit`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum CloseCause {
-    /// The leader flushes for no commit (the WAL writer, a page write, a checkpoint): it never
-    /// waits.
+    /// The leader flushes for no commit (the WAL writer, a page write, a checkpoint) and never
+    /// waits; commits that joined its group before it closed are still counted as members.
     Background,
     /// `group_commit = fixed`: after `commit_delay` (or at once).
     Fixed,
     /// Adaptive: no session not yet in the group was expected before the deadline.
     NoneExpected,
-    /// Adaptive: the deadline (opened + patience) passed, with patience zero or a session
-    /// still expected.
+    /// Adaptive: the deadline (opened + patience) passed, with patience zero (or not yet
+    /// measured) or a session still expected.
     Patience,
 }
 
