@@ -16,7 +16,7 @@
 //! 3. **How patient.** `patience` is tuned by extremum seeking on the measured commit rate
 //!    (a perturb-and-observe hill climb): epochs of [`EPOCH_US`] alternate between
 //!    `patience × STEP` and `patience ÷ STEP`. Patience moves up if the longer probe won by
-//!    more than [`DEAD_BAND`] in [`UP_VOTES`] pair(s) in a row, and down only if the shorter one won by
+//!    more than [`DEAD_BAND`] in a pair, and down only if the shorter one won by
 //!    more than [`DOWN_BAND`] in [`DOWN_VOTES`] pairs in a row (too short a patience splits
 //!    cohorts, which costs far more than waiting a little long). Consecutive moves in one
 //!    direction grow by
@@ -39,8 +39,8 @@ pub const STEP: f64 = 1.5;
 pub const STEP_GROWTH: f64 = 1.5;
 /// Largest multiplicative step of one move.
 pub const MAX_STEP: f64 = 4.0;
-/// Relative throughput difference by which the longer probe must win, in [`UP_VOTES`] probe
-/// pairs in a row, to move patience up.
+/// Relative throughput difference by which the longer probe must win, in one probe pair, to
+/// move patience up.
 ///
 /// Up is easier than down (see [`DOWN_BAND`]). On the throttled disk that is right; unthrottled
 /// on two CPUs, where epoch rates vary by tens of percent, noise walks patience up to its cap
@@ -48,8 +48,6 @@ pub const MAX_STEP: f64 = 4.0;
 /// in two pairs) fixed that (0.97) but cost the throttled disk (0.86 and 0.77 of the ceiling
 /// in two sittings, against 0.97), so it is not the rule; see `crates/wal/DESIGN.md`.
 pub const DEAD_BAND: f64 = 0.01;
-/// Consecutive probe pairs the longer probe must win by [`DEAD_BAND`] to move up.
-pub const UP_VOTES: u8 = 1;
 /// Relative throughput difference by which the shorter probe must win, in
 /// [`DOWN_VOTES`] probe pairs in a row, to move patience down. Moving down needs more evidence
 /// than moving up because the two errors cost differently: a patience too long costs little
@@ -132,8 +130,6 @@ pub struct Controller {
     last_move: i8,
     /// Consecutive probe pairs the shorter probe won by [`DOWN_BAND`].
     down_votes: u8,
-    /// Consecutive probe pairs the longer probe won by [`DEAD_BAND`].
-    up_votes: u8,
     /// What the next exploration must beat, commits/µs: the better of the last probe pair's
     /// rates, or the last epoch's alone if the load or the disk changed during the pair.
     explore_ref: f64,
@@ -181,7 +177,6 @@ impl Controller {
             step: STEP,
             last_move: 0,
             down_votes: 0,
-            up_votes: 0,
             explore_ref: 0.0,
             settle_pairs: 0,
             explore_every: 1,
@@ -328,7 +323,6 @@ impl Controller {
                     self.step = STEP;
                     self.last_move = 0;
                     self.down_votes = 0;
-                    self.up_votes = 0;
                     self.explore_every = 4;
                     self.settle_pairs = 3;
                 } else {
@@ -348,13 +342,7 @@ impl Controller {
         } else {
             self.down_votes = 0;
         }
-        if up > down * (1.0 + DEAD_BAND) {
-            self.up_votes = self.up_votes.saturating_add(1);
-        } else {
-            self.up_votes = 0;
-        }
-        let dir: i8 = if self.up_votes >= UP_VOTES {
-            self.up_votes = 0;
+        let dir: i8 = if up > down * (1.0 + DEAD_BAND) {
             1
         } else if self.down_votes >= DOWN_VOTES {
             self.down_votes = 0;
@@ -858,18 +846,25 @@ mod tests {
         assert_eq!(c.decide(1200, 1200), None, "nobody else can join");
     }
 
-    #[test]
-    fn waits_for_an_expected_session_and_not_for_an_idle_one() {
+    /// Sessions 1 and 2 commit together every 3000 µs for four rounds (until 12000 µs): a
+    /// flush of 2000 µs, then a cycle of 1000 µs each.
+    fn two_sessions_in_step() -> Controller {
         let mut c = Controller::new();
-        // Establish cycles of 1000 µs for sessions 1 and 2 and a flush latency of 2000 µs.
         for round in 0..4u64 {
             let t = round * 3000;
             c.on_arrival(t, 1, t);
             c.on_arrival(t + 10, 2, t + 10);
             c.on_flush_done(t + 2000, 2000, 2);
+            c.on_published(t + 2000, t + 10);
             c.on_release(t + 2000, 1);
             c.on_release(t + 2000, 2);
         }
+        c
+    }
+
+    #[test]
+    fn waits_for_an_expected_session_and_not_for_an_idle_one() {
+        let mut c = two_sessions_in_step();
         // Session 1 arrives; session 2 is expected about 1000 µs after its release.
         let now = 4 * 3000;
         c.on_arrival(now, 1, now);
@@ -885,18 +880,7 @@ mod tests {
 
     #[test]
     fn a_session_released_by_a_publish_is_expected_before_its_thread_says_so() {
-        let mut c = Controller::new();
-        // Sessions 1 and 2 commit together every 3000 µs: a flush of 2000 µs, then 1000 µs of
-        // transaction each.
-        for round in 0..4u64 {
-            let t = round * 3000;
-            c.on_arrival(t, 1, t);
-            c.on_arrival(t + 10, 2, t + 10);
-            c.on_flush_done(t + 2000, 2000, 2);
-            c.on_published(t + 2000, t + 10);
-            c.on_release(t + 2000, 1);
-            c.on_release(t + 2000, 2);
-        }
+        let mut c = two_sessions_in_step();
         // The next flush covers both. Session 1's thread gets the mutex back, runs its next
         // transaction and opens a group before session 2's thread has run at all.
         let t = 4 * 3000;
