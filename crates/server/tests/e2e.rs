@@ -67,38 +67,53 @@ impl Server {
         self.start_env(extra, &[]);
     }
 
-    /// Starts the server with `-c` settings `extra` and environment variables `env`.
+    /// Starts the server with `-c` settings `extra` and environment variables `env`. If the
+    /// port was taken meanwhile (tests run in parallel and `port()` only finds one free at the
+    /// time it looks), starts again on another, up to five times.
     fn start_env(&mut self, extra: &[&str], env: &[(&str, &str)]) {
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(self.dir.join("server.log"))
-            .unwrap();
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_walnut"));
-        cmd.args(["serve", "-D"])
-            .arg(&self.dir)
-            .args(["-p", &self.port.to_string()]);
-        for e in extra {
-            cmd.args(["-c", e]);
-        }
-        cmd.envs(env.iter().copied());
-        let child = cmd
-            .stdout(log.try_clone().unwrap())
-            .stderr(log)
-            .spawn()
-            .unwrap();
-        self.child = Some(child);
-        let t0 = Instant::now();
-        while TcpStream::connect(("127.0.0.1", self.port)).is_err() {
-            if let Some(st) = self.child.as_mut().unwrap().try_wait().unwrap() {
-                panic!("server exited with {st} during start-up:\n{}", self.log());
+        for attempt in 1..=5 {
+            let logged = self.log().len();
+            let log = std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(self.dir.join("server.log"))
+                .unwrap();
+            let mut cmd = Command::new(env!("CARGO_BIN_EXE_walnut"));
+            cmd.args(["serve", "-D"])
+                .arg(&self.dir)
+                .args(["-p", &self.port.to_string()]);
+            for e in extra {
+                cmd.args(["-c", e]);
             }
-            assert!(
-                t0.elapsed() < Duration::from_secs(120),
-                "server did not start:\n{}",
-                self.log()
-            );
-            std::thread::sleep(Duration::from_millis(50));
+            cmd.envs(env.iter().copied());
+            let child = cmd
+                .stdout(log.try_clone().unwrap())
+                .stderr(log)
+                .spawn()
+                .unwrap();
+            self.child = Some(child);
+            let t0 = Instant::now();
+            let mut exited = None;
+            while TcpStream::connect(("127.0.0.1", self.port)).is_err() {
+                if let Some(st) = self.child.as_mut().unwrap().try_wait().unwrap() {
+                    exited = Some(st);
+                    break;
+                }
+                assert!(
+                    t0.elapsed() < Duration::from_secs(120),
+                    "server did not start:\n{}",
+                    self.log()
+                );
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            let Some(st) = exited else { return };
+            self.child = None;
+            let this_start = self.log().get(logged..).unwrap_or_default().to_string();
+            if attempt < 5 && this_start.contains("Address already in use") {
+                self.port = port();
+                continue;
+            }
+            panic!("server exited with {st} during start-up:\n{}", self.log());
         }
     }
 
