@@ -631,6 +631,39 @@ fn startup_probe_picks_a_sync_method() {
     );
 }
 
+/// The adaptive controller gets the disk's flush capacity from a start-up probe, whether the
+/// sync method was probed or set; `group_commit = fixed` needs none.
+#[test]
+fn startup_probe_measures_the_flush_capacity() {
+    for settings in [
+        &[][..],
+        &["wal_sync_method=fsync"][..],
+        &["group_commit=fixed"][..],
+    ] {
+        let s = Server::new(settings);
+        let cap = s.query("select flush_capacity, flush_utilization from walnut_stat_group_commit");
+        let (cap, util) = cap.split_once('|').expect("two columns");
+        assert_eq!(util, "", "{settings:?}: no probe pair has ended yet: NULL");
+        if settings.contains(&"group_commit=fixed") {
+            assert_eq!(
+                cap, "",
+                "{settings:?}: no capacity without the adaptive controller"
+            );
+            continue;
+        }
+        let flushes_per_s: f64 = cap.parse().expect("a number");
+        assert!(
+            flushes_per_s.is_finite() && flushes_per_s > 0.0,
+            "{settings:?}: capacity {cap}"
+        );
+        assert!(
+            s.log().contains("WAL flush capacity"),
+            "{settings:?}: the capacity is logged:\n{}",
+            s.log()
+        );
+    }
+}
+
 #[test]
 fn group_commit_view_says_why_groups_closed() {
     let s = Server::new(&[]);

@@ -75,6 +75,8 @@ pub struct StorageConfig {
     pub wal_sync_range: bool,
     /// `group_commit`.
     pub group_commit: walnut_wal::GroupCommitMode,
+    /// The WAL disk's flush capacity, flushes/s: see `walnut_wal::WalConfig::flush_capacity`.
+    pub wal_flush_capacity: Option<f64>,
 }
 
 impl Default for StorageConfig {
@@ -93,6 +95,7 @@ impl Default for StorageConfig {
             wal_recycle: true,
             wal_sync_range: true,
             group_commit: walnut_wal::GroupCommitMode::Adaptive,
+            wal_flush_capacity: None,
         }
     }
 }
@@ -476,6 +479,7 @@ fn wal_config(dir: &Path, c: &StorageConfig) -> WalConfig {
         recycle: c.wal_recycle,
         sync_range: c.wal_sync_range,
         group_commit: c.group_commit,
+        flush_capacity: c.wal_flush_capacity,
         ..WalConfig::new(dir.join("wal"))
     }
 }

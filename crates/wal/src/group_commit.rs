@@ -129,6 +129,10 @@ pub(crate) struct GroupStats {
     pub flush_latency_us: u64,
     /// Sessions the controller currently tracks.
     pub sessions: u64,
+    /// The device's flush capacity the controller works with, flushes/s; `None` if unknown.
+    pub flush_capacity: Option<f64>,
+    /// The last probe pair's flush rate ÷ the capacity; `None` if unknown.
+    pub utilization: Option<f64>,
 }
 
 struct OpenGroup {
@@ -191,6 +195,13 @@ impl GroupCommit {
             max_inflight: max_inflight.max(1),
             pipelining,
         }
+    }
+
+    /// Gives the adaptive controller the device's flush capacity, flushes/s back to back
+    /// (see [`Controller::with_flush_capacity`]).
+    pub(crate) fn with_flush_capacity(self, flushes_per_sec: Option<f64>) -> GroupCommit {
+        self.state.lock().ctrl = Controller::with_flush_capacity(flushes_per_sec);
+        self
     }
 
     /// Everything before this is durable, bytes.
@@ -415,6 +426,8 @@ impl GroupCommit {
         s.recent_wait_us = st.ctrl.recent_wait_us();
         s.flush_latency_us = st.ctrl.flush_latency_us();
         s.sessions = st.ctrl.sessions() as u64;
+        s.flush_capacity = st.ctrl.flush_capacity();
+        s.utilization = st.ctrl.utilization();
         s
     }
 }

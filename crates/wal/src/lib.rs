@@ -212,6 +212,11 @@ pub struct WalConfig {
     pub sync_range: bool,
     /// `group_commit`.
     pub group_commit: GroupCommitMode,
+    /// The disk's capacity for durable WAL flushes, flushes/s back to back with `sync_method`,
+    /// as the server's start-up probe measures it (`walnut test-fsync` measures the same); `None`
+    /// if not measured. The adaptive controller compares it with the flush rate in use to tell
+    /// a busy device from one with spare capacity (DESIGN.md, "Adaptive group commit").
+    pub flush_capacity: Option<f64>,
 }
 
 /// Per-call group commit settings (the committing session's GUCs; PostgreSQL applies the
@@ -273,6 +278,12 @@ pub struct WalStats {
     pub group_flush_latency_us: u64,
     /// Committing sessions the adaptive controller tracks.
     pub group_sessions: u64,
+    /// The device's flush capacity the adaptive controller works with, flushes/s
+    /// ([`WalConfig::flush_capacity`]); `None` if unknown.
+    pub group_flush_capacity: Option<f64>,
+    /// The adaptive controller's last probe pair: its higher flush rate ÷ the flush capacity;
+    /// at or above `adaptive::BUSY_FRACTION` the device counts as busy. `None` if unknown.
+    pub group_utilization: Option<f64>,
 }
 
 impl WalConfig {
@@ -294,6 +305,7 @@ impl WalConfig {
             recycle: true,
             sync_range: true,
             group_commit: GroupCommitMode::Adaptive,
+            flush_capacity: None,
         }
     }
 }

@@ -283,6 +283,7 @@ impl Wal {
             Vec::new()
         };
         let flusher = range_sync_flusher(vfs.as_ref(), &cfg);
+        let flush_capacity = cfg.flush_capacity;
         let wal = Arc::new(Wal {
             flusher,
             ring: Ring::new(cfg.wal_buffers_bytes),
@@ -299,7 +300,8 @@ impl Wal {
                 staging: AlignedBuf::zeroed(DIRECT_IO_ALIGN),
                 tail,
             }),
-            gc: GroupCommit::new(end, MAX_FLUSHES_IN_FLIGHT, Pipelining::WhenNotBatching),
+            gc: GroupCommit::new(end, MAX_FLUSHES_IN_FLIGHT, Pipelining::WhenNotBatching)
+                .with_flush_capacity(flush_capacity),
             batches: SyncBatches::new(end),
             segments: Mutex::new(()),
             prealloc_checked_seg: AtomicU64::new(u64::MAX),
@@ -907,6 +909,8 @@ impl Wal {
             group_recent_wait_us: g.recent_wait_us,
             group_flush_latency_us: g.flush_latency_us,
             group_sessions: g.sessions,
+            group_flush_capacity: g.flush_capacity,
+            group_utilization: g.utilization,
         }
     }
 }
