@@ -62,8 +62,8 @@ pub const CONTRARY_BAND: f64 = 0.05;
 pub const CONTRARY_VOTES: u8 = 2;
 /// The device counts as busy, and flushes as what bounds throughput, while the higher flush
 /// rate of a probe pair is at least this fraction of its flush capacity (or the capacity is
-/// unknown). Measured on this project's machine: 0.99 at 1000 write IOPS (486 of 492
-/// flushes/s), 0.13–0.25 unthrottled (900–1,750 of 6,900 flushes/s).
+/// unknown). Measured on this project's machine: 0.99–1.02 at 1000 write IOPS, 0.13–0.39
+/// unthrottled (`bench/commit_delay/reference`, sittings d, e and h).
 pub const BUSY_FRACTION: f64 = 0.5;
 /// From a long patience, one exploration target is the patience divided by this.
 pub const EXPLORE_DIVISOR: f64 = 8.0;
