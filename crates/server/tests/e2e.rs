@@ -651,7 +651,9 @@ fn startup_probe_measures_the_flush_capacity() {
             );
             continue;
         }
-        let flushes_per_s: f64 = cap.parse().expect("a number");
+        let flushes_per_s: f64 = cap
+            .parse()
+            .unwrap_or_else(|e| panic!("{settings:?}: capacity {cap:?}: {e}\n{}", s.log()));
         assert!(
             flushes_per_s.is_finite() && flushes_per_s > 0.0,
             "{settings:?}: capacity {cap}"

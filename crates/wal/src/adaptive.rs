@@ -137,6 +137,8 @@ pub struct Controller {
     last_move: i8,
     /// Consecutive probe pairs the disfavoured probe won by [`CONTRARY_BAND`].
     contrary_votes: u8,
+    /// The regime of the last probe pair: the device was busy (see [`BUSY_FRACTION`]).
+    busy: bool,
     /// The device's flush capacity, flushes/µs: the start-up probe's back-to-back rate; `None`
     /// if unknown (the device counts as busy). Not raised by faster epochs: a throttle grants a
     /// whole time slice's budget at once, and one 100 ms epoch at 1000 write IOPS ran 936
@@ -144,7 +146,8 @@ pub struct Controller {
     capacity: Option<f64>,
     /// Flush rate of the last `Up` epoch, flushes/µs.
     up_flush_rate: f64,
-    /// The last probe pair's higher flush rate ÷ capacity; `None` if the capacity is unknown.
+    /// The last probe pair's higher flush rate ÷ capacity; `None` if the capacity is unknown or
+    /// no pair has ended yet.
     utilization: Option<f64>,
     /// What the next exploration must beat, commits/µs: the better of the last probe pair's
     /// rates, or the last epoch's alone if the load or the disk changed during the pair.
@@ -193,6 +196,7 @@ impl Controller {
             step: STEP,
             last_move: 0,
             contrary_votes: 0,
+            busy: true,
             capacity: None,
             up_flush_rate: 0.0,
             utilization: None,
@@ -214,11 +218,11 @@ impl Controller {
     /// A controller that knows the device's flush capacity: `flushes_per_sec` durable flushes
     /// per second back to back (the start-up probe's measure, `walnut test-fsync`'s), which
     /// tells it whether the device is busy or has spare capacity (see [`BUSY_FRACTION`]).
-    /// A capacity that is not finite and positive counts as unknown.
+    /// A capacity that is not finite or is under 1 flush/s counts as unknown.
     pub fn with_flush_capacity(flushes_per_sec: Option<f64>) -> Controller {
         Controller {
             capacity: flushes_per_sec
-                .filter(|c| c.is_finite() && *c > 0.0)
+                .filter(|c| c.is_finite() && *c >= 1.0)
                 .map(|c| c / 1e6),
             ..Controller::new()
         }
@@ -379,7 +383,12 @@ impl Controller {
     /// [`BUSY_FRACTION`]) moves on one pair won by [`DEAD_BAND`], the other on
     /// [`CONTRARY_VOTES`] pairs in a row won by [`CONTRARY_BAND`].
     fn hill_climb(&mut self, up: f64, down: f64) {
-        let busy = self.utilization.is_none_or(|u| u >= BUSY_FRACTION);
+        let busy = !matches!(self.utilization, Some(u) if u < BUSY_FRACTION);
+        if busy != self.busy {
+            // The disfavoured probe is now the other one: earlier votes were for the other way.
+            self.busy = busy;
+            self.contrary_votes = 0;
+        }
         let (favoured, favoured_rate, other_rate): (i8, f64, f64) =
             if busy { (1, up, down) } else { (-1, down, up) };
         if other_rate > favoured_rate * (1.0 + CONTRARY_BAND) {
@@ -945,6 +954,27 @@ mod tests {
             mean < 1000.0,
             "with spare capacity patience drifted up on noise: mean {mean:.0} µs over 30 s"
         );
+    }
+
+    #[test]
+    fn votes_for_the_disfavoured_direction_restart_when_the_regime_changes() {
+        let mut c = Controller::with_flush_capacity(Some(1000.0));
+        c.patience_us = 1000.0;
+        // Busy: the shorter probe wins by 6%, one vote for down (two are needed).
+        c.utilization = Some(0.9);
+        c.hill_climb(100.0, 106.0);
+        assert_eq!(c.patience_us, 1000.0);
+        // Spare capacity: now the longer probe wins by 6%. That is one vote for up, not a
+        // second vote for the same thing.
+        c.utilization = Some(0.1);
+        c.hill_climb(106.0, 100.0);
+        assert_eq!(
+            c.patience_us, 1000.0,
+            "two votes for opposite directions moved patience"
+        );
+        // A second pair the same way moves it up.
+        c.hill_climb(106.0, 100.0);
+        assert!(c.patience_us > 1000.0);
     }
 
     #[test]

@@ -131,7 +131,8 @@ pub(crate) struct GroupStats {
     pub sessions: u64,
     /// The device's flush capacity the controller works with, flushes/s; `None` if unknown.
     pub flush_capacity: Option<f64>,
-    /// The last probe pair's flush rate ÷ the capacity; `None` if unknown.
+    /// The last probe pair's higher flush rate ÷ the capacity; `None` if the capacity is
+    /// unknown or no pair has ended yet.
     pub utilization: Option<f64>,
 }
 
@@ -212,8 +213,9 @@ impl GroupCommit {
     /// Returns once everything before `lsn` is durable, leading a flush or following one.
     /// `session` identifies the caller's backend for the adaptive controller. `commit` is false
     /// for flushes that acknowledge no commit (the WAL rule before a page write, the WAL
-    /// writer, a checkpoint): they are not counted as commits, are not seen by the controller,
-    /// and never wait as leaders.
+    /// writer, a checkpoint): they are not counted as commits, their callers are not tracked as
+    /// sessions by the controller (their flushes do count in its flush latency and rate), and
+    /// they never wait as leaders.
     ///
     /// # Panics
     /// If this or an earlier flush failed (PANIC: never retried).

@@ -230,7 +230,8 @@ pub struct FlushOpts {
     pub commit_siblings: u32,
     /// The flush acknowledges a commit. Other flushes (the WAL rule before a page write, the
     /// WAL writer, checkpoints) leave this false: they are not counted as commits, the
-    /// adaptive controller does not see them, and as leaders they never wait.
+    /// adaptive controller does not track their callers as sessions (their flushes count in
+    /// its flush latency and rate), and as leaders they never wait.
     pub commit: bool,
 }
 
@@ -282,7 +283,8 @@ pub struct WalStats {
     /// ([`WalConfig::flush_capacity`]); `None` if unknown.
     pub group_flush_capacity: Option<f64>,
     /// The adaptive controller's last probe pair: its higher flush rate ÷ the flush capacity;
-    /// at or above `adaptive::BUSY_FRACTION` the device counts as busy. `None` if unknown.
+    /// at or above `adaptive::BUSY_FRACTION` the device counts as busy. `None` if the capacity
+    /// is unknown or no probe pair has ended yet.
     pub group_utilization: Option<f64>,
 }
 
