@@ -286,13 +286,13 @@ const STARTUP_PROBE_INTERVAL: std::time::Duration = std::time::Duration::from_mi
 /// (`wal_sync_range` on and `wal_init_zero` on), `fdatasync` is measured the way the WAL will
 /// do it where the file system allows: write-back plus a device cache flush.
 pub fn probe_sync_method(wal_dir: &Path, direct: bool, range: bool) -> SyncMethod {
-    let vfs = walnut_io::RealVfs;
     // Several short rounds, each in its own order, rather than one run per method: on a
     // throttled disk the budget left in the throttle's time slice favours whichever method runs
     // first, and a single 100 ms sample per method picked a different winner at every start.
-    let mut totals: Vec<(SyncMethod, bool, u64, f64)> = Vec::new(); // method, range, flushes, s
-                                                                    // The disk's completed write + flush requests during each method's probes (None if the
-                                                                    // counters cannot be read).
+    // Per method: (method, range, flushes, seconds).
+    let mut totals: Vec<(SyncMethod, bool, u64, f64)> = Vec::new();
+    // The disk's completed write + flush requests during each method's probes (None if the
+    // counters cannot be read).
     let disk = crate::test_fsync::DiskStat::for_dir(wal_dir);
     // The fewest of those per flush in any one round: other writers on the disk (the kernel
     // still writing back a previous server's pages, say) only ever add requests to a round,
@@ -308,23 +308,15 @@ pub fn probe_sync_method(wal_dir: &Path, direct: bool, range: bool) -> SyncMetho
             if failed.contains(&m) {
                 continue;
             }
-            let spec = |range| walnut_wal::ProbeSpec {
-                method: m,
+            let before = disk.as_ref().and_then(|d| d.requests());
+            let probed = probe_as_the_wal_flushes(
+                wal_dir,
+                m,
                 direct,
                 range,
-                write_bytes: 8192,
-                duration: STARTUP_PROBE / STARTUP_PROBE_ROUNDS as u32,
-                interval: STARTUP_PROBE_INTERVAL,
-            };
-            let try_range = range && m == SyncMethod::Fdatasync;
-            let before = disk.as_ref().and_then(|d| d.requests());
-            let probed = match walnut_wal::probe(&vfs, wal_dir, &spec(try_range)) {
-                // No cache flusher on this file system: the WAL will use plain fdatasync.
-                Err(e) if try_range && e.kind() == std::io::ErrorKind::Unsupported => {
-                    walnut_wal::probe(&vfs, wal_dir, &spec(false))
-                }
-                other => other,
-            };
+                STARTUP_PROBE / STARTUP_PROBE_ROUNDS as u32,
+                STARTUP_PROBE_INTERVAL,
+            );
             let after = disk.as_ref().and_then(|d| d.requests());
             let delta = before.zip(after).map(|(b, a)| a.saturating_sub(b));
             let entry = requests.entry(m).or_insert(Some(f64::INFINITY));
@@ -409,22 +401,14 @@ pub fn probe_flush_capacity(
     direct: bool,
     range: bool,
 ) -> Option<f64> {
-    let spec = |range| walnut_wal::ProbeSpec {
+    let probed = probe_as_the_wal_flushes(
+        wal_dir,
         method,
         direct,
         range,
-        write_bytes: 8192,
-        duration: CAPACITY_PROBE,
-        interval: std::time::Duration::ZERO,
-    };
-    let vfs = walnut_io::RealVfs;
-    let try_range = range && method == SyncMethod::Fdatasync;
-    let probed = match walnut_wal::probe(&vfs, wal_dir, &spec(try_range)) {
-        Err(e) if try_range && e.kind() == std::io::ErrorKind::Unsupported => {
-            walnut_wal::probe(&vfs, wal_dir, &spec(false))
-        }
-        other => other,
-    };
+        CAPACITY_PROBE,
+        std::time::Duration::ZERO,
+    );
     match probed {
         Ok(r) => {
             tracing::info!(
@@ -437,6 +421,37 @@ pub fn probe_flush_capacity(
             tracing::warn!(method = %method, "WAL flush capacity probe failed: {e}");
             None
         }
+    }
+}
+
+/// One run of [`walnut_wal::probe`] with 8 KiB writes, flushing the way the WAL will: with
+/// `range` and `fdatasync`, the `wal_sync_range` path, or plain `fdatasync` where the file
+/// system offers no cache flusher (as the WAL then falls back).
+///
+/// # Errors
+/// As [`walnut_wal::probe`].
+fn probe_as_the_wal_flushes(
+    wal_dir: &Path,
+    method: SyncMethod,
+    direct: bool,
+    range: bool,
+    duration: std::time::Duration,
+    interval: std::time::Duration,
+) -> std::io::Result<walnut_wal::ProbeResult> {
+    let spec = |range| walnut_wal::ProbeSpec {
+        method,
+        direct,
+        range,
+        write_bytes: 8192,
+        duration,
+        interval,
+    };
+    let try_range = range && method == SyncMethod::Fdatasync;
+    match walnut_wal::probe(&walnut_io::RealVfs, wal_dir, &spec(try_range)) {
+        Err(e) if try_range && e.kind() == std::io::ErrorKind::Unsupported => {
+            walnut_wal::probe(&walnut_io::RealVfs, wal_dir, &spec(false))
+        }
+        other => other,
     }
 }
 

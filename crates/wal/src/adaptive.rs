@@ -909,9 +909,9 @@ mod tests {
         );
     }
 
-    /// Ten sessions commit at a rate that does not depend on patience at all but varies from
-    /// epoch to epoch by about ±30% (a CPU-bound load on two CPUs): 1,000 flushes/s of 1 to 9
-    /// commits. Returns the patience after `secs` simulated seconds and its mean over the
+    /// Up to eight sessions commit at a rate that does not depend on patience at all but
+    /// varies from epoch to epoch by tens of percent (a CPU-bound load on two CPUs): 1,000
+    /// flushes/s of 1 to 8 commits, the mean changing every 50 ms. Returns the patience after `secs` simulated seconds and its mean over the
     /// second half, µs.
     fn patience_under_noise(capacity: Option<f64>, secs: u64) -> (u64, f64) {
         let mut c = Controller::with_flush_capacity(capacity);

@@ -178,8 +178,15 @@ pub(crate) struct GroupCommit {
 
 impl GroupCommit {
     /// Everything before `start` is durable. At most `max_inflight` (>= 1) flushes are in
-    /// flight at once, when `pipelining` allows more than one.
-    pub(crate) fn new(start: u64, max_inflight: usize, pipelining: Pipelining) -> GroupCommit {
+    /// flight at once, when `pipelining` allows more than one. `flush_capacity` is the device's
+    /// flushes/s back to back, for the adaptive controller (see
+    /// [`Controller::with_flush_capacity`]); `None` if unknown.
+    pub(crate) fn new(
+        start: u64,
+        max_inflight: usize,
+        pipelining: Pipelining,
+        flush_capacity: Option<f64>,
+    ) -> GroupCommit {
         GroupCommit {
             flushed: AtomicU64::new(start),
             fast_commits: AtomicU64::new(0),
@@ -188,7 +195,7 @@ impl GroupCommit {
                 open: None,
                 inflight: VecDeque::new(),
                 next_id: 1,
-                ctrl: Controller::new(),
+                ctrl: Controller::with_flush_capacity(flush_capacity),
                 stats: GroupStats::default(),
             }),
             followers: Condvar::new(),
@@ -196,13 +203,6 @@ impl GroupCommit {
             max_inflight: max_inflight.max(1),
             pipelining,
         }
-    }
-
-    /// Gives the adaptive controller the device's flush capacity, flushes/s back to back
-    /// (see [`Controller::with_flush_capacity`]).
-    pub(crate) fn with_flush_capacity(self, flushes_per_sec: Option<f64>) -> GroupCommit {
-        self.state.lock().ctrl = Controller::with_flush_capacity(flushes_per_sec);
-        self
     }
 
     /// Everything before this is durable, bytes.

@@ -283,6 +283,7 @@ impl Wal {
             Vec::new()
         };
         let flusher = range_sync_flusher(vfs.as_ref(), &cfg);
+        // Read before `cfg` moves into the struct.
         let flush_capacity = cfg.flush_capacity;
         let wal = Arc::new(Wal {
             flusher,
@@ -300,8 +301,12 @@ impl Wal {
                 staging: AlignedBuf::zeroed(DIRECT_IO_ALIGN),
                 tail,
             }),
-            gc: GroupCommit::new(end, MAX_FLUSHES_IN_FLIGHT, Pipelining::WhenNotBatching)
-                .with_flush_capacity(flush_capacity),
+            gc: GroupCommit::new(
+                end,
+                MAX_FLUSHES_IN_FLIGHT,
+                Pipelining::WhenNotBatching,
+                flush_capacity,
+            ),
             batches: SyncBatches::new(end),
             segments: Mutex::new(()),
             prealloc_checked_seg: AtomicU64::new(u64::MAX),

@@ -154,7 +154,7 @@ impl FlushDevice for MockDevice {
 }
 
 fn scenario(threads: u64, commits: u64, wait: LeaderWait, pipelining: Pipelining) {
-    let gc = Arc::new(GroupCommit::new(0, 2, pipelining));
+    let gc = Arc::new(GroupCommit::new(0, 2, pipelining, None));
     let dev = Arc::new(MockDevice {
         inserted: AtomicU64::new(0),
         io: Mutex::new((0, false, Vec::new())),
