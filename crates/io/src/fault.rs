@@ -61,6 +61,14 @@ pub struct FaultPlan {
     pub sync_eio: f64,
     /// The Nth (1-based) sync-like call from now on fails with EIO.
     pub sync_eio_at: Option<u64>,
+    /// Each sync-like call fails with ENOSPC with this probability (a file system that
+    /// allocates blocks at writeback, such as ext4 with delayed allocation, NFS or a
+    /// thin-provisioned volume, reports a full disk only then). Like EIO, it forgets the
+    /// pending writes.
+    pub sync_enospc: f64,
+    /// The Nth (1-based) sync-like call from now on fails with ENOSPC (counted with
+    /// `sync_eio_at`'s calls).
+    pub sync_enospc_at: Option<u64>,
     /// The Nth (1-based) `write_at` from now on fails with ENOSPC.
     pub write_enospc_at: Option<u64>,
     /// Only paths containing this string are subject to the faults above (all if `None`).
@@ -80,7 +88,7 @@ pub struct FaultStats {
     pub cache_flushes: u64,
     /// Injected EIO errors (writes and syncs).
     pub injected_eio: u64,
-    /// Injected ENOSPC errors.
+    /// Injected ENOSPC errors (writes and syncs).
     pub injected_enospc: u64,
 }
 
@@ -241,20 +249,24 @@ impl FsState {
             .map_or(true, |f| path.to_string_lossy().contains(f.as_str()))
     }
 
-    /// Decides whether this sync-like call on `path` fails with EIO.
-    fn sync_fault(&mut self, path: &Path) -> bool {
+    /// Decides whether this sync-like call (`what`, on `path`) fails, and with which error:
+    /// EIO or ENOSPC.
+    fn sync_fault(&mut self, what: &str, path: &Path) -> Option<io::Error> {
         if !self.subject(path) {
-            return false;
+            return None;
         }
         self.sync_calls += 1;
-        let hit = self.plan.sync_eio_at == Some(self.sync_calls) || {
-            let p = self.plan.sync_eio;
-            self.rng.chance(p)
-        };
-        if hit {
+        let n = self.sync_calls;
+        let (p_eio, p_enospc) = (self.plan.sync_eio, self.plan.sync_enospc);
+        if self.plan.sync_eio_at == Some(n) || self.rng.chance(p_eio) {
             self.stats.injected_eio += 1;
+            return Some(eio(what, path));
         }
-        hit
+        if self.plan.sync_enospc_at == Some(n) || self.rng.chance(p_enospc) {
+            self.stats.injected_enospc += 1;
+            return Some(enospc());
+        }
+        None
     }
 
     fn ns_op(&mut self, op: NsOp) {
@@ -560,7 +572,7 @@ impl FaultFile {
         let mut st = self.vfs.lock();
         st.seq += 1;
         st.stats.syncs += 1;
-        if st.sync_fault(&self.path) {
+        if let Some(e) = st.sync_fault(what, &self.path) {
             // The kernel marks the pages clean after a failed writeback: the data stays
             // readable but will never reach the disk unless written again.
             st.inodes
@@ -568,7 +580,7 @@ impl FaultFile {
                 .expect("open inode")
                 .pending
                 .clear();
-            return Err(eio(what, &self.path));
+            return Err(e);
         }
         let node = st.inodes.get_mut(&self.ino).expect("open inode");
         for op in std::mem::take(&mut node.pending) {
@@ -669,13 +681,13 @@ impl FileIo for FaultFile {
         let mut st = self.vfs.lock();
         st.seq += 1;
         st.stats.write_backs += 1;
-        if st.sync_fault(&self.path) {
+        if let Some(e) = st.sync_fault("sync_file_range", &self.path) {
             st.inodes
                 .get_mut(&self.ino)
                 .expect("open inode")
                 .pending
                 .clear();
-            return Err(eio("sync_file_range", &self.path));
+            return Err(e);
         }
         let node = st.inodes.get_mut(&self.ino).expect("open inode");
         let end = (offset + len).min(node.data.len() as u64);
@@ -716,8 +728,8 @@ impl CacheFlush for FaultCacheFlush {
         let mut st = self.vfs.lock();
         st.seq += 1;
         st.stats.cache_flushes += 1;
-        if st.sync_fault(Path::new("<device cache>")) {
-            return Err(eio("cache flush", Path::new("<device cache>")));
+        if let Some(e) = st.sync_fault("cache flush", Path::new("<device cache>")) {
+            return Err(e);
         }
         for node in st.inodes.values_mut() {
             let mut keep = Vec::with_capacity(node.pending.len());
@@ -794,8 +806,8 @@ impl Vfs for FaultVfs {
                 format!("{}: no such directory", dir.display()),
             ));
         }
-        if st.sync_fault(dir) {
-            return Err(eio("fsync directory", dir));
+        if let Some(e) = st.sync_fault("fsync directory", dir) {
+            return Err(e);
         }
         st.sync_dir(dir);
         Ok(())
@@ -859,9 +871,10 @@ impl Vfs for FaultVfs {
 /// A pass-through [`Vfs`] over another (the real file system, in a server under test) that
 /// injects two kinds of fault, each optional; every other call goes through unchanged.
 ///
-/// - **A failed sync:** the `nth` (1-based) `sync_data`/`sync_all`/write-back of a file whose
-///   path contains a filter fails with EIO. The server installs it when
-///   `WALNUT_FAULT_SYNC_EIO=FILTER:N` is set (see [`parse_sync_eio_spec`]), so that an
+/// - **A failed sync:** the `nth` (1-based) `sync_data`/`sync_all`/write-back of a file, or
+///   `sync_dir` of a directory, whose path contains a filter fails with EIO or ENOSPC. The
+///   server installs it when `WALNUT_FAULT_SYNC_EIO=FILTER:N` or
+///   `WALNUT_FAULT_SYNC_ENOSPC=FILTER:N` is set (see [`parse_sync_eio_spec`]), so that an
 ///   end-to-end test can watch a real process PANIC on a failed fsync and recover.
 /// - **A full disk:** while the file `full_while` exists, every `write_at` or `set_len` that
 ///   would make a file longer fails with ENOSPC, writing nothing; writes within a file's length
@@ -872,13 +885,31 @@ impl Vfs for FaultVfs {
 ///   disk.
 pub struct InjectVfs {
     inner: Arc<dyn Vfs>,
-    sync_eio: Option<(String, u64)>,
+    sync_fail: Option<SyncFail>,
     full_while: Option<PathBuf>,
     seen: Arc<std::sync::atomic::AtomicU64>,
 }
 
+/// The sync that [`InjectVfs`] fails: the `nth` (1-based) of those on paths containing `filter`.
+#[derive(Clone, Debug)]
+struct SyncFail {
+    filter: String,
+    nth: u64,
+    enospc: bool,
+}
+
+impl SyncFail {
+    fn error(&self, what: &str, path: &Path) -> io::Error {
+        if self.enospc {
+            enospc()
+        } else {
+            eio(what, path)
+        }
+    }
+}
+
 impl InjectVfs {
-    /// Wraps `inner`; the `nth` sync of a file whose path contains `path_filter` fails.
+    /// Wraps `inner`; the `nth` sync of a file whose path contains `path_filter` fails with EIO.
     pub fn new(inner: Arc<dyn Vfs>, path_filter: &str, nth: u64) -> InjectVfs {
         InjectVfs::pass_through(inner).with_sync_eio(path_filter, nth)
     }
@@ -887,7 +918,7 @@ impl InjectVfs {
     pub fn pass_through(inner: Arc<dyn Vfs>) -> InjectVfs {
         InjectVfs {
             inner,
-            sync_eio: None,
+            sync_fail: None,
             full_while: None,
             seen: Arc::new(std::sync::atomic::AtomicU64::new(0)),
         }
@@ -896,8 +927,34 @@ impl InjectVfs {
     /// Arms the failed sync: the `nth` (1-based) sync of a file whose path contains
     /// `path_filter` fails with EIO.
     pub fn with_sync_eio(mut self, path_filter: &str, nth: u64) -> InjectVfs {
-        self.sync_eio = Some((path_filter.to_string(), nth));
+        self.sync_fail = Some(SyncFail {
+            filter: path_filter.to_string(),
+            nth,
+            enospc: false,
+        });
         self
+    }
+
+    /// Arms the failed sync with ENOSPC instead of EIO (what a file system that allocates at
+    /// writeback reports when it fills). Replaces a sync fault armed before.
+    pub fn with_sync_enospc(mut self, path_filter: &str, nth: u64) -> InjectVfs {
+        self.sync_fail = Some(SyncFail {
+            filter: path_filter.to_string(),
+            nth,
+            enospc: true,
+        });
+        self
+    }
+
+    /// The armed fault if this call on `path` is the failing sync (counting the calls on
+    /// matching paths, files' and directories' together).
+    fn sync_fails(&self, path: &Path) -> Option<&SyncFail> {
+        let f = self.sync_fail.as_ref()?;
+        if !path.to_string_lossy().contains(f.filter.as_str()) {
+            return None;
+        }
+        let n = self.seen.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
+        (n == f.nth).then_some(f)
     }
 
     /// Arms the full disk: while the file `trigger` exists (checked at each call), writes
@@ -928,7 +985,7 @@ pub fn parse_sync_eio_spec(spec: &str) -> Result<(String, u64), String> {
 struct InjectFile {
     inner: Arc<dyn FileIo>,
     /// The sync to fail, if this file matches the filter.
-    fail_sync: Option<u64>,
+    fail_sync: Option<SyncFail>,
     full_while: Option<PathBuf>,
     seen: Arc<std::sync::atomic::AtomicU64>,
     path: PathBuf,
@@ -936,9 +993,9 @@ struct InjectFile {
 
 impl InjectFile {
     fn maybe_fail(&self, what: &str) -> io::Result<()> {
-        if let Some(nth) = self.fail_sync {
-            if self.seen.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1 == nth {
-                return Err(eio(what, &self.path));
+        if let Some(f) = &self.fail_sync {
+            if self.seen.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1 == f.nth {
+                return Err(f.error(what, &self.path));
             }
         }
         Ok(())
@@ -999,10 +1056,10 @@ impl FileIo for InjectFile {
 impl Vfs for InjectVfs {
     fn open(&self, path: &Path, mode: OpenMode) -> io::Result<Arc<dyn FileIo>> {
         let fail_sync = self
-            .sync_eio
+            .sync_fail
             .as_ref()
-            .filter(|(f, _)| path.to_string_lossy().contains(f.as_str()))
-            .map(|&(_, nth)| nth);
+            .filter(|f| path.to_string_lossy().contains(f.filter.as_str()))
+            .cloned();
         Ok(Arc::new(InjectFile {
             inner: self.inner.open(path, mode)?,
             fail_sync,
@@ -1018,6 +1075,9 @@ impl Vfs for InjectVfs {
         self.inner.rename(from, to)
     }
     fn sync_dir(&self, dir: &Path) -> io::Result<()> {
+        if let Some(f) = self.sync_fails(dir) {
+            return Err(f.error("fsync directory", dir));
+        }
         self.inner.sync_dir(dir)
     }
     fn create_dir_all(&self, dir: &Path) -> io::Result<()> {
@@ -1186,6 +1246,33 @@ mod tests {
     }
 
     #[test]
+    fn fsync_enospc_fails_like_eio_and_forgets_the_pending_writes() {
+        let (v, f) = setup(8);
+        f.write_at(&[7u8; 4096], 0).unwrap();
+        v.set_plan(FaultPlan {
+            sync_enospc_at: Some(2),
+            ..Default::default()
+        });
+        v.sync_dir(Path::new("/d")).unwrap(); // the first sync-like call passes
+        let e = f.sync_all().unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(28), "ENOSPC, not EIO: {e}");
+        f.sync_all().unwrap();
+        for s in 0..20 {
+            assert!(content(&v.crash_image(CrashKind::PowerLoss, s).0).is_empty());
+        }
+        assert_eq!((v.stats().injected_enospc, v.stats().injected_eio), (1, 0));
+        // A directory's sync can fail too.
+        v.set_plan(FaultPlan {
+            sync_enospc: 1.0,
+            ..Default::default()
+        });
+        assert_eq!(
+            v.sync_dir(Path::new("/d")).unwrap_err().raw_os_error(),
+            Some(28)
+        );
+    }
+
+    #[test]
     fn enospc_leaves_a_short_write() {
         let (v, f) = setup(7);
         v.set_plan(FaultPlan {
@@ -1211,6 +1298,14 @@ mod tests {
         w.sync_all().unwrap();
         assert!(w.sync_data().is_err(), "the third matching sync fails");
         w.sync_data().unwrap();
+        // Directories count with files, and ENOSPC can replace EIO.
+        let v = InjectVfs::pass_through(v.inner.clone()).with_sync_enospc("/x/wal", 2);
+        let w = v.open(Path::new("/x/wal/seg"), create()).unwrap();
+        v.sync_dir(Path::new("/x")).unwrap(); // does not match
+        w.sync_data().unwrap();
+        let e = v.sync_dir(Path::new("/x/wal")).unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(28), "{e}");
+        v.sync_dir(Path::new("/x/wal")).unwrap();
         assert_eq!(parse_sync_eio_spec("wal:100"), Ok(("wal".into(), 100)));
         assert!(parse_sync_eio_spec("wal").is_err() && parse_sync_eio_spec("wal:0").is_err());
     }

@@ -204,8 +204,10 @@ pub fn open_handle(dir: &Path, settings: &[(String, String)]) -> Result<Arc<Hand
 /// The file system the server uses: the real one, or, for tests only, the real one with faults
 /// armed by environment variables (`walnut_io::fault::InjectVfs`):
 ///
-/// - `WALNUT_FAULT_SYNC_EIO=FILTER:N`: the Nth sync of a file whose path contains FILTER fails
-///   with EIO, so that a test can watch the server PANIC on a failed fsync and recover;
+/// - `WALNUT_FAULT_SYNC_EIO=FILTER:N`: the Nth sync of a file or directory whose path contains
+///   FILTER fails with EIO, so that a test can watch the server PANIC on a failed fsync and
+///   recover; `WALNUT_FAULT_SYNC_ENOSPC=FILTER:N` does the same with ENOSPC (if both are set,
+///   ENOSPC wins);
 /// - `WALNUT_FAULT_DISK_FULL_WHILE=PATH`: while the file PATH exists, every write that would
 ///   lengthen a file fails with ENOSPC, so that a test can fill the disk and free it again.
 ///
@@ -214,18 +216,28 @@ pub fn open_handle(dir: &Path, settings: &[(String, String)]) -> Result<Arc<Hand
 fn server_vfs() -> Result<Arc<dyn walnut_io::Vfs>> {
     let real: Arc<dyn walnut_io::Vfs> = Arc::new(walnut_io::RealVfs);
     let sync_eio = std::env::var("WALNUT_FAULT_SYNC_EIO").ok();
+    let sync_enospc = std::env::var("WALNUT_FAULT_SYNC_ENOSPC").ok();
     let full_while = std::env::var_os("WALNUT_FAULT_DISK_FULL_WHILE");
-    if sync_eio.is_none() && full_while.is_none() {
+    if sync_eio.is_none() && sync_enospc.is_none() && full_while.is_none() {
         return Ok(real);
     }
     let mut vfs = walnut_io::fault::InjectVfs::pass_through(real);
-    if let Some(spec) = sync_eio {
-        let (filter, n) = walnut_io::fault::parse_sync_eio_spec(&spec)
-            .map_err(|e| invalid("WALNUT_FAULT_SYNC_EIO", &e))?;
+    for (var, spec, enospc) in [
+        ("WALNUT_FAULT_SYNC_EIO", sync_eio, false),
+        ("WALNUT_FAULT_SYNC_ENOSPC", sync_enospc, true),
+    ] {
+        let Some(spec) = spec else { continue };
+        let (filter, n) =
+            walnut_io::fault::parse_sync_eio_spec(&spec).map_err(|e| invalid(var, &e))?;
+        let errno = if enospc { "ENOSPC" } else { "EIO" };
         tracing::warn!(
-            "fault injection: sync number {n} of a file matching \"{filter}\" will fail with EIO"
+            "fault injection: sync number {n} of a path matching \"{filter}\" will fail with {errno}"
         );
-        vfs = vfs.with_sync_eio(&filter, n);
+        vfs = if enospc {
+            vfs.with_sync_enospc(&filter, n)
+        } else {
+            vfs.with_sync_eio(&filter, n)
+        };
     }
     if let Some(path) = full_while {
         let path = std::path::PathBuf::from(path);

@@ -506,8 +506,10 @@ fn kill_9_during_tpcb_loses_no_acknowledged_commit() {
 }
 
 /// A failed fsync is never retried: the server PANICs (aborts) at the first failed sync of the
-/// WAL, and of a data file during a checkpoint, and the restart recovers every acknowledged
-/// commit. The faults come from `WALNUT_FAULT_SYNC_EIO` (`walnut_io::fault::InjectVfs`).
+/// WAL, of a data file during a checkpoint, of the control file (with ENOSPC, as a file system
+/// that allocates at writeback reports a full disk) and of the control file's directory, and
+/// the restart recovers every acknowledged commit. The faults come from
+/// `WALNUT_FAULT_SYNC_EIO` and `WALNUT_FAULT_SYNC_ENOSPC` (`walnut_io::fault::InjectVfs`).
 #[test]
 fn failed_fsync_panics_and_recovery_loses_nothing_acknowledged() {
     // A fixed method: with open_sync or open_datasync (the start-up probe may pick either on a
@@ -536,31 +538,76 @@ fn failed_fsync_panics_and_recovery_loses_nothing_acknowledged() {
     verify_offline(&mut s, &settings);
 
     // The first sync of a data file fails: the next checkpoint's.
+    checkpoint_panics_and_recovers(&mut s, &settings, ("WALNUT_FAULT_SYNC_EIO", "/base/:1"));
+    // Start-up writes the control file once (its end-of-recovery checkpoint); the second
+    // write's fsync, the next checkpoint's, fails with ENOSPC.
+    checkpoint_panics_and_recovers(
+        &mut s,
+        &settings,
+        ("WALNUT_FAULT_SYNC_ENOSPC", "pg_control:2"),
+    );
+    // Paths containing "/global": start-up syncs global/pg_control.tmp, then the directory
+    // global; the checkpoint's file sync is the third, its directory sync the fourth.
+    checkpoint_panics_and_recovers(&mut s, &settings, ("WALNUT_FAULT_SYNC_EIO", "/global:4"));
+}
+
+/// Restarts `s` with the fault `env` armed, commits some transactions, and checks that the
+/// next CHECKPOINT makes the server PANIC (exit unsuccessfully, "PANIC" in its log) and that
+/// the restart, without the fault, loses no acknowledged commit and passes `walnut verify`.
+fn checkpoint_panics_and_recovers(s: &mut Server, settings: &[&str], env: (&str, &str)) {
     s.stop();
-    s.start_env(&settings, &[("WALNUT_FAULT_SYNC_EIO", "/base/:1")]);
+    let logged = s.log().len();
+    s.start_env(settings, &[env]);
     let bench = s.pgbench(&["-n", "-b", "tpcb-like", "-c", "4", "-t", "200"]);
     assert!(
         bench.status.success(),
-        "{}",
+        "{env:?}: {}",
         String::from_utf8_lossy(&bench.stderr)
     );
     let before = s.query_i64("select count(*) from pgbench_history");
     let ckpt = s.psql("checkpoint");
-    assert!(!ckpt.status.success(), "the checkpoint cannot succeed");
+    assert!(
+        !ckpt.status.success(),
+        "{env:?}: the checkpoint cannot succeed"
+    );
     let mut c = s.child.take().unwrap();
-    let status = c.wait().unwrap();
+    let t0 = Instant::now();
+    let status = loop {
+        if let Some(st) = c.try_wait().unwrap() {
+            break st;
+        }
+        if t0.elapsed() > Duration::from_secs(60) {
+            let _ = c.kill();
+            let _ = c.wait();
+            panic!("{env:?}: the server went on after a failed fsync instead of PANICking");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
     assert!(
         !status.success(),
-        "the server must PANIC, not go on: {status}"
+        "{env:?}: the server must PANIC, not go on: {status}"
     );
-    assert!(s.log().contains("PANIC"), "{}", s.log());
-    s.start(&settings);
-    check_tpcb_invariants_strict(&s);
+    let log = s.log();
+    assert!(
+        log[logged..].contains("PANIC"),
+        "{env:?}: {}",
+        &log[logged..]
+    );
+    eprintln!(
+        "{env:?}: {}",
+        log[logged..]
+            .lines()
+            .find(|l| l.contains("PANIC"))
+            .unwrap_or("")
+    );
+    s.start(settings);
+    check_tpcb_invariants_strict(s);
     assert_eq!(s.query_i64("select count(*) from pgbench_history"), before);
-    verify_offline(&mut s, &settings);
+    verify_offline(s, settings);
 }
 
-/// The foundation's kill -9 test, once per `wal_sync_method` (`fdatasync` with and without
+/// The foundation's kill -9 test (16 clients, TPC-B invariants, every logged commit present,
+/// `walnut verify`), once per `wal_sync_method` (`fdatasync` with and without
 /// `wal_sync_range`) and once with `io_direct = 'wal,wal_init'`: no acknowledged commit is lost
 /// with any of them.
 #[test]
@@ -606,8 +653,9 @@ fn kill_9_with_every_wal_sync_method_and_direct_io() {
             String::from_utf8_lossy(&init.stderr)
         );
         let after = Duration::from_millis(1200 + (i as u64 * 977) % 1500);
-        let n = crash_round(&mut s, &script, 8, after, &all);
+        let n = crash_round(&mut s, &script, 16, after, &all);
         eprintln!("{settings:?}: {n} acknowledged commits verified after kill -9 at {after:?}");
+        verify_offline(&mut s, &all);
     }
 }
 
@@ -717,6 +765,88 @@ fn group_commit_view_says_why_groups_closed() {
     // controller.
     assert_eq!(by_close[1].1, 0, "{row}");
     assert!(by_close[2].1 + by_close[3].1 > 0, "{row}");
+}
+
+/// Both statistics views can be read with `SELECT *` through psql (aligned, with headers, as
+/// a user would), with the columns the README lists, and they count the commits just made.
+#[test]
+fn psql_select_star_from_both_statistics_views() {
+    let s = Server::new(&[]);
+    s.query("create table t (id int primary key)");
+    for i in 0..5 {
+        s.query(&format!("insert into t values ({i})"));
+    }
+    let select_star = |view: &str| -> (Vec<String>, Vec<String>) {
+        let out = Command::new(pg_bin("psql"))
+            .args(s.conn_args())
+            .args(["-X", "-A", "-v", "ON_ERROR_STOP=1", "-d", "postgres", "-c"])
+            .arg(format!("select * from {view}"))
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(
+            out.status.success(),
+            "{view}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        // Unaligned: a header line, one row, then "(1 row)".
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 3, "{view}: {text}");
+        assert_eq!(lines[2], "(1 row)", "{view}: {text}");
+        let split = |l: &str| l.split('|').map(str::to_string).collect::<Vec<_>>();
+        (split(lines[0]), split(lines[1]))
+    };
+    let (cols, row) = select_star("pg_stat_wal");
+    assert_eq!(
+        cols,
+        [
+            "wal_records",
+            "wal_fpi",
+            "wal_bytes",
+            "wal_buffers_full",
+            "wal_write",
+            "wal_sync",
+            "wal_write_time",
+            "wal_sync_time"
+        ]
+    );
+    let field = |cols: &[String], row: &[String], name: &str| -> f64 {
+        let i = cols.iter().position(|c| c == name).unwrap();
+        row[i]
+            .parse()
+            .unwrap_or_else(|_| panic!("{name} = {:?}", row[i]))
+    };
+    assert!(field(&cols, &row, "wal_records") >= 6.0, "{row:?}");
+    // wal_sync stays 0 with open_sync/open_datasync, as in PostgreSQL; every flush writes.
+    assert!(
+        field(&cols, &row, "wal_write") >= 5.0,
+        "five commits, one at a time: {row:?}"
+    );
+    let (cols, row) = select_star("walnut_stat_group_commit");
+    assert_eq!(
+        cols,
+        [
+            "group_commit",
+            "flushes",
+            "commits",
+            "commits_per_flush",
+            "commits_per_flush_histogram",
+            "group_wait_time",
+            "current_wait_us",
+            "patience_us",
+            "flush_latency_us",
+            "sessions",
+            "wal_sync_method",
+            "wal_sync_range",
+            "flushes_by_close",
+            "single_commit_flushes_by_close",
+            "flush_capacity",
+            "flush_utilization"
+        ]
+    );
+    assert_eq!(row[0], "adaptive");
+    assert!(field(&cols, &row, "commits") >= 5.0, "{row:?}");
+    assert!(field(&cols, &row, "flushes") >= 5.0, "{row:?}");
 }
 
 #[test]

@@ -19,7 +19,7 @@
 //! directory. A crash leaves either the old or the new file.
 
 use std::path::Path;
-use walnut_common::{Error, Lsn, Result, Xid};
+use walnut_common::{panic_fatal, Error, Lsn, Result, Xid};
 use walnut_io::{OpenMode, Vfs};
 
 const MAGIC: u32 = 0x544E_4C57;
@@ -49,10 +49,16 @@ pub struct ControlFile {
     pub next_relfile: u32,
 }
 
-/// Writes `bytes` to `path` atomically and durably through the Vfs.
+/// Writes `bytes` to `path` atomically and durably through the Vfs: a temporary file, written
+/// and fsynced, renamed over `path`, then the directory fsynced.
 ///
 /// # Errors
-/// I/O errors.
+/// I/O errors from creating, writing or renaming the file.
+///
+/// # Panics
+/// PANICs (aborts the process, [`panic_fatal`]) if the fsync of the file or of its directory
+/// fails: a failed fsync is never retried (PostgreSQL's `UpdateControlFile` and
+/// `data_sync_elevel`), since the kernel may have dropped the dirty pages it failed to write.
 pub fn durable_replace(vfs: &dyn Vfs, path: &Path, bytes: &[u8]) -> Result<()> {
     let tmp = path.with_extension("tmp");
     let ctx = |what: &str| format!("could not {what} \"{}\"", tmp.display());
@@ -68,17 +74,20 @@ pub fn durable_replace(vfs: &dyn Vfs, path: &Path, bytes: &[u8]) -> Result<()> {
     f.set_len(0).map_err(|e| Error::io(ctx("truncate"), e))?;
     f.write_at(bytes, 0)
         .map_err(|e| Error::io(ctx("write"), e))?;
-    f.sync_all().map_err(|e| Error::io(ctx("fsync"), e))?;
+    if let Err(e) = f.sync_all() {
+        panic_fatal(&format!("{}: {e}", ctx("fsync")));
+    }
     drop(f);
     vfs.rename(&tmp, path)
         .map_err(|e| Error::io(format!("could not rename \"{}\"", tmp.display()), e))?;
     let dir = path.parent().unwrap_or(Path::new("."));
-    vfs.sync_dir(dir).map_err(|e| {
-        Error::io(
-            format!("could not fsync directory \"{}\"", dir.display()),
-            e,
-        )
-    })
+    if let Err(e) = vfs.sync_dir(dir) {
+        panic_fatal(&format!(
+            "could not fsync directory \"{}\": {e}",
+            dir.display()
+        ));
+    }
+    Ok(())
 }
 
 fn read_all(vfs: &dyn Vfs, path: &Path) -> Result<Option<Vec<u8>>> {

@@ -12,7 +12,7 @@ use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
-use walnut_common::{BlockNumber, Error, RelFileId, Result, BLCKSZ};
+use walnut_common::{panic_fatal, BlockNumber, Error, RelFileId, Result, BLCKSZ};
 use walnut_io::{FileIo, OpenMode, Vfs};
 
 /// Per-relation state kept in memory.
@@ -75,7 +75,10 @@ impl Smgr {
     /// syncs the directory.
     ///
     /// # Errors
-    /// I/O errors.
+    /// I/O errors creating or opening the file.
+    ///
+    /// # Panics
+    /// PANICs if the directory's fsync fails (see `sync_base_dir`).
     pub fn create(&self, id: RelFileId) -> Result<Arc<Relation>> {
         let path = self.path(id);
         if !self.vfs.exists(&path) {
@@ -90,9 +93,7 @@ impl Smgr {
                 .map_err(|e| {
                     Error::io(format!("could not create file \"{}\"", path.display()), e)
                 })?;
-            self.vfs
-                .sync_dir(&self.base)
-                .map_err(|e| Error::io("could not fsync directory base", e))?;
+            self.sync_base_dir();
         }
         self.open(id)
     }
@@ -264,7 +265,10 @@ impl Smgr {
     /// ignored, so redo can repeat it.
     ///
     /// # Errors
-    /// I/O errors other than NotFound.
+    /// I/O errors other than NotFound from removing the file.
+    ///
+    /// # Panics
+    /// PANICs if the directory's fsync fails (see `sync_base_dir`).
     pub fn unlink(&self, id: RelFileId) -> Result<()> {
         self.rels.write().remove(&id);
         self.dirty.lock().remove(&id);
@@ -278,9 +282,19 @@ impl Smgr {
                 ))
             }
         }
-        self.vfs
-            .sync_dir(&self.base)
-            .map_err(|e| Error::io("could not fsync directory base", e))
+        self.sync_base_dir();
+        Ok(())
+    }
+
+    /// Makes the `base` directory's entries durable (a created or removed file).
+    ///
+    /// # Panics
+    /// PANICs ([`panic_fatal`]) if the fsync fails: it is never retried (PostgreSQL's
+    /// `fsync_fname` at `data_sync_elevel(ERROR)`, which is PANIC).
+    fn sync_base_dir(&self) {
+        if let Err(e) = self.vfs.sync_dir(&self.base) {
+            panic_fatal(&format!("could not fsync directory \"base\": {e}"));
+        }
     }
 }
 

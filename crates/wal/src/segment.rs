@@ -114,6 +114,14 @@ impl Default for InitOpts {
 /// removed at the next open. With zeros written, every block of the file is allocated and its
 /// size is final, so later WAL writes into it need only `fdatasync`, which then does not have to
 /// commit file metadata. Source: xlog.c `XLogFileInitInternal`.
+///
+/// # Errors
+/// I/O errors up to and including the rename. A failed fsync of the temporary file is an error,
+/// not a PANIC, as in `XLogFileInitInternal`: that file is never used, and the next attempt
+/// starts a new one.
+///
+/// # Panics
+/// PANICs if the directory's fsync after the rename fails.
 pub(crate) fn preallocate(vfs: &dyn Vfs, dir: &Path, segno: u64, opts: InitOpts) -> io::Result<()> {
     let tmp = dir.join(format!("{TEMP_PREFIX}{segno}"));
     let file = vfs.open(
@@ -133,7 +141,14 @@ pub(crate) fn preallocate(vfs: &dyn Vfs, dir: &Path, segno: u64, opts: InitOpts)
     file.sync_all()?;
     drop(file);
     vfs.rename(&tmp, &segment_path(dir, segno))?;
-    vfs.sync_dir(dir)?;
+    if let Err(e) = vfs.sync_dir(dir) {
+        // The segment is in place and will be written and flushed, but its directory entry may
+        // not survive a power loss: never retried.
+        walnut_common::panic_fatal(&format!(
+            "could not fsync directory \"{}\": {e}",
+            dir.display()
+        ));
+    }
     tracing::debug!(segment = %segment_file_name(segno), "preallocated WAL segment");
     Ok(())
 }

@@ -788,7 +788,11 @@ impl Wal {
     /// `InstallXLogFileSegment`.
     ///
     /// # Errors
-    /// I/O errors.
+    /// I/O errors listing, renaming or removing segments.
+    ///
+    /// # Panics
+    /// PANICs ([`walnut_common::panic_fatal`]) if the directory's fsync fails: it is never
+    /// retried.
     pub fn remove_old_segments(&self, lsn: Lsn) -> Result<()> {
         let cutoff = segment_of(lsn.0.min(self.gc.flushed()));
         let dir = &self.cfg.dir;
@@ -827,10 +831,12 @@ impl Wal {
             changed = true;
         }
         if changed {
-            self.vfs.sync_dir(dir).map_err(io_err(format!(
-                "could not sync directory {}",
-                dir.display()
-            )))?;
+            if let Err(e) = self.vfs.sync_dir(dir) {
+                walnut_common::panic_fatal(&format!(
+                    "could not fsync directory \"{}\": {e}",
+                    dir.display()
+                ));
+            }
             self.refresh_space_end();
         }
         Ok(())
