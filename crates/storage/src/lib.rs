@@ -322,7 +322,16 @@ impl Storage {
     /// # Errors
     /// I/O errors.
     pub fn create_relation(&self) -> Result<RelFileId> {
-        let rel = self.allocate_relfile();
+        // A crash can leave the file of a relation whose SMGR CREATE record never reached the
+        // disk (creating the file synced the directory; the record waits for a WAL flush), and
+        // then the counter recovered from the last checkpoint hands its id out again: skip ids
+        // whose file exists (PostgreSQL's `GetNewRelFileNumber`).
+        let rel = loop {
+            let rel = self.allocate_relfile();
+            if !self.smgr.exists(rel) {
+                break rel;
+            }
+        };
         self.log_smgr_create(rel)?;
         Ok(rel)
     }

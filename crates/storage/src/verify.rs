@@ -96,6 +96,13 @@ impl fmt::Display for Report {
         for p in &self.problems {
             writeln!(f, "ERROR: {p}")?;
         }
+        for r in &self.orphan_files {
+            writeln!(
+                f,
+                "NOTICE: base/{}: orphan relation file (no table uses it; harmless)",
+                r.0
+            )?;
+        }
         writeln!(
             f,
             "{} relation files, {} pages, {} tables, {} live rows, {} index entries, {} orphan files: {}",

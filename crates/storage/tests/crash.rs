@@ -6,14 +6,36 @@
 //! enough that pages are evicted (written) while transactions run. Every acknowledged commit
 //! goes into a ledger with the file system's sequence number at acknowledgement.
 //!
-//! Meanwhile the test takes crash images at random moments — power losses (unsynced writes
-//! dropped, torn at 512 B or 4 KiB, reordered) and process kills — which fall in the middle of
-//! checkpoints, page write-outs, splits and commits alike. Each image is recovered and checked:
+//! Meanwhile the test takes crash images — power losses (unsynced writes dropped, torn at
+//! 512 B or 4 KiB, reordered) and process kills — at random moments, which fall in the middle
+//! of checkpoints, page write-outs, splits and commits alike, and at two targeted crash points
+//! per round that the file system hook ([`support::HookVfs`]) reaches exactly:
+//!
+//! - **inside a checkpoint**: before the Nth I/O call of one of the checkpoint thread's
+//!   checkpoints — of the whole checkpoint (page write-outs, fsyncs, WAL), of its status-file
+//!   replacement or of its control-file replacement (create, truncate, write, fsync, rename,
+//!   fsync of the directory);
+//! - **inside a split**: right after a B-tree split of the history index allocated its new
+//!   block (the zero block written, nothing of the split logged yet).
+//!
+//! Each image is recovered and checked:
 //!
 //! - every commit acknowledged before the image was taken is there (its history row);
 //! - no transaction is partly there: each account's balance is its initial balance plus the
 //!   transfers whose history rows exist, and the total is unchanged;
 //! - `walnut_storage::verify` finds no problem after recovery and a clean shutdown.
+//!
+//! The test counts, and prints with its summary, the images taken **mid-checkpoint** (while the
+//! checkpoint thread was inside `Storage::checkpoint_now`: a counter it bumps before and after
+//! each call reads the same odd value before and after the image; the background
+//! checkpointer's own checkpoints are not counted) and **mid-split** (some block that a split of the history
+//! index allocated had not yet been written with its page: the split's pages were only in the
+//! buffer pool and the WAL, so recovery must redo the whole split from its SMO record, or find
+//! none of it if the record was not durable; only a split extends an index file here, so an
+//! 8 KiB zero write to it marks one), and among these those with a split **half on disk** (a
+//! page whose right link points at a split's new block written, the new block not). It
+//! asserts that images mid-checkpoint and mid-split were taken, which the targeted points
+//! guarantee and chance adds to.
 //!
 //! `WALNUT_CRASH_SEED` replays a seed (workload and crash choices; thread interleaving is the
 //! OS's), `WALNUT_CRASH_ROUNDS` sets the number of rounds (default 8, each with
@@ -22,18 +44,23 @@
 //! with `WALNUT_CRASH_REPLAY=DIR` (the `replay` test): exactly for a power-loss image; for a
 //! process-kill image the writes the page cache held replay as durable.
 
-use std::collections::{BTreeMap, HashMap};
+mod support;
+
+use std::cell::Cell;
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::ops::Bound;
-use std::path::Path;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
-use walnut_common::{ColumnDef, DataType, SqlState, TableDef, Value};
+use support::{Hook, HookVfs, Io};
+use walnut_common::{ColumnDef, DataType, SqlState, TableDef, Value, BLCKSZ};
 use walnut_io::fault::{CrashKind, FaultConfig, FaultVfs};
 use walnut_io::Vfs;
 use walnut_storage::control::DbState;
+use walnut_storage::page::{self, PageBuf, PageKind};
 use walnut_storage::txn::{CommitSettings, RowWrite, Txn};
-use walnut_storage::{Storage, StorageConfig};
+use walnut_storage::{btree, Storage, StorageConfig};
 
 const ACCOUNTS: i32 = 50;
 const INITIAL: i64 = 1000;
@@ -316,17 +343,243 @@ fn check_recovered(image: &FaultVfs, dir: &Path, must: &[Entry], what: &str) {
     assert!(report.is_ok(), "{what}: verify found problems:\n{report}");
 }
 
-fn round(seed: u64, images: u64) -> (u64, u64) {
+thread_local! {
+    /// True on the checkpoint thread while it is inside `Storage::checkpoint_now`.
+    static IN_CHECKPOINT: Cell<bool> = const { Cell::new(false) };
+}
+
+/// A targeted crash point, armed by the main thread and reached by the file system hook.
+#[derive(Clone, Copy, Debug)]
+enum Target {
+    /// Before the `nth` (1-based) I/O call, on a path containing `filter` ("" for any path),
+    /// made by the checkpoint thread inside `Storage::checkpoint_now`; `left` counts down.
+    Checkpoint {
+        nth: u64,
+        left: u64,
+        filter: &'static str,
+        kind: CrashKind,
+        seed: u64,
+    },
+    /// Right after the next allocation of a block of the history index (inside a split).
+    Split { kind: CrashKind, seed: u64 },
+}
+
+/// A crash image and what was going on when it was taken.
+struct Image {
+    vfs: FaultVfs,
+    /// `FaultVfs::seq()` when it was taken.
+    at: u64,
+    kind: CrashKind,
+    seed: u64,
+    /// How it was chosen.
+    how: String,
+    /// Taken while the checkpoint thread was inside `Storage::checkpoint_now`.
+    mid_checkpoint: bool,
+    /// Taken while a split's pages were not all written (see the module documentation).
+    mid_split: bool,
+    /// Taken while a split was half on disk: a page whose right link points at the split's
+    /// new block had been written, and the new block had not.
+    half_split: bool,
+}
+
+/// The history index's splits as its writes show them.
+#[derive(Default)]
+struct Splits {
+    /// Blocks that a split allocated and that have not been written with their page since.
+    unwritten: HashSet<u64>,
+    /// Of `unwritten`, those whose left sibling has been written with its right link to them.
+    half_written: HashSet<u64>,
+}
+
+/// What the file system hook watches, shared with the main thread.
+struct Probe {
+    vfs: FaultVfs,
+    /// The history index's file, once the table exists.
+    index: OnceLock<PathBuf>,
+    /// Held across every write to the history index and every image, so an image sees it
+    /// exact.
+    splits: Mutex<Splits>,
+    /// Bumped by the checkpoint thread before and after each `checkpoint_now`: odd while one
+    /// runs.
+    ckpt_phase: AtomicU64,
+    target: Mutex<Option<Target>>,
+    /// Images taken at targeted crash points.
+    targeted: Mutex<Vec<Image>>,
+}
+
+impl Probe {
+    /// Takes a crash image now; the caller holds `splits`.
+    fn image(&self, splits: &Splits, kind: CrashKind, seed: u64, how: String) -> Image {
+        let phase = self.ckpt_phase.load(Ordering::SeqCst);
+        let (vfs, at) = self.vfs.crash_image(kind, seed);
+        let mid_checkpoint = phase % 2 == 1 && self.ckpt_phase.load(Ordering::SeqCst) == phase;
+        Image {
+            vfs,
+            at,
+            kind,
+            seed,
+            how,
+            mid_checkpoint,
+            mid_split: !splits.unwritten.is_empty(),
+            half_split: !splits.half_written.is_empty(),
+        }
+    }
+
+    /// The hook: targeted crash points, and the bookkeeping of the history index's blocks.
+    fn on_io(
+        &self,
+        io: &Io<'_>,
+        run: &mut dyn FnMut() -> std::io::Result<()>,
+    ) -> std::io::Result<()> {
+        if IN_CHECKPOINT.get() {
+            self.checkpoint_point(io);
+        }
+        let Io::Write { path, off, buf } = io else {
+            return run();
+        };
+        if self.index.get().map(PathBuf::as_path) != Some(*path) {
+            return run();
+        }
+        let mut splits = self.splits.lock().unwrap();
+        run()?;
+        let block = off / BLCKSZ as u64;
+        if !buf.iter().all(|&b| b == 0) {
+            splits.unwritten.remove(&block);
+            splits.half_written.remove(&block);
+            let right = <&PageBuf>::try_from(*buf)
+                .ok()
+                .filter(|p| page::kind(p) == Some(PageKind::BTree))
+                .and_then(btree::right_link)
+                .map(|r| u64::from(r.0));
+            if let Some(r) = right.filter(|r| splits.unwritten.contains(r)) {
+                splits.half_written.insert(r);
+            }
+            return Ok(());
+        }
+        // Only a split extends the index (with a zero block, `Smgr::extend`).
+        splits.unwritten.insert(block);
+        let mut target = self.target.lock().unwrap();
+        if let Some(Target::Split { kind, seed }) = *target {
+            *target = None;
+            drop(target);
+            let how = format!("inside a split, right after it allocated block {block}");
+            let image = self.image(&splits, kind, seed, how);
+            self.targeted.lock().unwrap().push(image);
+        }
+        Ok(())
+    }
+
+    /// On the checkpoint thread, inside a checkpoint: counts down an armed checkpoint target
+    /// and takes its image before the call runs.
+    fn checkpoint_point(&self, io: &Io<'_>) {
+        let mut target = self.target.lock().unwrap();
+        let Some(Target::Checkpoint {
+            nth,
+            left,
+            filter,
+            kind,
+            seed,
+        }) = *target
+        else {
+            return;
+        };
+        if !io.path().to_string_lossy().contains(filter) {
+            return;
+        }
+        if left > 1 {
+            *target = Some(Target::Checkpoint {
+                nth,
+                left: left - 1,
+                filter,
+                kind,
+                seed,
+            });
+            return;
+        }
+        *target = None;
+        drop(target);
+        let how = format!(
+            "inside a checkpoint, before the checkpoint thread's I/O call {nth}{} since the point was armed ({} of {})",
+            if filter.is_empty() {
+                String::new()
+            } else {
+                format!(" on {filter}")
+            },
+            io.name(),
+            io.path().display()
+        );
+        let splits = self.splits.lock().unwrap();
+        let image = self.image(&splits, kind, seed, how);
+        drop(splits);
+        self.targeted.lock().unwrap().push(image);
+    }
+
+    /// Arms `target` and waits until the hook has taken its image.
+    fn reach(&self, target: Target, seed: u64) {
+        *self.target.lock().unwrap() = Some(target);
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while self.target.lock().unwrap().is_some() {
+            assert!(
+                Instant::now() < deadline,
+                "seed {seed}: the targeted crash point {target:?} was not reached in 20 s"
+            );
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+}
+
+/// Counts over the images of one round or of the whole test.
+#[derive(Clone, Copy, Debug, Default)]
+struct Tally {
+    commits: u64,
+    images: u64,
+    mid_checkpoint: u64,
+    /// Of `mid_checkpoint`, those taken at random moments.
+    mid_checkpoint_by_chance: u64,
+    mid_split: u64,
+    /// Of `mid_split`, those taken at random moments.
+    mid_split_by_chance: u64,
+    /// Of `mid_split`, those with a split half on disk.
+    half_split: u64,
+}
+
+impl Tally {
+    fn add(&mut self, o: Tally) {
+        self.commits += o.commits;
+        self.images += o.images;
+        self.mid_checkpoint += o.mid_checkpoint;
+        self.mid_checkpoint_by_chance += o.mid_checkpoint_by_chance;
+        self.mid_split += o.mid_split;
+        self.mid_split_by_chance += o.mid_split_by_chance;
+        self.half_split += o.half_split;
+    }
+}
+
+fn round(seed: u64, images: u64) -> Tally {
     let dir = Path::new("/data");
     let vfs = FaultVfs::new(FaultConfig {
         // Every other round without a cache flusher: plain fdatasync instead of wal_sync_range.
         cache_flush: seed & 1 == 0,
         ..FaultConfig::new(seed)
     });
+    let probe = Arc::new(Probe {
+        vfs: vfs.clone(),
+        index: OnceLock::new(),
+        splits: Mutex::new(Splits::default()),
+        ckpt_phase: AtomicU64::new(0),
+        target: Mutex::new(None),
+        targeted: Mutex::new(Vec::new()),
+    });
+    let hook: Arc<Hook> = {
+        let probe = probe.clone();
+        Arc::new(move |io, run| probe.on_io(io, run))
+    };
     let dynvfs: Arc<dyn Vfs> = Arc::new(vfs.clone());
     Storage::initdb(dynvfs.clone(), dir).unwrap();
-    let st = Storage::open(dynvfs, dir, config()).unwrap();
+    let st = Storage::open(Arc::new(HookVfs::new(dynvfs, hook)), dir, config()).unwrap();
     setup(&st);
+    let index = st.catalog.get("history").unwrap().index.unwrap();
+    let _ = probe.index.set(dir.join("base").join(index.0.to_string()));
     let ledger: Arc<Mutex<Vec<Entry>>> = Arc::new(Mutex::new(Vec::new()));
     let stop = Arc::new(AtomicBool::new(false));
     let mut workers = Vec::new();
@@ -349,12 +602,16 @@ fn round(seed: u64, images: u64) -> (u64, u64) {
         }));
     }
     let ckpt = {
-        let (st, stop) = (st.clone(), stop.clone());
+        let (st, stop, probe) = (st.clone(), stop.clone(), probe.clone());
         std::thread::spawn(move || {
             let mut rng = Rng(seed ^ 0xC0FFEE);
             while !stop.load(Ordering::Relaxed) {
                 std::thread::sleep(Duration::from_millis(5 + rng.below(30)));
+                IN_CHECKPOINT.set(true);
+                probe.ckpt_phase.fetch_add(1, Ordering::SeqCst);
                 st.checkpoint_now(DbState::InProduction).unwrap();
+                probe.ckpt_phase.fetch_add(1, Ordering::SeqCst);
+                IN_CHECKPOINT.set(false);
             }
         })
     };
@@ -369,15 +626,42 @@ fn round(seed: u64, images: u64) -> (u64, u64) {
             CrashKind::PowerLoss
         };
         let image_seed = rng.next();
-        let (image, at) = vfs.crash_image(kind, image_seed);
-        let must: Vec<Entry> = ledger
-            .lock()
-            .unwrap()
-            .iter()
-            .filter(|e| e.acked_at < at)
-            .cloned()
-            .collect();
-        taken.push((image, must, kind, image_seed));
+        // Two of the images (if there are three or more) at targeted crash points, of either
+        // kind.
+        let targeted_kind = if image_seed & 1 == 0 {
+            CrashKind::PowerLoss
+        } else {
+            CrashKind::ProcessKill
+        };
+        if images >= 3 && i == 1 {
+            let (filter, calls) = match rng.below(3) {
+                0 => ("", 16),
+                1 => ("pg_xact", 6),
+                _ => ("global", 6),
+            };
+            let nth = 1 + rng.below(calls);
+            let target = Target::Checkpoint {
+                nth,
+                left: nth,
+                filter,
+                kind: targeted_kind,
+                seed: image_seed,
+            };
+            probe.reach(target, seed);
+            continue;
+        }
+        if images >= 3 && i == 3 {
+            let target = Target::Split {
+                kind: targeted_kind,
+                seed: image_seed,
+            };
+            probe.reach(target, seed);
+            continue;
+        }
+        let splits = probe.splits.lock().unwrap();
+        let image = probe.image(&splits, kind, image_seed, "at a random moment".into());
+        drop(splits);
+        taken.push(image);
     }
     stop.store(true, Ordering::Relaxed);
     for w in workers {
@@ -392,18 +676,47 @@ fn round(seed: u64, images: u64) -> (u64, u64) {
         report.is_ok(),
         "seed {seed}: verify after a clean shutdown:\n{report}"
     );
+    let mut tally = Tally {
+        commits,
+        images,
+        ..Tally::default()
+    };
+    for image in &taken {
+        tally.mid_checkpoint_by_chance += u64::from(image.mid_checkpoint);
+        tally.mid_split_by_chance += u64::from(image.mid_split);
+    }
+    taken.append(&mut probe.targeted.lock().unwrap());
+    assert_eq!(taken.len() as u64, images, "seed {seed}: images taken");
+    for image in &taken {
+        tally.mid_checkpoint += u64::from(image.mid_checkpoint);
+        tally.mid_split += u64::from(image.mid_split);
+        tally.half_split += u64::from(image.half_split);
+    }
     eprintln!(
-        "seed {seed}: {commits} commits in {:?}, {images} crash images",
-        started.elapsed()
+        "seed {seed}: {commits} commits in {:?}, {images} crash images ({} mid-checkpoint, {} mid-split, {} with a split half on disk)",
+        started.elapsed(),
+        tally.mid_checkpoint,
+        tally.mid_split,
+        tally.half_split
     );
-    for (i, (image, must, kind, image_seed)) in taken.iter().enumerate() {
+    // Every entry acknowledged before an image was taken (the ledger is complete now).
+    let ledger = ledger.lock().unwrap();
+    for (i, image) in taken.iter().enumerate() {
+        let must: Vec<Entry> = ledger
+            .iter()
+            .filter(|e| e.acked_at < image.at)
+            .cloned()
+            .collect();
         let what = format!(
-            "seed {seed}, image {i} ({kind:?}, image seed {image_seed}, {} acknowledged commits before it)",
+            "seed {seed}, image {i} ({:?} {}, image seed {}, {} acknowledged commits before it)",
+            image.kind,
+            image.how,
+            image.seed,
             must.len()
         );
-        check_or_save(image, dir, must, &what, *kind, *image_seed);
+        check_or_save(&image.vfs, dir, &must, &what, image.kind, image.seed);
     }
-    (commits, images)
+    tally
 }
 
 /// [`check_image`]; if the check fails, first saves the image (every file, as recovery would
@@ -578,13 +891,37 @@ fn acknowledged_commits_survive_random_crashes_and_nothing_is_partial() {
             .map_or(1, |d| d.as_nanos() as u64),
     );
     eprintln!("crash test: base seed {base} (replay with WALNUT_CRASH_SEED={base})");
-    let (mut commits, mut crashes) = (0, 0);
+    let started = Instant::now();
+    let mut t = Tally::default();
     for r in 0..rounds {
-        let (c, i) = round(base.wrapping_add(r), images);
-        commits += c;
-        crashes += i;
+        t.add(round(base.wrapping_add(r), images));
     }
-    eprintln!("crash test: {rounds} rounds, {commits} commits, {crashes} crash images recovered and verified");
+    eprintln!(
+        "crash test: {rounds} rounds, {} commits, {} crash images recovered and verified in {:?}: \
+         {} mid-checkpoint ({} of them at random moments), {} mid-split ({} at random moments; \
+         {} with a split half on disk)",
+        t.commits,
+        t.images,
+        started.elapsed(),
+        t.mid_checkpoint,
+        t.mid_checkpoint_by_chance,
+        t.mid_split,
+        t.mid_split_by_chance,
+        t.half_split
+    );
+    if images >= 3 {
+        // The targeted crash points guarantee these.
+        assert!(
+            t.mid_checkpoint >= rounds,
+            "base seed {base}: {} mid-checkpoint crash images in {rounds} rounds",
+            t.mid_checkpoint
+        );
+        assert!(
+            t.mid_split >= rounds,
+            "base seed {base}: {} mid-split crash images in {rounds} rounds",
+            t.mid_split
+        );
+    }
 }
 
 /// The window a process crash leaves open: the dead run wrote pages (evicted them) that only

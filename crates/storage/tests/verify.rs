@@ -5,12 +5,15 @@
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
-use walnut_common::{ColumnDef, DataType, SqlState, TableDef, Value, BLCKSZ};
+use walnut_common::{
+    BlockNumber, ColumnDef, DataType, RelFileId, SqlState, TableDef, Value, BLCKSZ,
+};
 use walnut_io::fault::{FaultConfig, FaultVfs};
-use walnut_io::Vfs;
+use walnut_io::{OpenMode, Vfs};
+use walnut_storage::btree;
 use walnut_storage::page::{self, PageBuf};
 use walnut_storage::txn::{CommitSettings, Txn};
-use walnut_storage::verify::{verify, Report};
+use walnut_storage::verify::{verify, Problem, Report};
 use walnut_storage::{Storage, StorageConfig};
 
 const DIR: &str = "/data";
@@ -186,6 +189,122 @@ fn a_half_extended_file_is_reported() {
     let len = fv.read_file(&heap).unwrap().len() as u64;
     fv.corrupt(&heap, len, &[0u8; 100]).unwrap();
     assert_finds(&check(&fv), "half-extended");
+}
+
+/// The relation file at `path` (`base/<relfile>`).
+fn relfile_of(path: &Path) -> RelFileId {
+    RelFileId(path.file_name().unwrap().to_str().unwrap().parse().unwrap())
+}
+
+/// The first leaf with a right sibling: (its block, the sibling's block).
+fn leaf_with_sibling(fv: &FaultVfs, index: &Path) -> (usize, usize) {
+    let n = fv.read_file(index).unwrap().len() / BLCKSZ;
+    (1..n)
+        .find_map(|b| {
+            let p = page_of(fv, index, b);
+            let right = btree::right_link(&p)?;
+            (page::kind(&p) == Some(page::PageKind::BTree) && btree::level(&p) == 0)
+                .then_some((b, right.0 as usize))
+        })
+        .expect("the index has a leaf with a right sibling")
+}
+
+/// Overwrites the key of the high key of `p` with the key of item `from` of `src` (every key
+/// of these tables has the same length, so the page's layout stays as it is).
+fn set_high_key(p: &mut PageBuf, src: &PageBuf, from: usize) {
+    let (off, len) = page::line_pointer(p, 0);
+    let key = btree::parse_item(page::item(src, from).unwrap())
+        .unwrap()
+        .0
+        .to_vec();
+    assert_eq!(len, 2 + key.len(), "same key length");
+    p[off + 2..off + len].copy_from_slice(&key);
+}
+
+fn one_problem(r: &Report, relfile: Option<RelFileId>, block: Option<usize>, what: &str) {
+    let want = Problem {
+        relfile,
+        block: block.map(|b| BlockNumber(b as u32)),
+        what: what.to_string(),
+    };
+    assert_eq!(r.problems, vec![want], "{r}");
+}
+
+#[test]
+fn a_high_key_below_a_pages_last_key_is_reported() {
+    let (fv, _, index) = database(600);
+    let (b, _) = leaf_with_sibling(&fv, &index);
+    let mut p = page_of(&fv, &index, b);
+    let items = page::slot_count(&p) - 1;
+    // The high key becomes the page's last key, which is then not below it.
+    let src = p.clone();
+    set_high_key(&mut p, &src, items);
+    put_page(&fv, &index, b, &mut p);
+    one_problem(
+        &check(&fv),
+        Some(relfile_of(&index)),
+        Some(b),
+        &format!("index \"t_pkey\": item {items} is not below the high key"),
+    );
+}
+
+#[test]
+fn a_high_key_above_the_right_siblings_first_key_is_reported() {
+    let (fv, _, index) = database(600);
+    let (b, right) = leaf_with_sibling(&fv, &index);
+    let mut p = page_of(&fv, &index, b);
+    // The high key becomes the right sibling's second key: its first key is then below the
+    // left page's high key, though every key of the left page is still below it.
+    let r = page_of(&fv, &index, right);
+    set_high_key(&mut p, &r, 2);
+    put_page(&fv, &index, b, &mut p);
+    one_problem(
+        &check(&fv),
+        Some(relfile_of(&index)),
+        Some(right),
+        "index \"t_pkey\": first key is below the left sibling's high key",
+    );
+}
+
+#[test]
+fn a_catalog_entry_naming_a_missing_file_is_reported() {
+    let (fv, heap, index) = database(50);
+    for path in [heap, index] {
+        let fv = fv
+            .crash_image(walnut_io::fault::CrashKind::ProcessKill, 0)
+            .0;
+        fv.remove(&path).unwrap();
+        one_problem(
+            &check(&fv),
+            Some(relfile_of(&path)),
+            None,
+            "file of table \"t\" is missing",
+        );
+    }
+}
+
+#[test]
+fn an_orphan_relation_file_is_listed_and_a_stray_file_reported() {
+    let (fv, _, _) = database(50);
+    let base = Path::new(DIR).join("base");
+    let create = OpenMode {
+        create: true,
+        ..Default::default()
+    };
+    // An orphan (a relation file no table uses, as a crash before a CREATE TABLE committed
+    // leaves): harmless, listed, not a problem.
+    let f = fv.open(&base.join("99999"), create).unwrap();
+    f.write_at(&[0u8; BLCKSZ], 0).unwrap();
+    let r = check(&fv);
+    assert!(r.is_ok(), "{r}");
+    assert_eq!(r.orphan_files, vec![RelFileId(99999)]);
+    assert!(
+        r.to_string().contains("base/99999: orphan relation file"),
+        "the printed report names the orphan:\n{r}"
+    );
+    // A file that is no relation file at all is a problem.
+    fv.open(&base.join("junk"), create).unwrap();
+    one_problem(&check(&fv), None, None, "base/junk is not a relation file");
 }
 
 #[test]
