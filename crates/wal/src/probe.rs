@@ -30,8 +30,17 @@
 //! median, 99th percentile and maximum of the per-flush latencies. The written bytes are
 //! pseudo-random, so compressing or deduplicating storage cannot skip them.
 //!
-//! [`choose_sync_method`] turns results into a `wal_sync_method`: the fastest. On Linux all
-//! four methods are durable, so speed is the only criterion.
+//! On Linux all four methods are durable, so the choice among them is by cost alone, and speed
+//! is not the first measure of it. The server's start-up probe (`probe_sync_method` in the
+//! server's `engine.rs`) first keeps the methods whose flushes cost the fewest disk write
+//! requests, within 0.1 per flush of the fewest (counted from the disk's own statistics; on an
+//! IOPS-limited disk they decide the flush rate, and a method that also writes the segment's
+//! inode, three requests instead of two, gets a third fewer flushes, which short latency samples
+//! under a throttle do not show reliably), and only among those takes the fastest with
+//! [`choose_sync_method`]; by speed alone only where the counts cannot be read (no
+//! `/sys/dev/block` statistics for the disk). [`choose_sync_method`] keeps the earliest result
+//! (in [`SyncMethod::ALL`] order, `fdatasync` first) unless a later one is faster by
+//! [`CHOOSE_MARGIN`].
 
 use crate::SyncMethod;
 use hdrhistogram::Histogram;

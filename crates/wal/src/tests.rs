@@ -10,6 +10,9 @@ use std::time::Duration;
 use walnut_common::{BlockNumber, Lsn, RelFileId, Xid, BLCKSZ};
 use walnut_io::{FileIo, OpenMode, RealVfs, Vfs};
 
+/// The crash windows of DESIGN.md, through the fault-injecting file system.
+mod crash_windows;
+
 // ---------------------------------------------------------------------------------------------
 // Helpers
 
@@ -560,20 +563,22 @@ fn torn_tail_ends_wal_at_previous_record_and_reopen_continues() {
 fn open_scrubs_stale_records_a_crashed_run_left_after_end() {
     // A crash left records A B C on disk, B torn but C intact. Recovery ends at B. If new
     // records ended exactly where C starts, C would validate again; open must destroy it.
+    // B is a flush mark's length (40 bytes) longer than A, so that the new run's first record
+    // (A's size) and the mark its flush writes end exactly at C.
     let tmp = tempfile::tempdir().unwrap();
     let cfg = config(tmp.path(), 1 << 20, 1);
     let wal = create_open(vfs(), &cfg);
-    let rec = |seq| Record {
+    let rec = |seq, len| Record {
         rmgr: RmgrId(1),
         info: 0,
         xid: Xid(seq),
         flags: 0,
         blocks: vec![],
-        main_data: vec![seq as u8; 24],
+        main_data: vec![seq as u8; len],
     };
-    let (_, a_end) = wal.insert(&mut |_| rec(1)).unwrap();
-    let (b_start, b_end) = wal.insert(&mut |_| rec(2)).unwrap();
-    let (c_start, _) = wal.insert(&mut |_| rec(3)).unwrap();
+    let (_, a_end) = wal.insert(&mut |_| rec(1, 24)).unwrap();
+    let (b_start, _) = wal.insert(&mut |_| rec(2, 24 + 40)).unwrap();
+    let (c_start, _) = wal.insert(&mut |_| rec(3, 24)).unwrap();
     wal.flush(wal.insert_lsn(), FlushOpts::default()).unwrap();
     drop(wal);
     let f = vfs()
@@ -583,14 +588,14 @@ fn open_scrubs_stale_records_a_crashed_run_left_after_end() {
     let (recs, end) = read_all(vfs(), cfg.dir.clone(), Lsn::FIRST);
     assert_eq!((recs.len(), end), (1, a_end));
     let wal = Wal::open(vfs(), cfg.clone(), end, Lsn::FIRST, no_xacts()).unwrap();
-    let (s, e) = wal.insert(&mut |_| rec(4)).unwrap();
-    assert_eq!(
-        (s, e),
-        (b_start, b_end),
-        "same size as B: the next record would be at C"
-    );
+    let (s, e) = wal.insert(&mut |_| rec(4, 24)).unwrap();
+    assert_eq!(s, b_start);
     wal.flush(e, FlushOpts::default()).unwrap();
     let fin = wal.insert_lsn(); // after the new flush's mark
+    assert_eq!(
+        fin, c_start,
+        "the new record and its flush's mark end where stale C starts"
+    );
     drop(wal);
     let (recs, end) = read_all(vfs(), cfg.dir.clone(), Lsn::FIRST);
     assert_eq!(recs.len(), 2, "stale C must not come back");
@@ -1287,4 +1292,240 @@ fn full_disk_fails_check_space_with_53100_and_never_panics() {
     drop(wal);
     let (recs, _) = read_all(Arc::new(fv.clone()), dir, Lsn::FIRST);
     assert_eq!(recs.len() as u32, written + 1);
+}
+
+// ---------------------------------------------------------------------------------------------
+// The end-of-WAL decision table (DESIGN.md, "Reading (`XLogReadRecord`) and the end of WAL")
+
+/// A Vfs over another whose files with `fail` in their path fail every read with EIO.
+struct FailingReads {
+    inner: Arc<dyn Vfs>,
+    fail: String,
+}
+
+struct FailingReadFile {
+    inner: Arc<dyn FileIo>,
+    fail: bool,
+}
+
+impl FileIo for FailingReadFile {
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+        if self.fail {
+            return Err(io::Error::from_raw_os_error(5));
+        }
+        self.inner.read_at(buf, offset)
+    }
+    fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
+        self.inner.write_at(buf, offset)
+    }
+    fn sync_data(&self) -> io::Result<()> {
+        self.inner.sync_data()
+    }
+    fn sync_all(&self) -> io::Result<()> {
+        self.inner.sync_all()
+    }
+    fn len(&self) -> io::Result<u64> {
+        self.inner.len()
+    }
+    fn set_len(&self, len: u64) -> io::Result<()> {
+        self.inner.set_len(len)
+    }
+}
+
+impl Vfs for FailingReads {
+    fn open(&self, path: &Path, mode: OpenMode) -> io::Result<Arc<dyn FileIo>> {
+        Ok(Arc::new(FailingReadFile {
+            inner: self.inner.open(path, mode)?,
+            fail: path.to_string_lossy().contains(self.fail.as_str()),
+        }))
+    }
+    fn remove(&self, path: &Path) -> io::Result<()> {
+        self.inner.remove(path)
+    }
+    fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
+        self.inner.rename(from, to)
+    }
+    fn sync_dir(&self, dir: &Path) -> io::Result<()> {
+        self.inner.sync_dir(dir)
+    }
+    fn create_dir_all(&self, dir: &Path) -> io::Result<()> {
+        self.inner.create_dir_all(dir)
+    }
+    fn list_dir(&self, dir: &Path) -> io::Result<Vec<String>> {
+        self.inner.list_dir(dir)
+    }
+    fn exists(&self, path: &Path) -> bool {
+        self.inner.exists(path)
+    }
+}
+
+/// How the reader ends in one cell of the decision table.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Ending {
+    /// `Ok(None)` at the bad record: the end of WAL.
+    End,
+    /// A corruption error naming the bad record's LSN and the mark that attests it.
+    Corruption,
+    /// An I/O error.
+    Io,
+}
+
+/// Every row of the decision table, in both columns. The stream: three good records that end
+/// exactly at the end of segment 0; the record X at the start of segment 1, damaged as the row
+/// says, followed by a good record Y; a flush mark at the start of segment 2 that attests the
+/// end of X (column "a later mark attests it") or exactly X's start, which is not beyond it
+/// (column "no later mark attests it": a mark says what was durable *before* its position).
+#[test]
+fn every_cell_of_the_end_of_wal_decision_table() {
+    use walnut_io::fault::{FaultConfig, FaultVfs};
+    const SEG: u64 = WAL_SEGMENT_SIZE;
+    let dir = PathBuf::from("/wal");
+    let seg_path = |segno: u64| dir.join(segment_file_name(segno));
+    let rec = |n: u8, main: usize| Record {
+        rmgr: RmgrId(1),
+        info: n,
+        xid: Xid(u64::from(n)),
+        flags: 0,
+        blocks: vec![],
+        main_data: vec![n; main],
+    };
+    let mark = |durable: u64| Record {
+        rmgr: RM_WAL,
+        info: WAL_FLUSH_MARK,
+        xid: Xid::INVALID,
+        flags: 0,
+        blocks: vec![],
+        main_data: durable.to_le_bytes().to_vec(),
+    };
+    let good: Vec<Record> = (0..3).map(|n| rec(n, 1024 - RECORD_HEADER_LEN)).collect();
+    let start = SEG - 3 * 1024;
+    let bad = SEG;
+    let x = rec(10, 200);
+    let x_bytes = encode_record(Lsn(bad), &x);
+    let y_at = bad + x_bytes.len() as u64;
+    let mark_at = 2 * SEG;
+    let build = |attested: bool| {
+        let fv = FaultVfs::new(FaultConfig::new(1));
+        fv.create_dir_all(&dir).unwrap();
+        let put = |at: u64, bytes: &[u8]| {
+            let mode = OpenMode {
+                create: true,
+                ..Default::default()
+            };
+            let f = fv.open(&seg_path(segment_of(at)), mode).unwrap();
+            f.write_at(bytes, at % SEG).unwrap();
+        };
+        let mut at = start;
+        for g in &good {
+            let b = encode_record(Lsn(at), g);
+            put(at, &b);
+            at += b.len() as u64;
+        }
+        assert_eq!(at, bad, "the good records end at the segment boundary");
+        put(bad, &x_bytes);
+        put(y_at, &encode_record(Lsn(y_at), &rec(11, 100)));
+        let attests = if attested { y_at } else { bad };
+        put(mark_at, &encode_record(Lsn(mark_at), &mark(attests)));
+        fv
+    };
+    let rows = [
+        "segment file missing",
+        "fewer bytes than the header",
+        "fewer bytes than total_len",
+        "total_len == 0",
+        "total_len < 32",
+        "total_len > 1 GiB",
+        "header LSN != position",
+        "CRC mismatch",
+        "malformed lengths",
+        "read(2) fails",
+    ];
+    for row in rows {
+        for attested in [false, true] {
+            let case = format!(
+                "{row}, {}",
+                if attested {
+                    "a later mark attests it"
+                } else {
+                    "no later mark attests it"
+                }
+            );
+            let fv = build(attested);
+            let seg1 = || fv.open(&seg_path(1), OpenMode::default()).unwrap();
+            match row {
+                "segment file missing" => fv.remove(&seg_path(1)).unwrap(),
+                "fewer bytes than the header" => {
+                    seg1().set_len(RECORD_HEADER_LEN as u64 - 8).unwrap();
+                }
+                "fewer bytes than total_len" => seg1().set_len(x_bytes.len() as u64 - 8).unwrap(),
+                "total_len == 0" => seg1().write_at(&vec![0; x_bytes.len()], 0).unwrap(),
+                "total_len < 32" => seg1().write_at(&16u32.to_le_bytes(), 0).unwrap(),
+                "total_len > 1 GiB" => {
+                    let len = MAX_RECORD_LEN as u32 + 8;
+                    seg1().write_at(&len.to_le_bytes(), 0).unwrap();
+                }
+                // What a recycled segment holds at this offset: a record of its previous life.
+                "header LSN != position" => seg1()
+                    .write_at(&encode_record(Lsn(bad - SEG), &x), 0)
+                    .unwrap(),
+                "CRC mismatch" => seg1().write_at(&[x_bytes[100] ^ 0x08], 100).unwrap(),
+                // main_data_len 8 short, under a valid CRC: the fields leave trailing bytes.
+                "malformed lengths" => {
+                    let mut b = x_bytes.clone();
+                    b[28..32].copy_from_slice(&(x.main_data.len() as u32 - 8).to_le_bytes());
+                    let total = u32::from_le_bytes(b[0..4].try_into().unwrap()) as usize;
+                    let crc =
+                        walnut_common::crc32c_append(walnut_common::crc32c(&b[8..total]), &b[0..4]);
+                    b[4..8].copy_from_slice(&crc.to_le_bytes());
+                    seg1().write_at(&b, 0).unwrap();
+                }
+                "read(2) fails" => {}
+                _ => unreachable!("{row}"),
+            }
+            let v: Arc<dyn Vfs> = if row == "read(2) fails" {
+                Arc::new(FailingReads {
+                    inner: Arc::new(fv.clone()),
+                    fail: segment_file_name(1),
+                })
+            } else {
+                Arc::new(fv.clone())
+            };
+            let expected = match (row, attested) {
+                ("read(2) fails", _) => Ending::Io,
+                (_, false) => Ending::End,
+                (_, true) => Ending::Corruption,
+            };
+            let mut r = WalReader::open(v, dir.clone(), Lsn(start)).unwrap();
+            let mut got = Vec::new();
+            let ending = loop {
+                match r.next_record() {
+                    Ok(Some(d)) => got.push(d.record),
+                    Ok(None) => break Ending::End,
+                    Err(e) => match e.kind {
+                        walnut_common::ErrorKind::Corruption => {
+                            for lsn in [Lsn(bad), Lsn(mark_at)] {
+                                assert!(
+                                    e.message.contains(&lsn.to_string()),
+                                    "{case}: the error names {lsn}: {}",
+                                    e.message
+                                );
+                            }
+                            break Ending::Corruption;
+                        }
+                        walnut_common::ErrorKind::Io => break Ending::Io,
+                        _ => panic!("{case}: unexpected error {e}"),
+                    },
+                }
+            };
+            assert_eq!(got, good, "{case}: the records before X are read");
+            assert_eq!(ending, expected, "{case}");
+            if ending == Ending::End {
+                assert_eq!(r.end_lsn(), Lsn(bad), "{case}: the WAL ends at X");
+                assert!(
+                    r.next_record().unwrap().is_none(),
+                    "{case}: the end is sticky"
+                );
+            }
+        }
+    }
 }

@@ -1118,7 +1118,12 @@ fn sync_replayed(vfs: &dyn Vfs, dir: &std::path::Path, from: u64, end: u64) -> R
 
 /// Destroys records a crashed run may have left at or after `end` (see [`Wal::open`]): makes
 /// sure the segment holding `end` exists, zero-fills its tail if it holds such a record, and
-/// zero-fills any later segment that does. Recycled and preallocated segments are untouched.
+/// zero-fills any later segment that does, syncing each; a segment it finds clean is synced
+/// too, since after a process kill it may be clean only in the page cache. Recycled and
+/// preallocated segments are otherwise untouched.
+///
+/// # Panics
+/// PANICs if the sync of a clean segment fails.
 fn scrub_after_end(vfs: &dyn Vfs, dir: &std::path::Path, end: u64, init: InitOpts) -> Result<()> {
     let cur = segment_of(end);
     let ctx = |segno: u64| format!("could not prepare WAL segment {}", segment_file_name(segno));
@@ -1145,6 +1150,11 @@ fn scrub_after_end(vfs: &dyn Vfs, dir: &std::path::Path, end: u64, init: InitOpt
         {
             tracing::info!(segment = %segment_file_name(segno), "zeroing WAL left after the end of valid WAL");
             segment::zero_tail(file.as_ref(), from).map_err(io_err(ctx(segno)))?;
+        } else if let Err(e) = file.sync_data() {
+            // A segment that reads clean may be clean only in the page cache: a run killed
+            // before its scrub's sync left zeros there over stale records still on disk, which
+            // a power loss after this run's commits would bring back.
+            walnut_common::panic_fatal(&format!("{}: {e}", ctx(segno)));
         }
     }
     Ok(())
