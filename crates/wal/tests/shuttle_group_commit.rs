@@ -97,7 +97,7 @@ mod sync {
     }
 }
 
-#[path = "../src/adaptive.rs"]
+#[path = "../src/adaptive/mod.rs"]
 mod adaptive;
 #[path = "../src/group_commit.rs"]
 mod group_commit;
