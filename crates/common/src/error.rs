@@ -19,57 +19,87 @@ pub enum ErrorKind {
     Cancelled,
     /// A resource limit was hit (connections, disk full).
     Resource,
+    /// A bug in walnut: an invariant did not hold where it could be reported rather than
+    /// crash the server (XX000).
+    Internal,
 }
 
 /// A five-character SQLSTATE code.
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
 pub struct SqlState(pub &'static str);
 
-#[allow(missing_docs)]
-impl SqlState {
-    pub const SUCCESSFUL_COMPLETION: SqlState = SqlState("00000");
-    pub const WARNING: SqlState = SqlState("01000");
-    pub const FEATURE_NOT_SUPPORTED: SqlState = SqlState("0A000");
-    pub const INVALID_PARAMETER_VALUE: SqlState = SqlState("22023");
-    pub const NUMERIC_VALUE_OUT_OF_RANGE: SqlState = SqlState("22003");
-    pub const DIVISION_BY_ZERO: SqlState = SqlState("22012");
-    pub const INVALID_TEXT_REPRESENTATION: SqlState = SqlState("22P02");
-    pub const INVALID_DATETIME_FORMAT: SqlState = SqlState("22007");
-    pub const STRING_DATA_RIGHT_TRUNCATION: SqlState = SqlState("22001");
-    pub const BAD_COPY_FILE_FORMAT: SqlState = SqlState("22P04");
-    pub const NOT_NULL_VIOLATION: SqlState = SqlState("23502");
-    pub const UNIQUE_VIOLATION: SqlState = SqlState("23505");
-    pub const INVALID_TRANSACTION_STATE: SqlState = SqlState("25000");
-    pub const ACTIVE_SQL_TRANSACTION: SqlState = SqlState("25001");
-    pub const IN_FAILED_SQL_TRANSACTION: SqlState = SqlState("25P02");
-    pub const SERIALIZATION_FAILURE: SqlState = SqlState("40001");
-    pub const DEADLOCK_DETECTED: SqlState = SqlState("40P01");
-    pub const SYNTAX_ERROR: SqlState = SqlState("42601");
-    pub const UNDEFINED_COLUMN: SqlState = SqlState("42703");
-    pub const UNDEFINED_TABLE: SqlState = SqlState("42P01");
-    pub const UNDEFINED_OBJECT: SqlState = SqlState("42704");
-    pub const UNDEFINED_FUNCTION: SqlState = SqlState("42883");
-    pub const UNDEFINED_PARAMETER: SqlState = SqlState("42P02");
-    pub const DUPLICATE_TABLE: SqlState = SqlState("42P07");
-    pub const DATATYPE_MISMATCH: SqlState = SqlState("42804");
-    pub const GROUPING_ERROR: SqlState = SqlState("42803");
-    pub const INVALID_TABLE_DEFINITION: SqlState = SqlState("42P16");
-    pub const AMBIGUOUS_COLUMN: SqlState = SqlState("42702");
-    pub const INVALID_PREPARED_STATEMENT: SqlState = SqlState("26000");
-    pub const INVALID_CURSOR_NAME: SqlState = SqlState("34000");
-    pub const DUPLICATE_PREPARED_STATEMENT: SqlState = SqlState("42P05");
-    pub const PROTOCOL_VIOLATION: SqlState = SqlState("08P01");
-    pub const TOO_MANY_CONNECTIONS: SqlState = SqlState("53300");
-    pub const DISK_FULL: SqlState = SqlState("53100");
-    pub const QUERY_CANCELED: SqlState = SqlState("57014");
-    pub const ADMIN_SHUTDOWN: SqlState = SqlState("57P01");
-    pub const DATA_CORRUPTED: SqlState = SqlState("XX001");
-    pub const INDEX_CORRUPTED: SqlState = SqlState("XX002");
-    pub const INTERNAL_ERROR: SqlState = SqlState("XX000");
-    pub const IO_ERROR: SqlState = SqlState("58030");
-    pub const CANT_CHANGE_RUNTIME_PARAM: SqlState = SqlState("55P02");
-    pub const OBJECT_NOT_IN_PREREQUISITE_STATE: SqlState = SqlState("55000");
-    pub const UNDEFINED_PARAMETER_NAME: SqlState = SqlState("42704");
+/// Declares each SQLSTATE once as a named constant and lists them all in
+/// [`SqlState::ALL`], so that a test can check that no code is declared twice.
+macro_rules! sqlstates {
+    ($($name:ident = $code:literal,)*) => {
+        #[allow(missing_docs)]
+        impl SqlState {
+            $(pub const $name: SqlState = SqlState($code);)*
+            /// Every named SQLSTATE, with its name.
+            pub const ALL: &'static [(&'static str, SqlState)] = &[$((stringify!($name), SqlState($code)),)*];
+        }
+    };
+}
+
+// Each code once, named as in PostgreSQL's errcodes.txt, sorted by code.
+sqlstates! {
+    SUCCESSFUL_COMPLETION = "00000",
+    WARNING = "01000",
+    PROTOCOL_VIOLATION = "08P01",
+    FEATURE_NOT_SUPPORTED = "0A000",
+    STRING_DATA_RIGHT_TRUNCATION = "22001",
+    NUMERIC_VALUE_OUT_OF_RANGE = "22003",
+    INVALID_DATETIME_FORMAT = "22007",
+    DIVISION_BY_ZERO = "22012",
+    CHARACTER_NOT_IN_REPERTOIRE = "22021",
+    INVALID_PARAMETER_VALUE = "22023",
+    INVALID_TEXT_REPRESENTATION = "22P02",
+    INVALID_BINARY_REPRESENTATION = "22P03",
+    BAD_COPY_FILE_FORMAT = "22P04",
+    NOT_NULL_VIOLATION = "23502",
+    UNIQUE_VIOLATION = "23505",
+    INVALID_TRANSACTION_STATE = "25000",
+    ACTIVE_SQL_TRANSACTION = "25001",
+    NO_ACTIVE_SQL_TRANSACTION = "25P01",
+    IN_FAILED_SQL_TRANSACTION = "25P02",
+    INVALID_PREPARED_STATEMENT = "26000",
+    INVALID_AUTHORIZATION_SPECIFICATION = "28000",
+    INVALID_PASSWORD = "28P01",
+    INVALID_CURSOR_NAME = "34000",
+    INVALID_SCHEMA_NAME = "3F000",
+    SERIALIZATION_FAILURE = "40001",
+    DEADLOCK_DETECTED = "40P01",
+    SYNTAX_ERROR = "42601",
+    INVALID_NAME = "42602",
+    DUPLICATE_COLUMN = "42701",
+    AMBIGUOUS_COLUMN = "42702",
+    UNDEFINED_COLUMN = "42703",
+    UNDEFINED_OBJECT = "42704",
+    GROUPING_ERROR = "42803",
+    DATATYPE_MISMATCH = "42804",
+    CANNOT_COERCE = "42846",
+    UNDEFINED_FUNCTION = "42883",
+    UNDEFINED_TABLE = "42P01",
+    UNDEFINED_PARAMETER = "42P02",
+    DUPLICATE_CURSOR = "42P03",
+    DUPLICATE_DATABASE = "42P04",
+    DUPLICATE_PREPARED_STATEMENT = "42P05",
+    DUPLICATE_TABLE = "42P07",
+    INVALID_COLUMN_REFERENCE = "42P10",
+    INVALID_TABLE_DEFINITION = "42P16",
+    PROGRAM_LIMIT_EXCEEDED = "54000",
+    DISK_FULL = "53100",
+    TOO_MANY_CONNECTIONS = "53300",
+    CONFIGURATION_LIMIT_EXCEEDED = "53400",
+    OBJECT_NOT_IN_PREREQUISITE_STATE = "55000",
+    CANT_CHANGE_RUNTIME_PARAM = "55P02",
+    QUERY_CANCELED = "57014",
+    ADMIN_SHUTDOWN = "57P01",
+    IO_ERROR = "58030",
+    UNDEFINED_FILE = "58P01",
+    INTERNAL_ERROR = "XX000",
+    DATA_CORRUPTED = "XX001",
+    INDEX_CORRUPTED = "XX002",
 }
 
 impl fmt::Debug for SqlState {
@@ -169,12 +199,60 @@ impl Error {
 
     /// XX000 internal error: a bug, reported rather than crashing the server.
     pub fn internal(message: impl Into<String>) -> Error {
-        Error::new(ErrorKind::BadInput, SqlState::INTERNAL_ERROR, message)
+        Error::new(ErrorKind::Internal, SqlState::INTERNAL_ERROR, message)
+    }
+
+    /// 57P01 `terminating connection due to administrator command`: the session was ended
+    /// by the server (shutdown), not by a fault.
+    pub fn terminated() -> Error {
+        Error::new(
+            ErrorKind::Cancelled,
+            SqlState::ADMIN_SHUTDOWN,
+            "terminating connection due to administrator command",
+        )
     }
 
     /// Adds a DETAIL line.
     pub fn with_detail(mut self, detail: impl Into<String>) -> Error {
         self.detail = Some(detail.into());
         self
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_sqlstate_is_declared_once() {
+        let mut codes: Vec<&str> = SqlState::ALL.iter().map(|(_, c)| c.0).collect();
+        let n = codes.len();
+        codes.sort_unstable();
+        codes.dedup();
+        assert_eq!(codes.len(), n, "a SQLSTATE is declared under two names");
+        for (name, code) in SqlState::ALL {
+            assert_eq!(code.0.len(), 5, "{name}");
+        }
+    }
+
+    #[test]
+    fn constructors_say_whose_fault_it_is() {
+        assert_eq!(Error::internal("bug").kind, ErrorKind::Internal);
+        assert_eq!(Error::internal("bug").sqlstate, SqlState::INTERNAL_ERROR);
+        assert_eq!(Error::cancelled().kind, ErrorKind::Cancelled);
+        assert_eq!(Error::terminated().kind, ErrorKind::Cancelled);
+        assert_eq!(Error::terminated().sqlstate, SqlState::ADMIN_SHUTDOWN);
+        assert_eq!(Error::corruption("crc").kind, ErrorKind::Corruption);
+        assert_eq!(Error::syntax("x").kind, ErrorKind::BadInput);
+        let full = Error::io("write", std::io::Error::from_raw_os_error(28));
+        assert_eq!(
+            (full.kind, full.sqlstate),
+            (ErrorKind::Resource, SqlState::DISK_FULL)
+        );
+        let eio = Error::io("write", std::io::Error::from_raw_os_error(5));
+        assert_eq!(
+            (eio.kind, eio.sqlstate),
+            (ErrorKind::Io, SqlState::IO_ERROR)
+        );
     }
 }

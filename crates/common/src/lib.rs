@@ -1,12 +1,15 @@
 //! Types shared by every walnut crate: the identifier newtypes (`Lsn`, `BlockNumber`,
 //! `RelFileId`, `Xid`, `Tid`), the error type with its SQLSTATE mapping, SQL values with their
-//! on-disk and text encodings, and durable-file helpers.
+//! on-disk and text encodings, durable-file helpers, and configuration parameters (their
+//! declarations, parsing, and the live configuration with its files).
 //!
 //! Nothing here knows about pages, the WAL or the wire protocol.
 #![forbid(unsafe_code)]
 
+pub mod config;
 pub mod error;
 pub mod fsutil;
+pub mod guc;
 pub mod ids;
 pub mod schema;
 pub mod value;
