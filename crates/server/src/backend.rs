@@ -18,8 +18,9 @@ use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use walnut_common::config::Config;
 use walnut_common::{Error, ErrorKind, Result, SqlState};
-use walnut_sql::session::{GucDefaults, Session};
+use walnut_sql::session::Session;
 use walnut_sql::storage::Engine;
 
 /// A connection's session, owned by the connection's backend thread.
@@ -38,7 +39,7 @@ pub struct SessionStart {
 }
 
 impl Backend {
-    /// Creates the session with `Session::new(engine, defaults, options)` on the calling thread
+    /// Creates the session with `Session::new(engine, config, options)` on the calling thread
     /// (the connection's backend thread) and registers it for cancellation.
     ///
     /// # Errors
@@ -47,11 +48,11 @@ impl Backend {
         reservation: Reservation,
         secret: SecretKey,
         engine: Arc<dyn Engine>,
-        defaults: Arc<GucDefaults>,
+        config: Arc<Config>,
         options: Vec<(String, String)>,
     ) -> Result<(Backend, SessionStart)> {
         let pid = reservation.pid;
-        let session = Session::new(engine, &defaults, &options)?;
+        let session = Session::new(engine, config, &options)?;
         let slot = Arc::new(CancelSlot {
             secret,
             flag: session.cancel_flag(),

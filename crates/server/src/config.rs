@@ -1,25 +1,20 @@
-//! Configuration: the server's settings (walnut.conf, `-c` overrides, `-p`) and the per-session
-//! settings a client sends in its startup packet.
+//! Configuration: the server's settings (walnut.conf, walnut.auto.conf, `-c` overrides, `-p`),
+//! read once into a [`Config`] (`walnut_common::config`) whose values every part reads typed,
+//! and the per-session settings a client sends in its startup packet.
 //!
-//! Every setting is validated by `guc::check` and kept as text. The front end reads three of
-//! them itself (`listen_addresses`, `port`, `max_connections`); all of them go to
-//! `engine::open_engine` and become the session defaults
-//! ([`walnut_sql::session::GucDefaults`]).
+//! The front end reads its own parameters (`crate::guc`: `listen_addresses`, `port`,
+//! `max_connections`, `ssl*`, `log_min_messages`) into a [`ServerConfig`]; the storage engine
+//! reads its own when the data directory opens (`crate::engine::open`); sessions read the
+//! rest, and every value `SHOW` and `pg_settings` report comes from the same [`Config`].
 
 use crate::guc;
 use crate::hba::Hba;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use walnut_common::config::Config;
+use walnut_common::guc::Settings;
 use walnut_common::{Error, Result, SqlState};
-use walnut_sql::session::GucDefaults;
-
-/// Default TCP port (PostgreSQL's 5432 plus one, so both can run side by side).
-pub const DEFAULT_PORT: u16 = 5433;
-/// Default `listen_addresses`: localhost only, because authentication is trust.
-pub const DEFAULT_LISTEN_ADDRESSES: &str = "127.0.0.1";
-/// Default `max_connections`, as PostgreSQL's.
-pub const DEFAULT_MAX_CONNECTIONS: usize = 100;
 
 /// Client authentication: the pg_hba rules, and the data directory whose
 /// `global/pg_authid` holds role passwords.
@@ -59,30 +54,15 @@ impl AuthConfig {
 ///
 /// # Errors
 /// 22023 naming the file if a certificate or key cannot be read or does not fit.
-pub fn tls_acceptor(
-    dir: &Path,
-    settings: &[(String, String)],
-) -> Result<Option<pgwire::tokio::TlsAcceptor>> {
+pub fn tls_acceptor(dir: &Path, settings: &Settings) -> Result<Option<pgwire::tokio::TlsAcceptor>> {
     use pgwire::tokio::tokio_rustls::rustls;
     use rustls::pki_types::pem::PemObject;
     use rustls::pki_types::{CertificateDer, PrivateKeyDer};
-    let get = |name: &str| {
-        settings
-            .iter()
-            .rev()
-            .find(|(n, _)| n.eq_ignore_ascii_case(name))
-            .map(|(_, v)| v.clone())
-    };
-    let on = match get("ssl") {
-        Some(v) => walnut_sql::guc::value_as_bool("ssl", &v)?,
-        None => false,
-    };
-    if !on {
+    if !settings.bool(&guc::SSL_ON) {
         return Ok(None);
     }
-    let file = |name: &str, default: &str| {
-        let f = get(name).unwrap_or_else(|| default.to_string());
-        let p = PathBuf::from(&f);
+    let file = |def| {
+        let p = PathBuf::from(settings.text(def));
         if p.is_absolute() {
             p
         } else {
@@ -90,8 +70,8 @@ pub fn tls_acceptor(
         }
     };
     let bad = |what: String| Error::user(SqlState::INVALID_PARAMETER_VALUE, what);
-    let cert_path = file("ssl_cert_file", "server.crt");
-    let key_path = file("ssl_key_file", "server.key");
+    let cert_path = file(&guc::SSL_CERT_FILE);
+    let key_path = file(&guc::SSL_KEY_FILE);
     let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(&cert_path)
         .and_then(|it| it.collect::<std::result::Result<Vec<_>, _>>())
         .map_err(|e| {
@@ -137,8 +117,8 @@ pub struct ServerConfig {
     pub port: u16,
     /// Sessions allowed at once; the next one gets FATAL 53300.
     pub max_connections: usize,
-    /// All settings, in order, as session defaults.
-    pub defaults: GucDefaults,
+    /// The live configuration: every session's defaults, `SHOW`, `pg_settings`, reloads.
+    pub config: Arc<Config>,
     /// Client authentication.
     pub auth: Arc<AuthConfig>,
     /// TLS, if `ssl = on`: the SSLRequest is answered `S` and the handshake done.
@@ -158,94 +138,46 @@ impl std::fmt::Debug for ServerConfig {
 }
 
 impl Default for ServerConfig {
+    /// Every parameter at its default, without configuration files; trust from loopback.
     fn default() -> Self {
+        let config = Config::in_memory(guc::registry(), &[]).expect("the defaults are valid");
+        ServerConfig::new(Arc::new(config))
+    }
+}
+
+impl ServerConfig {
+    /// The front end's parameters from `config` (no TLS, loopback-only trust: the caller sets
+    /// `auth` and `tls` for a real server).
+    pub fn new(config: Arc<Config>) -> ServerConfig {
+        let s = config.settings();
         ServerConfig {
-            listen_addresses: DEFAULT_LISTEN_ADDRESSES.to_string(),
-            port: DEFAULT_PORT,
-            max_connections: DEFAULT_MAX_CONNECTIONS,
-            defaults: Vec::new(),
+            listen_addresses: s.text(&guc::LISTEN_ADDRESSES),
+            port: u16::try_from(s.int(&guc::PORT)).expect("the registry bounds port"),
+            max_connections: s.int(&guc::MAX_CONNECTIONS) as usize,
+            config,
             auth: Arc::new(AuthConfig::default()),
             tls: None,
         }
     }
 }
 
-impl ServerConfig {
-    /// Builds the configuration from settings already validated by [`load_settings`].
-    ///
-    /// # Errors
-    /// 22023 if port or max_connections is out of range.
-    pub fn from_settings(settings: &[(String, String)]) -> Result<ServerConfig> {
-        let mut config = ServerConfig {
-            defaults: settings.to_vec(),
-            ..ServerConfig::default()
-        };
-        for (name, value) in settings {
-            match name.to_ascii_lowercase().as_str() {
-                "listen_addresses" => config.listen_addresses = value.clone(),
-                "port" => {
-                    let port = guc::value_as_i64(name, value)?;
-                    config.port = u16::try_from(port).map_err(|_| out_of_range(name, value))?;
-                }
-                "max_connections" => {
-                    let n = guc::value_as_i64(name, value)?;
-                    config.max_connections = usize::try_from(n)
-                        .ok()
-                        .filter(|n| *n >= 1)
-                        .ok_or_else(|| out_of_range(name, value))?;
-                }
-                _ => {}
-            }
-        }
-        Ok(config)
-    }
-}
-
-fn out_of_range(name: &str, value: &str) -> Error {
-    Error::user(
-        SqlState::INVALID_PARAMETER_VALUE,
-        format!("{value} is outside the valid range for parameter \"{name}\""),
-    )
-}
-
-/// Reads `dir/walnut.conf`, applies `-c name=value` overrides and `-p`, and validates every
-/// setting with `guc::check`. Returns the settings in order (the last value of a name wins and
-/// each name appears once), values canonicalised by `check`.
+/// Reads `dir/walnut.conf` and `dir/walnut.auto.conf`, then the command line: `-c name=value`
+/// overrides (`overrides`) and `-p` (`port`). Every name and value is validated.
 ///
 /// # Errors
-/// I/O errors reading walnut.conf; syntax errors; 42704 unknown names; 22023 bad values.
-pub fn load_settings(
-    dir: &Path,
-    overrides: &[String],
-    port: Option<u16>,
-) -> Result<Vec<(String, String)>> {
-    let conf_path = dir.join("walnut.conf");
-    let text = std::fs::read_to_string(&conf_path).map_err(|e| {
-        Error::io(
-            format!(
-                "could not read configuration file \"{}\"",
-                conf_path.display()
-            ),
-            e,
-        )
-    })?;
-    let mut raw = guc::parse_conf(&text)?;
+/// I/O errors reading walnut.conf; syntax errors (42601), unknown names (42704) and bad values
+/// (22023), naming the file and line.
+pub fn load(dir: &Path, overrides: &[String], port: Option<u16>) -> Result<Arc<Config>> {
+    let mut pairs = Vec::with_capacity(overrides.len() + 1);
     for o in overrides {
-        raw.push(parse_name_value(o).ok_or_else(|| {
+        pairs.push(parse_name_value(o).ok_or_else(|| {
             Error::syntax(format!("-c {o} requires a value (expected name=value)"))
         })?);
     }
     if let Some(p) = port {
-        raw.push(("port".to_string(), p.to_string()));
+        pairs.push(("port".to_string(), p.to_string()));
     }
-    let mut settings: Vec<(String, String)> = Vec::new();
-    for (name, value) in raw {
-        let value = guc::check(&name, &value)?;
-        let key = name.to_ascii_lowercase();
-        settings.retain(|(n, _)| n.to_ascii_lowercase() != key);
-        settings.push((name, value));
-    }
-    Ok(settings)
+    Ok(Arc::new(Config::load(dir, guc::registry(), pairs)?))
 }
 
 /// Splits `name=value`, turning dashes in the name into underscores as PostgreSQL's
@@ -424,34 +356,24 @@ mod tests {
     }
 
     #[test]
-    fn server_config_from_settings() {
-        let s = pairs(&[
-            ("port", "6000"),
-            ("max_connections", "7"),
-            ("listen_addresses", "*"),
-            ("shared_buffers", "1MB"),
-        ]);
-        let c = ServerConfig::from_settings(&s).unwrap();
-        assert_eq!(
-            (c.port, c.max_connections, c.listen_addresses.as_str()),
-            (6000, 7, "*")
-        );
-        assert_eq!(c.defaults.len(), 4);
-        assert!(ServerConfig::from_settings(&pairs(&[("port", "70000")])).is_err());
-        assert!(ServerConfig::from_settings(&pairs(&[("max_connections", "0")])).is_err());
-    }
-
-    #[test]
-    fn load_settings_overrides() {
+    fn load_applies_files_then_command_line() {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(
             dir.path().join("walnut.conf"),
-            "port = 5500\nmax_connections = 10\n",
+            "port = 5500\nmax_connections = 10\nlisten_addresses = '*'\n",
         )
         .unwrap();
-        let s = load_settings(dir.path(), &["max-connections=20".to_string()], Some(6000)).unwrap();
-        assert_eq!(s, pairs(&[("max_connections", "20"), ("port", "6000")]));
-        assert!(load_settings(dir.path(), &["nonsense_setting=1".to_string()], None).is_err());
-        assert!(load_settings(dir.path(), &["novalue".to_string()], None).is_err());
+        let c = load(dir.path(), &["max-connections=20".to_string()], Some(6000)).unwrap();
+        let s = ServerConfig::new(c.clone());
+        assert_eq!(
+            (s.port, s.max_connections, s.listen_addresses.as_str()),
+            (6000, 20, "*")
+        );
+        assert_eq!(c.settings().show("max_connections").unwrap(), "20");
+        assert!(load(dir.path(), &["nonsense_setting=1".to_string()], None).is_err());
+        assert!(load(dir.path(), &["novalue".to_string()], None).is_err());
+        assert!(load(dir.path(), &["port=70000".to_string()], None).is_err());
+        assert!(load(dir.path(), &["max_connections=0".to_string()], None).is_err());
+        assert!(load(dir.path(), &["fsync=off".to_string()], None).is_err());
     }
 }

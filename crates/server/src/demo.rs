@@ -75,9 +75,8 @@ pub fn run(opts: DemoOptions) -> Result<(), String> {
     engine::initdb(&dir).map_err(|e| format!("initdb failed: {e}"))?;
 
     // The settings initdb wrote, on an ephemeral localhost port.
-    let settings =
-        config::load_settings(&dir, &[], None).map_err(|e| format!("reading walnut.conf: {e}"))?;
-    let mut server_config = ServerConfig::from_settings(&settings).map_err(|e| e.to_string())?;
+    let cfg = config::load(&dir, &[], None).map_err(|e| format!("reading walnut.conf: {e}"))?;
+    let mut server_config = ServerConfig::new(cfg.clone());
     server_config.listen_addresses = "127.0.0.1".into();
     server_config.port = 0;
     server_config.max_connections = server_config.max_connections.max(opts.clients + 5);
@@ -88,7 +87,7 @@ pub fn run(opts: DemoOptions) -> Result<(), String> {
         .map_err(|e| format!("could not start runtime: {e}"))?;
     let result = runtime.block_on(async {
         let dir2 = dir.clone();
-        let engine = tokio::task::spawn_blocking(move || engine::open_engine(&dir2, &settings))
+        let engine = tokio::task::spawn_blocking(move || engine::open(&dir2, &cfg))
             .await
             .map_err(|e| e.to_string())?
             .map_err(|e| format!("could not open the database: {e}"))?;

@@ -1,124 +1,98 @@
-//! Glue between the storage engine and the SQL layer: opens a data directory and exposes it as
-//! `walnut_sql::storage::Engine`. OWNED BY THE STORAGE AUTHOR (front-end code calls only
-//! `initdb`, `open_engine` and `Handle`).
+//! Opening a data directory: `initdb`, and [`open`], which turns the configuration into the
+//! storage engine's, runs the start-up probes the configuration leaves to the server
+//! (`wal_sync_method`, the flush capacity), opens the storage (running crash recovery if
+//! needed) and registers it for reloads.
 
-use std::ops::Bound;
 use std::path::Path;
-use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
-use walnut_common::{ColumnDef, DataType, Error, Result, SqlState, TableDef, Tid, Value};
-use walnut_sql::storage::{CommitOpts, Engine, ScanControl, Transaction, WriteOutcome};
-use walnut_storage::txn::{CommitSettings, RowWrite, Txn};
+use walnut_common::config::{Config, CONF_FILE};
+use walnut_common::guc::{Context, Source};
+use walnut_common::{Error, Result, SqlState};
+use walnut_sql::engine::StorageEngine;
 use walnut_storage::{Storage, StorageConfig};
-use walnut_wal::{FlushOpts, GroupCommitMode, SyncMethod};
+use walnut_wal::{GroupCommitMode, SyncMethod};
 
-/// Default `walnut.conf` written by initdb.
-pub const DEFAULT_CONF: &str = "\
-# walnut configuration (postgresql.conf syntax, PostgreSQL GUC names)
-listen_addresses = '127.0.0.1'
-port = 5433
-max_connections = 100
-shared_buffers = 128MB
-synchronous_commit = on
-commit_delay = 0                # µs; the leader sleeps if >= commit_siblings others are active
-commit_siblings = 5
-wal_writer_delay = 200ms
-checkpoint_timeout = 5min
-max_wal_size = 1GB
-full_page_writes = on
-";
+/// The `walnut.conf` initdb writes: every parameter a file may set, commented out at its
+/// default, by category (PostgreSQL's `postgresql.conf.sample`).
+pub fn default_conf() -> String {
+    let registry = crate::guc::registry();
+    let mut defs: Vec<_> = registry
+        .iter()
+        .filter(|d| d.context != Context::Internal)
+        .collect();
+    defs.sort_by_key(|d| (d.category, d.name.to_ascii_lowercase()));
+    let mut out = String::from(
+        "# walnut configuration (postgresql.conf syntax, PostgreSQL's parameter names).\n\
+         # Every parameter is shown commented out at its default. ALTER SYSTEM writes\n\
+         # walnut.auto.conf, which is read after this file.\n",
+    );
+    let mut category = "";
+    for d in defs {
+        if d.category != category {
+            category = d.category;
+            out.push_str(&format!("\n# - {category} -\n"));
+        }
+        let line = format!(
+            "#{} = {}",
+            d.name,
+            walnut_common::guc::quote_conf(d.default)
+        );
+        let context = match d.context {
+            Context::Postmaster => " (change requires restart)",
+            _ => "",
+        };
+        out.push_str(&format!("{line:<44}# {}{context}\n", d.description));
+    }
+    out
+}
 
 /// Creates a new data directory at `dir` (`walnut initdb`): directory layout, empty catalog,
-/// first WAL segment, control file, and a default `walnut.conf`.
+/// first WAL segment, control file, a default `walnut.conf` and `pg_hba.conf`.
 ///
 /// # Errors
 /// 42P04 if `dir` exists and is not empty; I/O errors.
 pub fn initdb(dir: &Path) -> Result<()> {
     Storage::initdb(Arc::new(walnut_io::RealVfs), dir)?;
-    std::fs::write(dir.join("walnut.conf"), DEFAULT_CONF)
+    std::fs::write(dir.join(CONF_FILE), default_conf())
         .map_err(|e| Error::io("could not write walnut.conf", e))?;
     std::fs::write(dir.join("pg_hba.conf"), crate::hba::DEFAULT_HBA)
         .map_err(|e| Error::io("could not write pg_hba.conf", e))
 }
 
-/// The engine as the SQL layer sees it.
-pub struct Handle {
-    /// The open data directory.
-    pub storage: Arc<Storage>,
-}
-
-fn setting<'a>(settings: &'a [(String, String)], name: &str) -> Option<&'a str> {
-    settings
-        .iter()
-        .rev()
-        .find(|(k, _)| k.eq_ignore_ascii_case(name))
-        .map(|(_, v)| v.as_str())
-}
-
-fn int_setting(settings: &[(String, String)], name: &str, default: i64) -> Result<i64> {
-    match setting(settings, name) {
-        Some(v) => walnut_sql::guc::value_as_i64(name, v),
-        None => Ok(default),
-    }
-}
-
-/// Storage configuration from GUC settings (name -> value text).
+/// Opens the data directory `dir` (running crash recovery if needed) with the settings of
+/// `config`, and starts the background checkpointer and WAL writer. When `wal_sync_method` is
+/// not set, the start-up probe chooses it and `config` records the choice (what `SHOW` and
+/// `pg_settings` report); with `group_commit = adaptive` the disk's flush capacity is
+/// measured. The storage applies reloaded `sighup` parameters from then on.
 ///
 /// # Errors
-/// 22023 for invalid values.
-pub fn storage_config(settings: &[(String, String)]) -> Result<StorageConfig> {
-    let d = StorageConfig::default();
-    let io_direct = parse_io_direct(setting(settings, "io_direct").unwrap_or(""))?;
-    Ok(StorageConfig {
-        shared_buffers_pages: int_setting(
-            settings,
-            "shared_buffers",
-            d.shared_buffers_pages as i64,
-        )?
-        .max(16) as usize,
-        full_page_writes: match setting(settings, "full_page_writes") {
-            Some(v) => walnut_sql::guc::value_as_bool("full_page_writes", v)?,
-            None => true,
-        },
-        checkpoint_timeout_s: int_setting(
-            settings,
-            "checkpoint_timeout",
-            d.checkpoint_timeout_s as i64,
-        )?
-        .max(1) as u64,
-        max_wal_size_mb: int_setting(settings, "max_wal_size", d.max_wal_size_mb as i64)?.max(2)
-            as u64,
-        wal_writer_delay_ms: int_setting(
-            settings,
-            "wal_writer_delay",
-            d.wal_writer_delay_ms as i64,
-        )?
-        .max(1) as u64,
-        wal_buffers_bytes: d.wal_buffers_bytes,
-        wal_sync_method: match setting(settings, "wal_sync_method") {
-            Some(v) => SyncMethod::parse(v).ok_or_else(|| invalid("wal_sync_method", v))?,
-            None => d.wal_sync_method,
-        },
-        io_direct_wal: io_direct.wal,
-        io_direct_wal_init: io_direct.wal_init,
-        wal_init_zero: match setting(settings, "wal_init_zero") {
-            Some(v) => walnut_sql::guc::value_as_bool("wal_init_zero", v)?,
-            None => d.wal_init_zero,
-        },
-        wal_recycle: match setting(settings, "wal_recycle") {
-            Some(v) => walnut_sql::guc::value_as_bool("wal_recycle", v)?,
-            None => d.wal_recycle,
-        },
-        wal_sync_range: match setting(settings, "wal_sync_range") {
-            Some(v) => walnut_sql::guc::value_as_bool("wal_sync_range", v)?,
-            None => d.wal_sync_range,
-        },
-        group_commit: match setting(settings, "group_commit") {
-            Some(v) => GroupCommitMode::parse(v).ok_or_else(|| invalid("group_commit", v))?,
-            None => d.group_commit,
-        },
-        wal_flush_capacity: None,
-    })
+/// I/O and corruption errors from recovery; 0A000 if `io_direct` asks for O_DIRECT where the
+/// file system refuses it.
+pub fn open(dir: &Path, config: &Arc<Config>) -> Result<Arc<StorageEngine>> {
+    let settings = config.settings();
+    let mut sc = StorageConfig::from_settings(&settings);
+    let wal_dir = dir.join("wal");
+    if sc.io_direct.wal || sc.io_direct.wal_init {
+        check_direct_io(&wal_dir)?;
+    }
+    let range = sc.wal.sync_range && sc.wal.init_zero;
+    if settings.setting(&walnut_wal::guc::WAL_SYNC_METHOD).source == Source::Default {
+        let chosen = probe_sync_method(&wal_dir, sc.wal.direct, range);
+        config.set_dynamic_default(walnut_wal::guc::WAL_SYNC_METHOD.name, chosen.name())?;
+        sc.wal.sync_method = chosen;
+    }
+    if sc.wal.group_commit == GroupCommitMode::Adaptive {
+        sc.wal.flush_capacity =
+            probe_flush_capacity(&wal_dir, sc.wal.sync_method, sc.wal.direct, range);
+    }
+    let storage = Storage::open(server_vfs()?, dir, sc)?;
+    let weak = Arc::downgrade(&storage);
+    config.on_reload(move |s| {
+        if let Some(st) = weak.upgrade() {
+            st.apply_settings(s);
+        }
+    });
+    Ok(StorageEngine::new(storage))
 }
 
 fn invalid(name: &str, value: &str) -> Error {
@@ -126,79 +100,6 @@ fn invalid(name: &str, value: &str) -> Error {
         SqlState::INVALID_PARAMETER_VALUE,
         format!("invalid value for parameter \"{name}\": \"{value}\""),
     )
-}
-
-/// What `io_direct` asks for.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct IoDirect {
-    /// `wal`: WAL segments are written with O_DIRECT.
-    pub wal: bool,
-    /// `wal_init`: new WAL segments are zero-filled with O_DIRECT.
-    pub wal_init: bool,
-}
-
-/// Parses `io_direct` (PostgreSQL's `debug_io_direct`): a comma-separated list of `data`, `wal`
-/// and `wal_init`, or empty.
-///
-/// # Errors
-/// 22023 for an unknown item; 0A000 for `data`, which walnut does not support yet.
-pub fn parse_io_direct(v: &str) -> Result<IoDirect> {
-    let mut r = IoDirect::default();
-    let v = v.trim().trim_matches('\'');
-    for item in v.split(',').map(str::trim).filter(|s| !s.is_empty()) {
-        match item.to_ascii_lowercase().as_str() {
-            "wal" => r.wal = true,
-            "wal_init" => r.wal_init = true,
-            "data" => {
-                return Err(Error::user(
-                    SqlState::FEATURE_NOT_SUPPORTED,
-                    "io_direct = data is not supported yet; use wal, wal_init",
-                ))
-            }
-            _ => {
-                return Err(Error::user(
-                    SqlState::INVALID_PARAMETER_VALUE,
-                    format!("invalid value for parameter \"io_direct\": \"{v}\""),
-                )
-                .with_detail(format!("Unrecognized key word: \"{item}\".")))
-            }
-        }
-    }
-    Ok(r)
-}
-
-/// Opens the data directory (running crash recovery if needed) with the server-level settings
-/// `settings` (GUC name -> value text), and starts the background checkpointer and WAL writer.
-///
-/// # Errors
-/// I/O and corruption errors from recovery; 22023 for invalid settings.
-pub fn open_engine(dir: &Path, settings: &[(String, String)]) -> Result<Arc<dyn Engine>> {
-    Ok(open_handle(dir, settings)?)
-}
-
-/// Like [`open_engine`], returning the concrete handle (for shutdown).
-///
-/// # Errors
-/// As for [`open_engine`].
-pub fn open_handle(dir: &Path, settings: &[(String, String)]) -> Result<Arc<Handle>> {
-    let mut config = storage_config(settings)?;
-    if config.io_direct_wal || config.io_direct_wal_init {
-        check_direct_io(&dir.join("wal"))?;
-    }
-    let range = config.wal_sync_range && config.wal_init_zero;
-    if setting(settings, "wal_sync_method").is_none() {
-        config.wal_sync_method = probe_sync_method(&dir.join("wal"), config.io_direct_wal, range);
-    }
-    if config.group_commit == GroupCommitMode::Adaptive {
-        config.wal_flush_capacity = probe_flush_capacity(
-            &dir.join("wal"),
-            config.wal_sync_method,
-            config.io_direct_wal,
-            range,
-        );
-    }
-    let storage = Storage::open(server_vfs()?, dir, config)?;
-    Ok(Arc::new(Handle { storage }))
 }
 
 /// The file system the server uses: the real one, or, for tests only, the real one with faults
@@ -492,270 +393,6 @@ fn choose_by_requests(
 
 /// Rounds of the start-up probe (each method once per round, in a rotating order).
 const STARTUP_PROBE_ROUNDS: usize = 4;
-
-fn col(name: &str, ty: DataType) -> ColumnDef {
-    ColumnDef {
-        name: name.into(),
-        ty,
-        not_null: false,
-    }
-}
-
-impl Engine for Handle {
-    fn begin(&self, cancel: Arc<AtomicBool>) -> Result<Box<dyn Transaction>> {
-        Ok(Box::new(TxnAdapter {
-            txn: Some(Txn::begin(self.storage.clone(), cancel)),
-        }))
-    }
-
-    fn checkpoint(&self) -> Result<()> {
-        self.storage.request_checkpoint()
-    }
-
-    fn system_view(&self, name: &str) -> Option<(Vec<ColumnDef>, Vec<Vec<Value>>)> {
-        let s = self.storage.wal().stats();
-        let i = |v: u64| Value::Int8(v as i64);
-        match name {
-            "pg_stat_wal" => Some((
-                vec![
-                    col("wal_records", DataType::Int8),
-                    col("wal_fpi", DataType::Int8),
-                    col("wal_bytes", DataType::Int8),
-                    col("wal_buffers_full", DataType::Int8),
-                    col("wal_write", DataType::Int8),
-                    col("wal_sync", DataType::Int8),
-                    col("wal_write_time", DataType::Float8),
-                    col("wal_sync_time", DataType::Float8),
-                ],
-                vec![vec![
-                    i(s.wal_records),
-                    i(s.wal_fpi),
-                    i(s.wal_bytes),
-                    i(s.wal_buffers_full),
-                    i(s.wal_write),
-                    i(s.wal_sync),
-                    Value::Float8(s.wal_write_time_us as f64 / 1000.0),
-                    Value::Float8(s.wal_sync_time_us as f64 / 1000.0),
-                ]],
-            )),
-            "walnut_stat_group_commit" => {
-                let per = if s.group_flushes == 0 {
-                    0.0
-                } else {
-                    s.group_commits as f64 / s.group_flushes as f64
-                };
-                // Buckets are labelled by the commits they hold: "0", "1", "2", "3-4", … "65+".
-                let histogram = s
-                    .group_histogram
-                    .iter()
-                    .scan(None::<u64>, |prev, &(hi, n)| {
-                        let lo = prev.map_or(0, |p| p + 1);
-                        let label = match (lo, hi) {
-                            (a, u64::MAX) => format!("{a}+"),
-                            (a, b) if a == b => format!("{a}"),
-                            (a, b) => format!("{a}-{b}"),
-                        };
-                        *prev = Some(hi);
-                        Some(format!("{label}:{n}"))
-                    })
-                    .collect::<Vec<_>>()
-                    .join(" ");
-                let by_cause = |single: bool| {
-                    s.group_closed
-                        .iter()
-                        .map(|&(cause, all, one)| {
-                            format!("{cause}:{}", if single { one } else { all })
-                        })
-                        .collect::<Vec<_>>()
-                        .join(" ")
-                };
-                let mode = self.storage.config().group_commit.name();
-                Some((
-                    vec![
-                        col("group_commit", DataType::Text),
-                        col("flushes", DataType::Int8),
-                        col("commits", DataType::Int8),
-                        col("commits_per_flush", DataType::Float8),
-                        col("commits_per_flush_histogram", DataType::Text),
-                        col("group_wait_time", DataType::Float8),
-                        col("current_wait_us", DataType::Int8),
-                        col("patience_us", DataType::Int8),
-                        col("flush_latency_us", DataType::Int8),
-                        col("sessions", DataType::Int8),
-                        col("wal_sync_method", DataType::Text),
-                        col("wal_sync_range", DataType::Bool),
-                        col("flushes_by_close", DataType::Text),
-                        col("single_commit_flushes_by_close", DataType::Text),
-                        col("flush_capacity", DataType::Float8),
-                        col("flush_utilization", DataType::Float8),
-                    ],
-                    vec![vec![
-                        Value::Text(mode.into()),
-                        i(s.group_flushes),
-                        i(s.group_commits),
-                        Value::Float8(per),
-                        Value::Text(histogram),
-                        Value::Float8(s.group_wait_time_us as f64 / 1000.0),
-                        i(s.group_recent_wait_us),
-                        i(s.group_patience_us),
-                        i(s.group_flush_latency_us),
-                        i(s.group_sessions),
-                        Value::Text(self.storage.config().wal_sync_method.name().into()),
-                        Value::Bool(self.storage.wal().sync_range_in_use()),
-                        Value::Text(by_cause(false)),
-                        Value::Text(by_cause(true)),
-                        s.group_flush_capacity.map_or(Value::Null, Value::Float8),
-                        s.group_utilization.map_or(Value::Null, Value::Float8),
-                    ]],
-                ))
-            }
-            "pg_class" => {
-                let mut rows = Vec::new();
-                for t in self.storage.catalog.all() {
-                    rows.push(vec![
-                        Value::Int8(t.table_id as i64),
-                        Value::Text(t.def.name.clone()),
-                        Value::Text("r".into()),
-                        Value::Int8(2200),
-                    ]);
-                    if let Some(ix) = t.index {
-                        rows.push(vec![
-                            Value::Int8(ix.0 as i64),
-                            Value::Text(t.index_name()),
-                            Value::Text("i".into()),
-                            Value::Int8(2200),
-                        ]);
-                    }
-                }
-                rows.sort_by_key(|r| r[0].as_i64());
-                Some((
-                    vec![
-                        col("oid", DataType::Int8),
-                        col("relname", DataType::Text),
-                        col("relkind", DataType::Char(1)),
-                        col("relnamespace", DataType::Int8),
-                    ],
-                    rows,
-                ))
-            }
-            _ => None,
-        }
-    }
-}
-
-struct TxnAdapter {
-    txn: Option<Txn>,
-}
-
-impl TxnAdapter {
-    fn t(&mut self) -> &mut Txn {
-        self.txn
-            .as_mut()
-            .expect("transaction used after commit or rollback")
-    }
-
-    fn info(&mut self, table: &str) -> Result<Arc<walnut_storage::catalog::TableInfo>> {
-        self.t().table(table).ok_or_else(|| {
-            Error::user(
-                SqlState::UNDEFINED_TABLE,
-                format!("relation \"{table}\" does not exist"),
-            )
-        })
-    }
-}
-
-fn outcome(w: RowWrite) -> WriteOutcome {
-    match w {
-        RowWrite::Done => WriteOutcome::Done,
-        RowWrite::Changed(row, values) => WriteOutcome::Changed { row, values },
-        RowWrite::Gone => WriteOutcome::Gone,
-    }
-}
-
-impl Transaction for TxnAdapter {
-    fn new_statement(&mut self) {
-        self.t().new_statement();
-    }
-
-    fn table(&mut self, name: &str) -> Result<Option<Arc<TableDef>>> {
-        Ok(self.t().table(name).map(|i| i.def.clone()))
-    }
-
-    fn create_table(&mut self, def: TableDef) -> Result<()> {
-        self.t().create_table(def)
-    }
-
-    fn drop_table(&mut self, name: &str) -> Result<()> {
-        self.t().drop_table(name)
-    }
-
-    fn truncate(&mut self, name: &str) -> Result<()> {
-        self.t().truncate(name)
-    }
-
-    fn add_primary_key(&mut self, name: &str, columns: Vec<usize>) -> Result<()> {
-        self.t().add_primary_key(name, columns)
-    }
-
-    fn insert(&mut self, table: &str, row: Vec<Value>) -> Result<()> {
-        let info = self.info(table)?;
-        self.t().insert(&info, &row)
-    }
-
-    fn scan(
-        &mut self,
-        table: &str,
-        visit: &mut dyn FnMut(Tid, Vec<Value>) -> Result<ScanControl>,
-    ) -> Result<()> {
-        let info = self.info(table)?;
-        self.t().scan(&info, &mut |tid, row| {
-            Ok(visit(tid, row)? == ScanControl::Continue)
-        })
-    }
-
-    fn index_scan(
-        &mut self,
-        table: &str,
-        lo: Bound<&[Value]>,
-        hi: Bound<&[Value]>,
-        visit: &mut dyn FnMut(Tid, Vec<Value>) -> Result<ScanControl>,
-    ) -> Result<()> {
-        let info = self.info(table)?;
-        self.t().index_scan(&info, lo, hi, &mut |tid, row| {
-            Ok(visit(tid, row)? == ScanControl::Continue)
-        })
-    }
-
-    fn update(&mut self, table: &str, row: Tid, values: Vec<Value>) -> Result<WriteOutcome> {
-        let info = self.info(table)?;
-        // The key check needs the old row's key: read it from the version being replaced.
-        let old = self.t().row_at(&info, row)?;
-        self.t().update(&info, row, &old, &values).map(outcome)
-    }
-
-    fn delete(&mut self, table: &str, row: Tid) -> Result<WriteOutcome> {
-        let info = self.info(table)?;
-        self.t().delete(&info, row).map(outcome)
-    }
-
-    fn commit(mut self: Box<Self>, opts: CommitOpts) -> Result<()> {
-        let txn = self.txn.take().expect("transaction already finished");
-        txn.commit(CommitSettings {
-            synchronous: opts.synchronous,
-            flush: FlushOpts {
-                commit_delay_us: opts.commit_delay_us,
-                commit_siblings: opts.commit_siblings,
-                commit: true,
-            },
-        })
-    }
-
-    fn rollback(mut self: Box<Self>) {
-        if let Some(t) = self.txn.take() {
-            t.rollback();
-        }
-    }
-}
 
 #[cfg(test)]
 mod probe_choice_tests {

@@ -1,5 +1,133 @@
-//! The configuration-parameter helpers the front end uses, from the SQL layer's registry
-//! (`walnut_sql::guc`): `parse_conf` (postgresql.conf syntax), `check` (validate and
-//! normalise), `value_as_i64` (base units) and `value_as_bool`.
+//! The configuration parameters the front end reads (PostgreSQL's names), and [`registry`],
+//! which collects every crate's: the server's are the last list.
 
-pub(crate) use walnut_sql::guc::{check, parse_conf, value_as_i64};
+use std::sync::{Arc, OnceLock};
+use walnut_common::guc::{int, Context, GucDef, Kind, Registry, Unit};
+
+const CONNECTIONS: &str = "Connections and Authentication / Connection Settings";
+const SSL: &str = "Connections and Authentication / SSL";
+
+/// `listen_addresses`: comma-separated host names or addresses (`*` = all).
+pub static LISTEN_ADDRESSES: GucDef = GucDef {
+    name: "listen_addresses",
+    kind: Kind::Str,
+    default: "127.0.0.1",
+    context: Context::Postmaster,
+    category: CONNECTIONS,
+    description: "Sets the host name or IP address(es) to listen to.",
+    check: None,
+};
+
+/// `port` (PostgreSQL's 5432 plus one, so both can run side by side).
+pub static PORT: GucDef = GucDef {
+    name: "port",
+    kind: int(1, 65535, Unit::None),
+    default: "5433",
+    context: Context::Postmaster,
+    category: CONNECTIONS,
+    description: "Sets the TCP port the server listens on.",
+    check: None,
+};
+
+/// `max_connections`: sessions at once; the next gets FATAL 53300.
+pub static MAX_CONNECTIONS: GucDef = GucDef {
+    name: "max_connections",
+    kind: int(1, 262_143, Unit::None),
+    default: "100",
+    context: Context::Postmaster,
+    category: CONNECTIONS,
+    description: "Sets the maximum number of concurrent connections.",
+    check: None,
+};
+
+/// `ssl`.
+pub static SSL_ON: GucDef = GucDef {
+    name: "ssl",
+    kind: Kind::Bool,
+    default: "off",
+    context: Context::Postmaster,
+    category: SSL,
+    description: "Enables SSL connections.",
+    check: None,
+};
+
+/// `ssl_cert_file`, relative to the data directory.
+pub static SSL_CERT_FILE: GucDef = GucDef {
+    name: "ssl_cert_file",
+    kind: Kind::Str,
+    default: "server.crt",
+    context: Context::Postmaster,
+    category: SSL,
+    description: "Location of the SSL server certificate file.",
+    check: None,
+};
+
+/// `ssl_key_file`, relative to the data directory.
+pub static SSL_KEY_FILE: GucDef = GucDef {
+    name: "ssl_key_file",
+    kind: Kind::Str,
+    default: "server.key",
+    context: Context::Postmaster,
+    category: SSL,
+    description: "Location of the SSL server private key file.",
+    check: None,
+};
+
+/// `log_min_messages`: the lowest level the server logs (unless `RUST_LOG` is set).
+pub static LOG_MIN_MESSAGES: GucDef = GucDef {
+    name: "log_min_messages",
+    kind: Kind::Enum(&[
+        "debug5", "debug4", "debug3", "debug2", "debug1", "info", "notice", "warning", "error",
+        "log", "fatal", "panic",
+    ]),
+    default: "warning",
+    context: Context::Sighup,
+    category: "Reporting and Logging / When to Log",
+    description: "Sets the message levels that are logged.",
+    check: None,
+};
+
+/// Every parameter of this crate.
+pub static GUCS: &[&GucDef] = &[
+    &LISTEN_ADDRESSES,
+    &LOG_MIN_MESSAGES,
+    &MAX_CONNECTIONS,
+    &PORT,
+    &SSL_ON,
+    &SSL_CERT_FILE,
+    &SSL_KEY_FILE,
+];
+
+/// Every parameter walnut knows: the SQL layer's, the storage engine's, the WAL's and these.
+pub fn registry() -> Arc<Registry> {
+    static R: OnceLock<Arc<Registry>> = OnceLock::new();
+    R.get_or_init(|| {
+        let [wal, storage, sql] = walnut_sql::guc::LISTS;
+        Arc::new(Registry::new(&[wal, storage, sql, GUCS]))
+    })
+    .clone()
+}
+
+/// The `tracing` level for a `log_min_messages` level. walnut logs PostgreSQL's `LOG` lines
+/// ("database system is ready to accept connections", checkpoints) at tracing's `info`, and in
+/// PostgreSQL's order for the server log `LOG` ranks above `ERROR`: so every level from `info`
+/// to `log` keeps them (`info`), `fatal` and `panic` keep only errors, and the `debug` levels
+/// add tracing's `debug` and `trace`.
+pub fn tracing_level(level: &str) -> &'static str {
+    match level {
+        "debug5" | "debug4" | "debug3" => "trace",
+        "debug2" | "debug1" => "debug",
+        "fatal" | "panic" => "error",
+        _ => "info",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn every_default_parses_and_names_are_unique() {
+        for d in super::registry().iter() {
+            d.default_value();
+        }
+    }
+}

@@ -16,21 +16,46 @@ pub mod backend;
 pub mod config;
 pub mod demo;
 pub mod engine;
-mod guc;
+pub mod guc;
 pub mod hba;
 pub mod protocol;
 pub mod server;
 pub mod test_fsync;
 
-/// Initialises tracing to stderr: `RUST_LOG` if set, else `default_filter` (`info`).
+/// Changes the level of the log [`init_logging`] set up, unless `RUST_LOG` chose it.
+type LogReload = Box<dyn Fn(&str) + Send + Sync>;
+static LOG_RELOAD: std::sync::OnceLock<LogReload> = std::sync::OnceLock::new();
+
+/// Initialises tracing to stderr: `RUST_LOG` if set, else `default_filter` (a tracing
+/// directive such as `info`), which [`set_log_level`] may change later.
 pub fn init_logging(default_filter: &str) {
-    use tracing_subscriber::EnvFilter;
-    let filter =
-        EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default_filter));
+    use tracing_subscriber::prelude::*;
+    use tracing_subscriber::{fmt, reload, EnvFilter};
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(ansi)
-        .try_init();
+    if let Ok(filter) = EnvFilter::try_from_default_env() {
+        let _ = tracing_subscriber::registry()
+            .with(filter)
+            .with(fmt::layer().with_writer(std::io::stderr).with_ansi(ansi))
+            .try_init();
+        return;
+    }
+    let (filter, handle) = reload::Layer::new(EnvFilter::new(default_filter));
+    if tracing_subscriber::registry()
+        .with(filter)
+        .with(fmt::layer().with_writer(std::io::stderr).with_ansi(ansi))
+        .try_init()
+        .is_ok()
+    {
+        let _ = LOG_RELOAD.set(Box::new(move |directive: &str| {
+            let _ = handle.reload(EnvFilter::new(directive));
+        }));
+    }
+}
+
+/// Sets the log level (a tracing directive) if [`init_logging`] chose it, as a reload of
+/// `log_min_messages` does.
+pub fn set_log_level(directive: &str) {
+    if let Some(f) = LOG_RELOAD.get() {
+        f(directive);
+    }
 }

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 use walnut_server::config::{self, ServerConfig};
-use walnut_server::{demo, engine, server, test_fsync};
+use walnut_server::{demo, engine, guc, server, test_fsync};
 
 /// walnut: a transactional row store that speaks PostgreSQL's wire protocol.
 #[derive(Parser)]
@@ -192,7 +192,7 @@ fn initdb(dir: &Path) -> Result<(), String> {
          user can connect as any database user. The server listens on localhost only \
          (listen_addresses = '{}'). To require passwords, set them with `walnut passwd -D {} -U \
          ROLE` and change the method in pg_hba.conf to scram-sha-256.",
-        config::DEFAULT_LISTEN_ADDRESSES,
+        guc::LISTEN_ADDRESSES.default,
         dir.display()
     );
     println!();
@@ -202,17 +202,20 @@ fn initdb(dir: &Path) -> Result<(), String> {
     println!();
     println!(
         "and connect with: psql -h 127.0.0.1 -p {}",
-        config::DEFAULT_PORT
+        guc::PORT.default
     );
     Ok(())
 }
 
 fn serve(dir: &Path, port: Option<u16>, overrides: &[String]) -> Result<(), String> {
-    walnut_server::init_logging("info");
-    let settings = config::load_settings(dir, overrides, port).map_err(|e| e.to_string())?;
-    let mut config = ServerConfig::from_settings(&settings).map_err(|e| e.to_string())?;
+    let cfg = config::load(dir, overrides, port).map_err(|e| e.to_string())?;
+    let log_level =
+        |s: &walnut_common::guc::Settings| guc::tracing_level(&s.text(&guc::LOG_MIN_MESSAGES));
+    walnut_server::init_logging(log_level(&cfg.settings()));
+    cfg.on_reload(move |s| walnut_server::set_log_level(log_level(s)));
+    let mut config = ServerConfig::new(cfg.clone());
     config.auth = std::sync::Arc::new(config::AuthConfig::load(dir).map_err(|e| e.to_string())?);
-    config.tls = config::tls_acceptor(dir, &settings).map_err(|e| e.to_string())?;
+    config.tls = config::tls_acceptor(dir, &cfg.settings()).map_err(|e| e.to_string())?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .thread_name("walnut-net")
@@ -221,8 +224,9 @@ fn serve(dir: &Path, port: Option<u16>, overrides: &[String]) -> Result<(), Stri
     runtime.block_on(async move {
         let dir_owned = dir.to_path_buf();
         // Opening may run crash recovery: blocking work, off the runtime's workers.
+        let cfg_open = cfg.clone();
         let handle_engine =
-            tokio::task::spawn_blocking(move || engine::open_handle(&dir_owned, &settings))
+            tokio::task::spawn_blocking(move || engine::open(&dir_owned, &cfg_open))
                 .await
                 .map_err(|e| format!("could not open data directory: {e}"))?
                 .map_err(|e| format!("could not open data directory \"{}\": {e}", dir.display()))?;
@@ -234,7 +238,7 @@ fn serve(dir: &Path, port: Option<u16>, overrides: &[String]) -> Result<(), Stri
             )
         })?;
         tracing::info!("database system is ready to accept connections");
-        let signal = wait_for_signal().await;
+        let signal = wait_for_signal(&cfg).await;
         tracing::info!(
             "received {signal}, shutting down: closing connections, rolling back open transactions"
         );
@@ -251,9 +255,11 @@ fn serve(dir: &Path, port: Option<u16>, overrides: &[String]) -> Result<(), Stri
     })
 }
 
-/// Waits for SIGINT or SIGTERM; returns which.
-async fn wait_for_signal() -> &'static str {
-    let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+/// Waits for SIGINT or SIGTERM and returns which; on each SIGHUP reloads the configuration
+/// files (`pg_ctl reload`), off the runtime's workers.
+async fn wait_for_signal(cfg: &std::sync::Arc<walnut_common::config::Config>) -> &'static str {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = match signal(SignalKind::terminate()) {
         Ok(s) => s,
         Err(e) => {
             tracing::warn!("could not install SIGTERM handler: {e}");
@@ -261,8 +267,22 @@ async fn wait_for_signal() -> &'static str {
             return "SIGINT";
         }
     };
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => "SIGINT",
-        _ = term.recv() => "SIGTERM",
+    let mut hup = signal(SignalKind::hangup()).ok();
+    loop {
+        let hangup = async {
+            match hup.as_mut() {
+                Some(h) => h.recv().await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => return "SIGINT",
+            _ = term.recv() => return "SIGTERM",
+            _ = hangup => {
+                tracing::info!("received SIGHUP, reloading configuration files");
+                let cfg = cfg.clone();
+                let _ = tokio::task::spawn_blocking(move || cfg.reload()).await;
+            }
+        }
     }
 }

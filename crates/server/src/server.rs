@@ -63,7 +63,7 @@ pub async fn start(config: &ServerConfig, engine: Arc<dyn Engine>) -> io::Result
     let shared = Arc::new(Shared {
         engine,
         auth: config.auth.clone(),
-        defaults: Arc::new(config.defaults.clone()),
+        config: config.config.clone(),
         registry: registry.clone(),
     });
     let (stop, stop_rx) = watch::channel(false);

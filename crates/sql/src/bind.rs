@@ -3,6 +3,7 @@
 //! the operand or column it meets; what stays unknown becomes `text`. In aggregate mode, GROUP BY
 //! expressions and aggregate calls map to slots of the aggregate row.
 
+use crate::errors::{undefined_column, undefined_table};
 use crate::expr::{ArithOp, CmpOp, Expr, Func};
 use crate::plan::{AggCall, AggFunc};
 use sqlparser::ast;
@@ -56,20 +57,6 @@ pub(crate) fn table_name(name: &ast::ObjectName) -> Result<String> {
         [s, t] if s == "public" => Ok(t.clone()),
         _ => Err(undefined_table(&parts.join("."))),
     }
-}
-
-pub(crate) fn undefined_table(name: &str) -> Error {
-    Error::user(
-        SqlState::UNDEFINED_TABLE,
-        format!("relation \"{name}\" does not exist"),
-    )
-}
-
-pub(crate) fn undefined_column(name: &str) -> Error {
-    Error::user(
-        SqlState::UNDEFINED_COLUMN,
-        format!("column \"{name}\" does not exist"),
-    )
 }
 
 pub(crate) fn mismatch(msg: String) -> Error {
@@ -744,6 +731,10 @@ impl Binder<'_> {
                 | "transaction_timestamp",
                 0,
             ) => (Expr::Now, Ty::Known(DataType::Timestamp)),
+            ("pg_reload_conf", 0) => (
+                Expr::Func(Func::ReloadConf, Vec::new()),
+                Ty::Known(DataType::Bool),
+            ),
             ("abs", 1) => {
                 let (x, t) = self.bind(args[0])?;
                 let (x, t) = self.coerce(x, t, &DataType::Float8)?;

@@ -3,7 +3,9 @@
 //! marker line. Data arrives in arbitrary chunks; complete lines are parsed and inserted as they
 //! arrive, and only the unfinished tail of the last chunk is buffered, so the input is streamed.
 
+use crate::errors::undefined_table;
 use crate::exec::{check_cancel, check_not_null};
+use crate::plan::CopyPlan;
 use crate::storage::Transaction;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
@@ -33,6 +35,46 @@ fn bad_copy(msg: impl Into<String>) -> Error {
 }
 
 impl CopyState {
+    /// Starts `COPY cp.table [(cp.columns)] FROM STDIN` in `txn`: resolves the table and the
+    /// target columns. `autocommit`: the COPY commits when it ends.
+    ///
+    /// # Errors
+    /// 42P01 unknown table, 42703 unknown column.
+    pub(crate) fn start(
+        txn: &mut dyn Transaction,
+        cp: &CopyPlan,
+        autocommit: bool,
+    ) -> Result<CopyState> {
+        let def = txn
+            .table(&cp.table)?
+            .ok_or_else(|| undefined_table(&cp.table))?;
+        let targets = match &cp.columns {
+            None => (0..def.columns.len()).collect(),
+            Some(cols) => cols
+                .iter()
+                .map(|c| {
+                    def.column_index(c).ok_or_else(|| {
+                        Error::user(
+                            SqlState::UNDEFINED_COLUMN,
+                            format!("column \"{c}\" of relation \"{}\" does not exist", def.name),
+                        )
+                    })
+                })
+                .collect::<Result<Vec<_>>>()?,
+        };
+        Ok(CopyState {
+            def,
+            targets,
+            delimiter: cp.delimiter,
+            null: cp.null.as_bytes().to_vec(),
+            partial: Vec::new(),
+            line: 0,
+            rows: 0,
+            ended: false,
+            autocommit,
+        })
+    }
+
     /// Feeds a chunk: parses and inserts every line it completes.
     ///
     /// # Errors

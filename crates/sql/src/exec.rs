@@ -8,11 +8,15 @@
 //! ([`WriteOutcome::Changed`]): the WHERE clause is evaluated again on it and, if it still holds,
 //! the write is retried on that version — PostgreSQL's EvalPlanQual under read committed.
 
+use crate::ddl;
+use crate::env::Env;
 use crate::expr::{sort_cmp, Ctx, Expr};
 use crate::plan::{
-    Access, AggCall, AggFunc, DeletePlan, InsertPlan, InsertSource, SelectPlan, Source, UpdatePlan,
+    Access, AggCall, AggFunc, DeletePlan, InsertPlan, InsertSource, Plan, SelectPlan, Source,
+    UpdatePlan,
 };
-use crate::storage::{Engine, RowId, ScanControl, Transaction, WriteOutcome};
+use crate::storage::{RowId, ScanControl, Transaction, WriteOutcome};
+use crate::types::{Notice, Output};
 use std::collections::HashMap;
 use std::ops::Bound;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -24,7 +28,8 @@ pub(crate) struct ExecCtx<'a> {
     pub params: &'a [Value],
     pub now: i64,
     pub cancel: &'a AtomicBool,
-    pub engine: &'a dyn Engine,
+    /// System views and the server's configuration.
+    pub env: &'a dyn Env,
     /// `statement_timeout` expiry, if one is set.
     pub deadline: Option<Instant>,
 }
@@ -34,7 +39,7 @@ impl ExecCtx<'_> {
         Ctx {
             params: self.params,
             now: self.now,
-            engine: self.engine,
+            env: self.env,
         }
     }
 
@@ -52,6 +57,46 @@ impl ExecCtx<'_> {
         }
         check_cancel(self.cancel)
     }
+}
+
+/// Runs a planned statement over `txn`: the executor's one entry point. Utility and
+/// transaction-control plans are the session's, not the executor's.
+///
+/// # Errors
+/// The statement's errors; 57014 when cancelled or timed out; XX000 for a plan the executor
+/// does not run (a bug).
+pub(crate) fn execute(
+    txn: &mut dyn Transaction,
+    plan: &Plan,
+    ec: &ExecCtx<'_>,
+    notices: &mut Vec<Notice>,
+) -> Result<Output> {
+    let command = |tag: String| Output::Command { tag };
+    Ok(match plan {
+        Plan::Select(s) => {
+            let rows = run_select(txn, s, ec)?;
+            let tag = format!("SELECT {}", rows.len());
+            Output::Rows {
+                columns: s.columns.clone(),
+                rows,
+                tag,
+            }
+        }
+        Plan::Insert(p) => command(format!("INSERT 0 {}", run_insert(txn, p, ec)?)),
+        Plan::Update(p) => command(format!("UPDATE {}", run_update(txn, p, ec)?)),
+        Plan::Delete(p) => command(format!("DELETE {}", run_delete(txn, p, ec)?)),
+        Plan::CreateTable { def, if_not_exists } => {
+            ddl::create_table(txn, def, *if_not_exists, notices)?
+        }
+        Plan::DropTable { names, if_exists } => ddl::drop_tables(txn, names, *if_exists, notices)?,
+        Plan::Truncate { names } => ddl::truncate(txn, names)?,
+        Plan::AddPrimaryKey { table, columns } => ddl::add_primary_key(txn, table, columns)?,
+        other => {
+            return Err(Error::internal(format!(
+                "unexpected plan in executor: {other:?}"
+            )))
+        }
+    })
 }
 
 /// Fails with 57014 (clearing the flag) if `flag` is set.
@@ -260,11 +305,7 @@ fn scan_source(
             ty,
         } => for_series(start, stop, step.as_ref(), ty, ec, &mut filtered),
         Source::View(name) => {
-            let rows = ec
-                .engine
-                .system_view(name)
-                .map(|(_, r)| r)
-                .unwrap_or_default();
+            let rows = ec.env.view(name).map(|(_, r)| r).unwrap_or_default();
             for row in rows {
                 if filtered(row)? == ScanControl::Stop {
                     break;

@@ -5,7 +5,7 @@
 //! plain recursive walk over a row (`&[Value]`), the statement's parameters and its clock.
 //! NULL handling follows SQL: operators on NULL give NULL, AND/OR use three-valued logic.
 
-use crate::storage::Engine;
+use crate::env::Env;
 use std::cmp::Ordering;
 use walnut_common::{DataType, Error, Result, SqlState, Value};
 
@@ -87,6 +87,8 @@ pub(crate) enum Func {
     /// length() of char(n): trailing blanks do not count.
     BpcharLength,
     Coalesce,
+    /// `pg_reload_conf()`: reloads the configuration files; true.
+    ReloadConf,
 }
 
 /// A compiled expression.
@@ -124,8 +126,8 @@ pub(crate) struct Ctx<'a> {
     pub params: &'a [Value],
     /// Transaction start, µs since 2000-01-01.
     pub now: i64,
-    /// For catalog lookups (`::regclass`).
-    pub engine: &'a dyn Engine,
+    /// For catalog lookups (`::regclass`) and `pg_reload_conf()`.
+    pub env: &'a dyn Env,
 }
 
 fn out_of_range(ty: &DataType) -> Error {
@@ -335,7 +337,7 @@ impl Expr {
                 Value::Null => Value::Null,
                 v => {
                     let name = v.to_text().unwrap_or_default();
-                    Value::Int8(regclass(ctx.engine, &name)?)
+                    Value::Int8(regclass(ctx.env, &name)?)
                 }
             },
         })
@@ -429,7 +431,7 @@ fn name_parts(s: &str) -> Option<Vec<String>> {
 ///
 /// # Errors
 /// 42P01 if there is no such relation, 42602 for a malformed name.
-pub(crate) fn regclass(engine: &dyn Engine, text: &str) -> Result<i64> {
+pub(crate) fn regclass(env: &dyn Env, text: &str) -> Result<i64> {
     if let Ok(oid) = text.trim().parse::<i64>() {
         return Ok(oid);
     }
@@ -456,7 +458,7 @@ pub(crate) fn regclass(engine: &dyn Engine, text: &str) -> Result<i64> {
         }
         _ => return Err(missing()),
     };
-    let (cols, rows) = engine.system_view("pg_class").ok_or_else(missing)?;
+    let (cols, rows) = env.view("pg_class").ok_or_else(missing)?;
     let col = |n: &str| cols.iter().position(|c| c.name == n);
     let (Some(oid), Some(relname)) = (col("oid"), col("relname")) else {
         return Err(missing());
@@ -479,6 +481,10 @@ fn like(s: &[char], p: &[char]) -> bool {
 }
 
 fn eval_func(f: Func, args: &[Expr], row: &[Value], ctx: &Ctx<'_>) -> Result<Value> {
+    if f == Func::ReloadConf {
+        ctx.env.reload_conf()?;
+        return Ok(Value::Bool(true));
+    }
     if f == Func::Coalesce {
         for a in args {
             let v = a.eval(row, ctx)?;

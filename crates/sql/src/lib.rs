@@ -15,15 +15,21 @@
 
 mod bind;
 mod copy;
+mod ddl;
+pub mod engine;
+mod env;
+mod errors;
 mod exec;
 mod expr;
 pub mod guc;
 mod literals;
 mod plan;
+mod planner;
 mod preparse;
 pub mod session;
 pub mod storage;
 pub mod testing;
+pub mod types;
 
 #[cfg(test)]
 mod tests;

@@ -236,11 +236,18 @@ pub(crate) fn preparse(stmt: &str) -> Result<Option<Plan>> {
             | "savepoint"
             | "release"
             | "discard"
+            | "alter"
     );
     if !known {
         return Ok(None);
     }
     let t = lex(stmt)?;
+    if w == "alter" {
+        if !is_word(t.get(1), "system") {
+            return Ok(None);
+        }
+        return parse_alter_system(&t).map(Some);
+    }
     let at = |i: usize| t.get(i);
     let only_txn_words = |from: usize| {
         t[from.min(t.len())..]
@@ -320,8 +327,32 @@ pub(crate) fn preparse(stmt: &str) -> Result<Option<Plan>> {
             Plan::Checkpoint
         }
         "copy" => Plan::Copy(parse_copy(&t)?),
-        _ => unreachable!("filtered by `known`"),
+        _ => unreachable!("filtered by `known` and `alter`"),
     }))
+}
+
+/// `ALTER SYSTEM SET name { = | TO } value | DEFAULT`, `ALTER SYSTEM RESET name | ALL`.
+fn parse_alter_system(t: &[Tok]) -> Result<Plan> {
+    let rest = &t[2..];
+    if is_word(rest.first(), "set") {
+        if is_word(rest.get(1), "local") || is_word(rest.get(1), "session") {
+            return Err(syntax_near(rest.get(1)));
+        }
+        return match parse_set(rest)? {
+            Plan::Set { name, value, .. } => Ok(Plan::AlterSystem { name, value }),
+            _ => Err(syntax_near(rest.get(1))),
+        };
+    }
+    if is_word(rest.first(), "reset") {
+        return match (rest.get(1), rest.get(2)) {
+            (Some(Tok::Word(n) | Tok::QIdent(n)), None) => Ok(Plan::AlterSystem {
+                name: n.clone(),
+                value: None,
+            }),
+            _ => Err(syntax_near(rest.get(1).or(rest.get(2)))),
+        };
+    }
+    Err(syntax_near(rest.first()))
 }
 
 fn parse_set(t: &[Tok]) -> Result<Plan> {
@@ -431,7 +462,7 @@ fn parse_copy(t: &[Tok]) -> Result<CopyPlan> {
         match t.get(i + 1) {
             Some(Tok::Word(w) | Tok::QIdent(w)) if table == "public" => table = w.clone(),
             Some(Tok::Word(w) | Tok::QIdent(w)) => {
-                return Err(crate::plan::undefined_table(&format!("{table}.{w}")))
+                return Err(crate::errors::undefined_table(&format!("{table}.{w}")))
             }
             other => return Err(syntax_near(other)),
         }
@@ -638,6 +669,23 @@ mod tests {
             "SetNoop"
         );
         assert_eq!(p("show all"), "Show { name: None }");
+        assert_eq!(
+            p("ALTER SYSTEM SET checkpoint_timeout = '10min'"),
+            "AlterSystem { name: \"checkpoint_timeout\", value: Some(\"10min\") }"
+        );
+        assert_eq!(
+            p("alter system set wal_writer_delay to default"),
+            "AlterSystem { name: \"wal_writer_delay\", value: None }"
+        );
+        assert_eq!(
+            p("alter system reset all"),
+            "AlterSystem { name: \"all\", value: None }"
+        );
+        assert!(preparse("alter system set local x = 1").is_err());
+        assert!(preparse("alter system frobnicate").is_err());
+        assert!(preparse("alter table t add primary key (a)")
+            .unwrap()
+            .is_none());
         assert_eq!(p("begin isolation level read committed"), "Begin");
         assert_eq!(p("end"), "Commit");
         assert!(preparse("select 1").unwrap().is_none());

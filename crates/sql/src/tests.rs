@@ -4,10 +4,16 @@ use crate::session::{Output, Session, TxnStatus};
 use crate::testing::MemEngine;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
+use walnut_common::config::Config;
 use walnut_common::{ColumnDef, DataType, SqlState, Value};
 
+/// A server configuration without files: the defaults and `pairs`.
+fn config(pairs: &[(&str, &str)]) -> Arc<Config> {
+    Arc::new(Config::in_memory(crate::guc::registry(), pairs).expect("config"))
+}
+
 fn session(e: &MemEngine) -> Session {
-    Session::new(Arc::new(e.clone()), &Vec::new(), &[]).expect("session")
+    Session::new(Arc::new(e.clone()), config(&[]), &[]).expect("session")
 }
 
 /// Runs a simple query that must succeed; returns its last output.
@@ -875,10 +881,7 @@ fn char_padding_and_varchar_limits() {
 #[test]
 fn gucs_set_show_reset() {
     let e = MemEngine::new();
-    let defaults = vec![
-        ("shared_buffers".to_string(), "3GB".to_string()),
-        ("commit_siblings".into(), "7".into()),
-    ];
+    let defaults = config(&[("shared_buffers", "3GB"), ("commit_siblings", "7")]);
     let opts = vec![
         ("user".to_string(), "bob".to_string()),
         ("database".into(), "db".into()),
@@ -886,7 +889,7 @@ fn gucs_set_show_reset() {
         ("client_encoding".into(), "utf8".into()),
         ("synchronous_commit".into(), "off".into()),
     ];
-    let mut s = Session::new(Arc::new(e.clone()), &defaults, &opts).unwrap();
+    let mut s = Session::new(Arc::new(e.clone()), defaults, &opts).unwrap();
     let params = s.startup_parameters();
     let get = |n: &str| {
         params
@@ -934,7 +937,7 @@ fn gucs_set_show_reset() {
     ok(&mut s, "set commit_delay = 70");
     ok(&mut s, "rollback");
     assert_eq!(one(&mut s, "show commit_delay"), "10");
-    ok(&mut s, "set local jit = on");
+    ok(&mut s, "set local commit_delay = 5");
     assert_eq!(
         s.take_notices()[0].message,
         "SET LOCAL can only be used in transaction blocks"
@@ -949,7 +952,7 @@ fn gucs_set_show_reset() {
     let all = rows(&mut s, "show all");
     assert!(all
         .iter()
-        .any(|r| r[0] == "max_connections" && r[1] == "100"));
+        .any(|r| r[0] == "shared_buffers" && r[1] == "3GB"));
     assert!(all
         .iter()
         .any(|r| r[0] == "checkpoint_timeout" && r[1] == "5min"));
@@ -959,7 +962,7 @@ fn gucs_set_show_reset() {
     // Startup options that cannot be set per session.
     let bad = vec![("shared_buffers".to_string(), "1GB".to_string())];
     assert_eq!(
-        Session::new(Arc::new(e.clone()), &vec![], &bad)
+        Session::new(Arc::new(e.clone()), config(&[]), &bad)
             .err()
             .unwrap()
             .sqlstate,
@@ -967,7 +970,7 @@ fn gucs_set_show_reset() {
     );
     let bad = vec![("bogus".to_string(), "1".to_string())];
     assert_eq!(
-        Session::new(Arc::new(e.clone()), &vec![], &bad)
+        Session::new(Arc::new(e.clone()), config(&[]), &bad)
             .err()
             .unwrap()
             .sqlstate,

@@ -10,6 +10,7 @@ pub mod btree;
 pub mod bufpool;
 pub mod catalog;
 pub mod control;
+pub mod guc;
 pub mod heap;
 pub mod page;
 pub mod recovery;
@@ -26,6 +27,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
+use walnut_common::guc::Settings;
 use walnut_common::{Error, Lsn, RelFileId, Result, Xid};
 use walnut_io::Vfs;
 use walnut_wal::{Record, RmgrId, Wal, WalConfig};
@@ -46,57 +48,56 @@ pub const RM_XLOG: RmgrId = RmgrId(5);
 /// Checkpoint: main data = u64 redo LSN, u64 next xid, u32 next relation file.
 pub const XLOG_CHECKPOINT: u8 = 0x00;
 
-/// Server-level settings the storage engine uses.
+pub use guc::{IoDirect, GUCS};
+
+/// Server-level settings the storage engine uses, read from the configuration parameters by
+/// [`StorageConfig::from_settings`].
 #[derive(Clone, Debug)]
 pub struct StorageConfig {
     /// `shared_buffers`, in pages.
     pub shared_buffers_pages: usize,
     /// `full_page_writes`.
     pub full_page_writes: bool,
-    /// `checkpoint_timeout`, seconds.
+    /// `checkpoint_timeout`, seconds (a `sighup` parameter: see [`Storage::apply_settings`]).
     pub checkpoint_timeout_s: u64,
-    /// `max_wal_size`, MB: a checkpoint starts when WAL since the last redo point exceeds half.
+    /// `max_wal_size`, MB: a checkpoint starts when WAL since the last redo point exceeds half
+    /// (`sighup`).
     pub max_wal_size_mb: u64,
-    /// `wal_writer_delay`, ms.
+    /// `wal_writer_delay`, ms (`sighup`).
     pub wal_writer_delay_ms: u64,
-    /// `wal_buffers`, bytes.
-    pub wal_buffers_bytes: usize,
-    /// `wal_sync_method`.
-    pub wal_sync_method: walnut_wal::SyncMethod,
-    /// `io_direct` includes `wal`.
-    pub io_direct_wal: bool,
-    /// `io_direct` includes `wal_init`.
-    pub io_direct_wal_init: bool,
-    /// `wal_init_zero`.
-    pub wal_init_zero: bool,
-    /// `wal_recycle`.
-    pub wal_recycle: bool,
-    /// `wal_sync_range` (walnut): see `walnut_wal::WalConfig::sync_range`.
-    pub wal_sync_range: bool,
-    /// `group_commit`.
-    pub group_commit: walnut_wal::GroupCommitMode,
-    /// The WAL disk's flush capacity, flushes/s: see `walnut_wal::WalConfig::flush_capacity`.
-    pub wal_flush_capacity: Option<f64>,
+    /// `io_direct`.
+    pub io_direct: IoDirect,
+    /// The WAL's configuration (`wal_sync_method`, `wal_buffers`, `group_commit`, ...); its
+    /// `dir` is replaced by the data directory's `wal` at open.
+    pub wal: WalConfig,
+}
+
+impl StorageConfig {
+    /// The configuration the settings give (`io_direct`'s `wal` and `wal_init` go to the WAL).
+    pub fn from_settings(s: &Settings) -> StorageConfig {
+        let shared_buffers_pages = s.int(&guc::SHARED_BUFFERS) as usize;
+        let io_direct = IoDirect::parse(&s.text(&guc::IO_DIRECT))
+            .expect("the registry admits only valid io_direct values");
+        let shared_buffers_bytes = shared_buffers_pages as u64 * walnut_common::BLCKSZ as u64;
+        let mut wal = WalConfig::from_settings("wal", s, Some(shared_buffers_bytes));
+        wal.direct = io_direct.wal;
+        wal.direct_init = io_direct.wal_init;
+        StorageConfig {
+            shared_buffers_pages,
+            full_page_writes: s.bool(&guc::FULL_PAGE_WRITES),
+            checkpoint_timeout_s: s.int(&guc::CHECKPOINT_TIMEOUT) as u64,
+            max_wal_size_mb: s.int(&guc::MAX_WAL_SIZE) as u64,
+            wal_writer_delay_ms: s.int(&walnut_wal::guc::WAL_WRITER_DELAY) as u64,
+            io_direct,
+            wal,
+        }
+    }
 }
 
 impl Default for StorageConfig {
+    /// Every parameter at its default.
     fn default() -> Self {
-        StorageConfig {
-            shared_buffers_pages: 16384,
-            full_page_writes: true,
-            checkpoint_timeout_s: 300,
-            max_wal_size_mb: 1024,
-            wal_writer_delay_ms: 200,
-            wal_buffers_bytes: 16 << 20,
-            wal_sync_method: walnut_wal::SyncMethod::Fdatasync,
-            io_direct_wal: false,
-            io_direct_wal_init: false,
-            wal_init_zero: true,
-            wal_recycle: true,
-            wal_sync_range: true,
-            group_commit: walnut_wal::GroupCommitMode::Adaptive,
-            wal_flush_capacity: None,
-        }
+        StorageConfig::from_settings(&Settings::builtin())
     }
 }
 
@@ -133,14 +134,34 @@ pub struct Storage {
     last_redo: AtomicU64,
     checkpoints_done: AtomicU64,
     stopping: AtomicBool,
+    /// `checkpoint_timeout`, seconds, as the checkpointer reads it (reloadable).
+    checkpoint_timeout_s: AtomicU64,
+    /// `max_wal_size`, MB, as the checkpointer reads it (reloadable).
+    max_wal_size_mb: AtomicU64,
 }
 
 pub use walnut_common::panic_fatal;
 
 impl Storage {
-    /// The settings this storage was opened with.
+    /// The settings this storage was opened with (the `sighup` ones may have changed since:
+    /// see [`Storage::apply_settings`]).
     pub fn config(&self) -> &StorageConfig {
         &self.config
+    }
+
+    /// Applies the `sighup` parameters the storage engine and its WAL read while running, from
+    /// reloaded settings: `checkpoint_timeout` and `max_wal_size` take effect at the
+    /// checkpointer's next look (within 200 ms), the WAL's at its next segment or flush.
+    pub fn apply_settings(&self, s: &Settings) {
+        let c = StorageConfig::from_settings(s);
+        self.checkpoint_timeout_s
+            .store(c.checkpoint_timeout_s, Ordering::Relaxed);
+        self.max_wal_size_mb
+            .store(c.max_wal_size_mb, Ordering::Relaxed);
+        if let Some(wal) = self.wal.get() {
+            wal.apply_settings(s);
+        }
+        self.ckpt_cond.notify_all();
     }
 
     /// The WAL (after recovery).
@@ -248,13 +269,15 @@ impl Storage {
             wal: OnceLock::new(),
             next_relfile: AtomicU32::new(ctl.next_relfile),
             catalog: catalog::CatalogCache::default(),
-            config,
+            config: config.clone(),
             ckpt: Mutex::new(CheckpointState::default()),
             ckpt_cond: Condvar::new(),
             ckpt_running: Mutex::new(()),
             last_redo: AtomicU64::new(ctl.redo_lsn.0),
             checkpoints_done: AtomicU64::new(0),
             stopping: AtomicBool::new(false),
+            checkpoint_timeout_s: AtomicU64::new(config.checkpoint_timeout_s),
+            max_wal_size_mb: AtomicU64::new(config.max_wal_size_mb),
         }
     }
 
@@ -480,16 +503,8 @@ fn sync_data_directory(vfs: &dyn Vfs, dir: &Path) -> Result<()> {
 
 fn wal_config(dir: &Path, c: &StorageConfig) -> WalConfig {
     WalConfig {
-        wal_buffers_bytes: c.wal_buffers_bytes.next_power_of_two().max(1 << 20),
-        sync_method: c.wal_sync_method,
-        direct: c.io_direct_wal,
-        direct_init: c.io_direct_wal_init,
-        init_zero: c.wal_init_zero,
-        recycle: c.wal_recycle,
-        sync_range: c.wal_sync_range,
-        group_commit: c.group_commit,
-        flush_capacity: c.wal_flush_capacity,
-        ..WalConfig::new(dir.join("wal"))
+        dir: dir.join("wal"),
+        ..c.wal.clone()
     }
 }
 
@@ -497,8 +512,8 @@ fn checkpointer(weak: std::sync::Weak<Storage>) {
     let mut last = Instant::now();
     loop {
         let Some(st) = weak.upgrade() else { return };
-        let timeout = Duration::from_secs(st.config.checkpoint_timeout_s.max(1));
-        let wal_limit = st.config.max_wal_size_mb.max(2) * (1 << 20) / 2;
+        let timeout = Duration::from_secs(st.checkpoint_timeout_s.load(Ordering::Relaxed).max(1));
+        let wal_limit = st.max_wal_size_mb.load(Ordering::Relaxed).max(2) * (1 << 20) / 2;
         let requested = {
             let mut s = st.ckpt.lock();
             if s.shutdown {

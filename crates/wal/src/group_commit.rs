@@ -39,7 +39,7 @@ pub(crate) trait FlushDevice {
 /// How the leader of a group decides how long to keep it open.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum LeaderWait {
-    /// The adaptive controller decides (see `adaptive.rs`).
+    /// The adaptive controller decides (see `adaptive/`).
     Adaptive,
     /// PostgreSQL: sleep `delay_us` if at least `siblings` other transactions are active.
     Fixed {

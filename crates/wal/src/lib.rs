@@ -11,6 +11,7 @@
 
 pub mod adaptive;
 mod group_commit;
+pub mod guc;
 mod probe;
 mod reader;
 mod record;
@@ -21,6 +22,7 @@ mod sync;
 mod tests;
 mod wal;
 
+pub use guc::GUCS;
 pub use probe::{choose_sync_method, probe, probe_flush_rate, ProbeResult, ProbeSpec};
 pub use record::{
     align8, decode_record, encode_record, record_len, BLOCK_HEADER_LEN, MAX_RECORD_LEN,
@@ -30,6 +32,7 @@ pub use segment::{parse_segment_file_name, segment_file_name, segment_of, WAL_SE
 pub use wal::{Wal, WalReader, NUM_INSERT_SLOTS};
 
 use std::path::PathBuf;
+use walnut_common::guc::Settings;
 use walnut_common::{BlockNumber, Lsn, RelFileId, Xid};
 
 /// Resource manager ids: which redo routine understands a record.
@@ -289,25 +292,59 @@ pub struct WalStats {
 }
 
 impl WalConfig {
-    /// Default `wal_buffers_bytes`: 16 MiB (PostgreSQL's maximum automatic `wal_buffers`).
-    pub const DEFAULT_WAL_BUFFERS_BYTES: usize = 16 * 1024 * 1024;
+    /// The largest `wal_buffers_bytes` the automatic setting chooses: one segment (16 MiB), as
+    /// PostgreSQL's `XLOGChooseNumBuffers`.
+    pub const MAX_AUTO_WAL_BUFFERS_BYTES: usize = 16 * 1024 * 1024;
     /// Default `prealloc_segments`.
     pub const DEFAULT_PREALLOC_SEGMENTS: u32 = 2;
 
-    /// A configuration for `dir` with the defaults above.
+    /// A configuration for `dir` with every parameter at its default, and the largest
+    /// automatic `wal_buffers`.
     pub fn new(dir: impl Into<PathBuf>) -> WalConfig {
+        WalConfig::from_settings(dir, &Settings::builtin(), None)
+    }
+
+    /// The configuration the settings give, for the WAL in `dir`. `shared_buffers_bytes` sizes
+    /// the automatic `wal_buffers` (`None`: the largest). `sync_method` is the setting's value
+    /// (the server records the start-up probe's choice there); `flush_capacity` is left
+    /// unknown and `io_direct` off, for the caller to fill in.
+    pub fn from_settings(
+        dir: impl Into<PathBuf>,
+        s: &Settings,
+        shared_buffers_bytes: Option<u64>,
+    ) -> WalConfig {
         WalConfig {
             dir: dir.into(),
-            wal_buffers_bytes: Self::DEFAULT_WAL_BUFFERS_BYTES,
+            wal_buffers_bytes: WalConfig::buffers_for(
+                s.int(&guc::WAL_BUFFERS),
+                shared_buffers_bytes,
+            ),
             prealloc_segments: Self::DEFAULT_PREALLOC_SEGMENTS,
-            sync_method: SyncMethod::Fdatasync,
+            sync_method: SyncMethod::parse(&s.text(&guc::WAL_SYNC_METHOD))
+                .expect("the registry admits only known methods"),
             direct: false,
             direct_init: false,
-            init_zero: true,
-            recycle: true,
-            sync_range: true,
-            group_commit: GroupCommitMode::Adaptive,
+            init_zero: s.bool(&guc::WAL_INIT_ZERO),
+            recycle: s.bool(&guc::WAL_RECYCLE),
+            sync_range: s.bool(&guc::WAL_SYNC_RANGE),
+            group_commit: GroupCommitMode::parse(&s.text(&guc::GROUP_COMMIT))
+                .expect("the registry admits only known modes"),
             flush_capacity: None,
         }
+    }
+
+    /// The WAL buffer size in bytes for `wal_buffers` = `pages` (8 kB pages; -1 = automatic),
+    /// as a power of two of at least 1 MiB (the ring's requirement). Automatic is 1/32 of
+    /// `shared_buffers_bytes`, at most one segment (PostgreSQL's `XLOGChooseNumBuffers`);
+    /// `None` takes the largest.
+    pub fn buffers_for(pages: i64, shared_buffers_bytes: Option<u64>) -> usize {
+        let bytes = if pages < 0 {
+            shared_buffers_bytes.map_or(Self::MAX_AUTO_WAL_BUFFERS_BYTES as u64, |b| {
+                (b / 32).min(Self::MAX_AUTO_WAL_BUFFERS_BYTES as u64)
+            })
+        } else {
+            pages as u64 * walnut_common::BLCKSZ as u64
+        };
+        (bytes.max(1 << 20) as usize).next_power_of_two()
     }
 }

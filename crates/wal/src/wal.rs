@@ -27,7 +27,7 @@ use crossbeam::utils::CachePadded;
 use parking_lot::{Condvar, Mutex};
 use std::cell::{Cell, RefCell};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -150,6 +150,16 @@ struct WriteState {
 struct WriterCtl {
     stop: Mutex<bool>,
     cv: Condvar,
+    /// `wal_writer_delay`, ms; a reload may change it.
+    delay_ms: AtomicU64,
+}
+
+/// The `sighup` parameters the WAL reads while running; [`Wal::apply_settings`] updates them.
+struct Live {
+    /// `wal_init_zero`.
+    init_zero: AtomicBool,
+    /// `wal_recycle`.
+    recycle: AtomicBool,
 }
 
 /// The write-ahead log of one data directory.
@@ -188,6 +198,7 @@ pub struct Wal {
     stats: Counters,
     writer: Mutex<Option<JoinHandle<()>>>,
     writer_ctl: Arc<WriterCtl>,
+    live: Live,
 }
 
 impl std::fmt::Debug for Wal {
@@ -284,7 +295,7 @@ impl Wal {
         };
         let flusher = range_sync_flusher(vfs.as_ref(), &cfg);
         // Read before `cfg` moves into the struct.
-        let flush_capacity = cfg.flush_capacity;
+        let (flush_capacity, init_zero, recycle) = (cfg.flush_capacity, cfg.init_zero, cfg.recycle);
         let wal = Arc::new(Wal {
             flusher,
             ring: Ring::new(cfg.wal_buffers_bytes),
@@ -317,7 +328,12 @@ impl Wal {
             writer_ctl: Arc::new(WriterCtl {
                 stop: Mutex::new(false),
                 cv: Condvar::new(),
+                delay_ms: AtomicU64::new(0),
             }),
+            live: Live {
+                init_zero: AtomicBool::new(init_zero),
+                recycle: AtomicBool::new(recycle),
+            },
         });
         wal.preallocate_ahead()?;
         wal.refresh_space_end();
@@ -596,12 +612,7 @@ impl Wal {
             return Ok(f);
         }
         tracing::warn!(segment = %segment_file_name(segno), "WAL segment was not preallocated ahead of time");
-        segment::preallocate(
-            self.vfs.as_ref(),
-            &self.cfg.dir,
-            segno,
-            init_opts(&self.cfg),
-        )?;
+        segment::preallocate(self.vfs.as_ref(), &self.cfg.dir, segno, self.init_opts())?;
         open()?.ok_or_else(|| {
             std::io::Error::new(
                 std::io::ErrorKind::NotFound,
@@ -658,16 +669,11 @@ impl Wal {
         for segno in cur..=cur + u64::from(self.cfg.prealloc_segments) {
             let path = segment::segment_path(&self.cfg.dir, segno);
             if !self.vfs.exists(&path) {
-                segment::preallocate(
-                    self.vfs.as_ref(),
-                    &self.cfg.dir,
-                    segno,
-                    init_opts(&self.cfg),
-                )
-                .map_err(io_err(format!(
-                    "could not preallocate WAL segment {}",
-                    segment_file_name(segno)
-                )))?;
+                segment::preallocate(self.vfs.as_ref(), &self.cfg.dir, segno, self.init_opts())
+                    .map_err(io_err(format!(
+                        "could not preallocate WAL segment {}",
+                        segment_file_name(segno)
+                    )))?;
             }
         }
         self.prealloc_checked_seg.store(cur, Ordering::Release);
@@ -709,16 +715,11 @@ impl Wal {
         self.refresh_space_end();
         while self.space_end.load(Ordering::Acquire) < need {
             let segno = segment_of(self.space_end.load(Ordering::Acquire));
-            segment::preallocate(
-                self.vfs.as_ref(),
-                &self.cfg.dir,
-                segno,
-                init_opts(&self.cfg),
-            )
-            .map_err(io_err(format!(
-                "could not create WAL segment {}",
-                segment_file_name(segno)
-            )))?;
+            segment::preallocate(self.vfs.as_ref(), &self.cfg.dir, segno, self.init_opts())
+                .map_err(io_err(format!(
+                    "could not create WAL segment {}",
+                    segment_file_name(segno)
+                )))?;
             self.refresh_space_end();
         }
         Ok(())
@@ -812,7 +813,7 @@ impl Wal {
             {
                 next_free += 1;
             }
-            if self.cfg.recycle && next_free <= max_recycled {
+            if self.live.recycle.load(Ordering::Relaxed) && next_free <= max_recycled {
                 let to = segment::segment_path(dir, next_free);
                 self.vfs.rename(&from, &to).map_err(io_err(format!(
                     "could not rename WAL segment {} to {}",
@@ -843,7 +844,8 @@ impl Wal {
     }
 
     /// Starts the background WAL writer thread (for `synchronous_commit = off`; PostgreSQL's
-    /// `walwriter.c`): every `delay_ms` milliseconds it flushes what was inserted. Stops when the
+    /// `walwriter.c`): every `delay_ms` milliseconds (`wal_writer_delay`, which
+    /// [`Wal::apply_settings`] may change) it flushes what was inserted. Stops when the
     /// `Wal` is dropped or `shutdown` is called. A second call while one runs does nothing.
     pub fn start_wal_writer(self: &Arc<Self>, delay_ms: u64) {
         let mut slot = self.writer.lock();
@@ -851,15 +853,18 @@ impl Wal {
             return;
         }
         *self.writer_ctl.stop.lock() = false;
+        self.writer_ctl
+            .delay_ms
+            .store(delay_ms.max(1), Ordering::Relaxed);
         let weak: Weak<Wal> = Arc::downgrade(self);
         let ctl = self.writer_ctl.clone();
-        let delay = Duration::from_millis(delay_ms.max(1));
         let handle = std::thread::Builder::new()
             .name("walnut-walwriter".into())
             .spawn(move || loop {
                 {
                     let mut stop = ctl.stop.lock();
                     if !*stop {
+                        let delay = Duration::from_millis(ctl.delay_ms.load(Ordering::Relaxed));
                         ctl.cv.wait_for(&mut stop, delay);
                     }
                     if *stop {
@@ -1074,7 +1079,36 @@ fn range_sync_flusher(vfs: &dyn Vfs, cfg: &WalConfig) -> Option<Arc<dyn CacheFlu
     None
 }
 
-/// Segment initialization options from the configuration.
+impl Wal {
+    /// Segment initialization options in effect now.
+    fn init_opts(&self) -> InitOpts {
+        InitOpts {
+            zero: self.live.init_zero.load(Ordering::Relaxed),
+            direct: self.cfg.direct_init,
+        }
+    }
+
+    /// Applies the `sighup` parameters the WAL reads while running (`wal_init_zero`,
+    /// `wal_recycle`, `wal_writer_delay`) from reloaded settings. A segment created or
+    /// recycled after this uses the new values; `wal_sync_range` keeps deciding per segment
+    /// from how much of it is allocated, so a segment made with `wal_init_zero = off` is
+    /// synced with `fdatasync`.
+    pub fn apply_settings(&self, s: &walnut_common::guc::Settings) {
+        use crate::guc::{WAL_INIT_ZERO, WAL_RECYCLE, WAL_WRITER_DELAY};
+        self.live
+            .init_zero
+            .store(s.bool(&WAL_INIT_ZERO), Ordering::Relaxed);
+        self.live
+            .recycle
+            .store(s.bool(&WAL_RECYCLE), Ordering::Relaxed);
+        self.writer_ctl
+            .delay_ms
+            .store(s.int(&WAL_WRITER_DELAY).max(1) as u64, Ordering::Relaxed);
+        self.writer_ctl.cv.notify_all();
+    }
+}
+
+/// Segment initialization options from the configuration (before the WAL is open).
 fn init_opts(cfg: &WalConfig) -> InitOpts {
     InitOpts {
         zero: cfg.init_zero,

@@ -56,8 +56,9 @@ use startup::AuthState;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::{Arc, OnceLock};
+use walnut_common::config::Config;
 use walnut_common::Error;
-use walnut_sql::session::{GucDefaults, TxnStatus};
+use walnut_sql::session::TxnStatus;
 use walnut_sql::storage::Engine;
 
 /// State shared by all connections of a server.
@@ -66,8 +67,8 @@ pub struct Shared {
     pub engine: Arc<dyn Engine>,
     /// Client authentication: the pg_hba rules and where role passwords live.
     pub auth: Arc<crate::config::AuthConfig>,
-    /// Server settings, the defaults of every session.
-    pub defaults: Arc<GucDefaults>,
+    /// The server's live configuration, the defaults of every session.
+    pub config: Arc<Config>,
     /// Connection count and cancel keys.
     pub registry: Arc<Registry>,
 }

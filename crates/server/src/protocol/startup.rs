@@ -315,7 +315,7 @@ impl Conn {
             reservation,
             secret.clone(),
             self.shared.engine.clone(),
-            self.shared.defaults.clone(),
+            self.shared.config.clone(),
             options,
         )
         .await;

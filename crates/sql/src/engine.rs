@@ -1,0 +1,292 @@
+//! The real storage engine (`walnut_storage`) as the SQL layer sees it ([`Engine`],
+//! [`Transaction`]), and its system views (`pg_stat_wal`, `walnut_stat_group_commit`,
+//! `pg_class`).
+//!
+//! A statement's call goes session → this adapter → `walnut_storage::txn::Txn` → the WAL, one
+//! layer down at each step.
+
+use crate::storage::{CommitOpts, Engine, ScanControl, Transaction, WriteOutcome};
+use std::ops::Bound;
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+use walnut_common::{ColumnDef, DataType, Error, Result, SqlState, TableDef, Tid, Value};
+use walnut_storage::txn::{CommitSettings, RowWrite, Txn};
+use walnut_storage::Storage;
+use walnut_wal::FlushOpts;
+
+/// An open data directory, as an [`Engine`].
+pub struct StorageEngine {
+    /// The open data directory.
+    pub storage: Arc<Storage>,
+}
+
+impl StorageEngine {
+    /// The engine over `storage`.
+    pub fn new(storage: Arc<Storage>) -> Arc<StorageEngine> {
+        Arc::new(StorageEngine { storage })
+    }
+}
+
+fn col(name: &str, ty: DataType) -> ColumnDef {
+    ColumnDef {
+        name: name.into(),
+        ty,
+        not_null: false,
+    }
+}
+
+impl Engine for StorageEngine {
+    fn begin(&self, cancel: Arc<AtomicBool>) -> Result<Box<dyn Transaction>> {
+        Ok(Box::new(TxnAdapter {
+            txn: Some(Txn::begin(self.storage.clone(), cancel)),
+        }))
+    }
+
+    fn checkpoint(&self) -> Result<()> {
+        self.storage.request_checkpoint()
+    }
+
+    fn system_view(&self, name: &str) -> Option<(Vec<ColumnDef>, Vec<Vec<Value>>)> {
+        let s = self.storage.wal().stats();
+        let i = |v: u64| Value::Int8(v as i64);
+        match name {
+            "pg_stat_wal" => Some((
+                vec![
+                    col("wal_records", DataType::Int8),
+                    col("wal_fpi", DataType::Int8),
+                    col("wal_bytes", DataType::Int8),
+                    col("wal_buffers_full", DataType::Int8),
+                    col("wal_write", DataType::Int8),
+                    col("wal_sync", DataType::Int8),
+                    col("wal_write_time", DataType::Float8),
+                    col("wal_sync_time", DataType::Float8),
+                ],
+                vec![vec![
+                    i(s.wal_records),
+                    i(s.wal_fpi),
+                    i(s.wal_bytes),
+                    i(s.wal_buffers_full),
+                    i(s.wal_write),
+                    i(s.wal_sync),
+                    Value::Float8(s.wal_write_time_us as f64 / 1000.0),
+                    Value::Float8(s.wal_sync_time_us as f64 / 1000.0),
+                ]],
+            )),
+            "walnut_stat_group_commit" => {
+                let per = if s.group_flushes == 0 {
+                    0.0
+                } else {
+                    s.group_commits as f64 / s.group_flushes as f64
+                };
+                // Buckets are labelled by the commits they hold: "0", "1", "2", "3-4", … "65+".
+                let histogram = s
+                    .group_histogram
+                    .iter()
+                    .scan(None::<u64>, |prev, &(hi, n)| {
+                        let lo = prev.map_or(0, |p| p + 1);
+                        let label = match (lo, hi) {
+                            (a, u64::MAX) => format!("{a}+"),
+                            (a, b) if a == b => format!("{a}"),
+                            (a, b) => format!("{a}-{b}"),
+                        };
+                        *prev = Some(hi);
+                        Some(format!("{label}:{n}"))
+                    })
+                    .collect::<Vec<_>>()
+                    .join(" ");
+                let by_cause = |single: bool| {
+                    s.group_closed
+                        .iter()
+                        .map(|&(cause, all, one)| {
+                            format!("{cause}:{}", if single { one } else { all })
+                        })
+                        .collect::<Vec<_>>()
+                        .join(" ")
+                };
+                let mode = self.storage.config().wal.group_commit.name();
+                Some((
+                    vec![
+                        col("group_commit", DataType::Text),
+                        col("flushes", DataType::Int8),
+                        col("commits", DataType::Int8),
+                        col("commits_per_flush", DataType::Float8),
+                        col("commits_per_flush_histogram", DataType::Text),
+                        col("group_wait_time", DataType::Float8),
+                        col("current_wait_us", DataType::Int8),
+                        col("patience_us", DataType::Int8),
+                        col("flush_latency_us", DataType::Int8),
+                        col("sessions", DataType::Int8),
+                        col("wal_sync_method", DataType::Text),
+                        col("wal_sync_range", DataType::Bool),
+                        col("flushes_by_close", DataType::Text),
+                        col("single_commit_flushes_by_close", DataType::Text),
+                        col("flush_capacity", DataType::Float8),
+                        col("flush_utilization", DataType::Float8),
+                    ],
+                    vec![vec![
+                        Value::Text(mode.into()),
+                        i(s.group_flushes),
+                        i(s.group_commits),
+                        Value::Float8(per),
+                        Value::Text(histogram),
+                        Value::Float8(s.group_wait_time_us as f64 / 1000.0),
+                        i(s.group_recent_wait_us),
+                        i(s.group_patience_us),
+                        i(s.group_flush_latency_us),
+                        i(s.group_sessions),
+                        Value::Text(self.storage.config().wal.sync_method.name().into()),
+                        Value::Bool(self.storage.wal().sync_range_in_use()),
+                        Value::Text(by_cause(false)),
+                        Value::Text(by_cause(true)),
+                        s.group_flush_capacity.map_or(Value::Null, Value::Float8),
+                        s.group_utilization.map_or(Value::Null, Value::Float8),
+                    ]],
+                ))
+            }
+            "pg_class" => {
+                let mut rows = Vec::new();
+                for t in self.storage.catalog.all() {
+                    rows.push(vec![
+                        Value::Int8(t.table_id as i64),
+                        Value::Text(t.def.name.clone()),
+                        Value::Text("r".into()),
+                        Value::Int8(2200),
+                    ]);
+                    if let Some(ix) = t.index {
+                        rows.push(vec![
+                            Value::Int8(ix.0 as i64),
+                            Value::Text(t.index_name()),
+                            Value::Text("i".into()),
+                            Value::Int8(2200),
+                        ]);
+                    }
+                }
+                rows.sort_by_key(|r| r[0].as_i64());
+                Some((
+                    vec![
+                        col("oid", DataType::Int8),
+                        col("relname", DataType::Text),
+                        col("relkind", DataType::Char(1)),
+                        col("relnamespace", DataType::Int8),
+                    ],
+                    rows,
+                ))
+            }
+            _ => None,
+        }
+    }
+}
+
+struct TxnAdapter {
+    txn: Option<Txn>,
+}
+
+impl TxnAdapter {
+    fn t(&mut self) -> &mut Txn {
+        self.txn
+            .as_mut()
+            .expect("transaction used after commit or rollback")
+    }
+
+    fn info(&mut self, table: &str) -> Result<Arc<walnut_storage::catalog::TableInfo>> {
+        self.t().table(table).ok_or_else(|| {
+            Error::user(
+                SqlState::UNDEFINED_TABLE,
+                format!("relation \"{table}\" does not exist"),
+            )
+        })
+    }
+}
+
+fn outcome(w: RowWrite) -> WriteOutcome {
+    match w {
+        RowWrite::Done => WriteOutcome::Done,
+        RowWrite::Changed(row, values) => WriteOutcome::Changed { row, values },
+        RowWrite::Gone => WriteOutcome::Gone,
+    }
+}
+
+impl Transaction for TxnAdapter {
+    fn new_statement(&mut self) {
+        self.t().new_statement();
+    }
+
+    fn table(&mut self, name: &str) -> Result<Option<Arc<TableDef>>> {
+        Ok(self.t().table(name).map(|i| i.def.clone()))
+    }
+
+    fn create_table(&mut self, def: TableDef) -> Result<()> {
+        self.t().create_table(def)
+    }
+
+    fn drop_table(&mut self, name: &str) -> Result<()> {
+        self.t().drop_table(name)
+    }
+
+    fn truncate(&mut self, name: &str) -> Result<()> {
+        self.t().truncate(name)
+    }
+
+    fn add_primary_key(&mut self, name: &str, columns: Vec<usize>) -> Result<()> {
+        self.t().add_primary_key(name, columns)
+    }
+
+    fn insert(&mut self, table: &str, row: Vec<Value>) -> Result<()> {
+        let info = self.info(table)?;
+        self.t().insert(&info, &row)
+    }
+
+    fn scan(
+        &mut self,
+        table: &str,
+        visit: &mut dyn FnMut(Tid, Vec<Value>) -> Result<ScanControl>,
+    ) -> Result<()> {
+        let info = self.info(table)?;
+        self.t().scan(&info, &mut |tid, row| {
+            Ok(visit(tid, row)? == ScanControl::Continue)
+        })
+    }
+
+    fn index_scan(
+        &mut self,
+        table: &str,
+        lo: Bound<&[Value]>,
+        hi: Bound<&[Value]>,
+        visit: &mut dyn FnMut(Tid, Vec<Value>) -> Result<ScanControl>,
+    ) -> Result<()> {
+        let info = self.info(table)?;
+        self.t().index_scan(&info, lo, hi, &mut |tid, row| {
+            Ok(visit(tid, row)? == ScanControl::Continue)
+        })
+    }
+
+    fn update(&mut self, table: &str, row: Tid, values: Vec<Value>) -> Result<WriteOutcome> {
+        let info = self.info(table)?;
+        // The key check needs the old row's key: read it from the version being replaced.
+        let old = self.t().row_at(&info, row)?;
+        self.t().update(&info, row, &old, &values).map(outcome)
+    }
+
+    fn delete(&mut self, table: &str, row: Tid) -> Result<WriteOutcome> {
+        let info = self.info(table)?;
+        self.t().delete(&info, row).map(outcome)
+    }
+
+    fn commit(mut self: Box<Self>, opts: CommitOpts) -> Result<()> {
+        let txn = self.txn.take().expect("transaction already finished");
+        txn.commit(CommitSettings {
+            synchronous: opts.synchronous,
+            flush: FlushOpts {
+                commit_delay_us: opts.commit_delay_us,
+                commit_siblings: opts.commit_siblings,
+                commit: true,
+            },
+        })
+    }
+
+    fn rollback(mut self: Box<Self>) {
+        if let Some(t) = self.txn.take() {
+            t.rollback();
+        }
+    }
+}

@@ -1,0 +1,18 @@
+//! What planning and execution read besides the transaction: the system views (the engine's,
+//! such as `pg_stat_wal` and `pg_class`, and the session's `pg_settings`) and the server's
+//! configuration (`pg_reload_conf()`). The session provides it.
+
+use walnut_common::{ColumnDef, Result, Value};
+
+/// A statement's environment.
+pub(crate) trait Env {
+    /// The columns and rows of system view `name`, or `None` if there is none of that name.
+    fn view(&self, name: &str) -> Option<(Vec<ColumnDef>, Vec<Vec<Value>>)>;
+
+    /// `pg_reload_conf()`: reloads the configuration files.
+    ///
+    /// # Errors
+    /// None in PostgreSQL's sense (errors in the files are logged and change nothing); a
+    /// server without files says so with 55000.
+    fn reload_conf(&self) -> Result<()>;
+}

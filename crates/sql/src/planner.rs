@@ -1,0 +1,927 @@
+//! Planning: sqlparser's AST → [`Plan`], with names resolved against the catalog, expressions
+//! compiled ([`crate::expr::Expr`]), parameter types inferred and the access path chosen.
+//!
+//! Type inference follows PostgreSQL's rule for *unknown* operands: a string literal, `NULL` or an
+//! untyped `$n` takes the type of whatever it meets first — the other operand of a comparison or
+//! an arithmetic operator, the column it is assigned to, the target of a cast. What stays unknown
+//! at the end becomes `text`.
+
+use crate::bind::{
+    assignable, contains_agg, ident, map_type, mismatch, object_parts, output_name, string_literal,
+    table_name, AggState, Binder, ScopeCol,
+};
+use crate::env::Env;
+use crate::errors::undefined_table;
+use crate::expr::{CmpOp, Expr};
+use crate::plan::*;
+use crate::storage::Transaction;
+use crate::types::ColumnDesc;
+use sqlparser::ast;
+use std::sync::Arc;
+use walnut_common::{ColumnDef, DataType, Error, Result, SqlState, TableDef, Value};
+
+fn conjuncts(e: &Expr, out: &mut Vec<Expr>) {
+    if let Expr::And(a, b) = e {
+        conjuncts(a, out);
+        conjuncts(b, out);
+    } else {
+        out.push(e.clone());
+    }
+}
+
+/// The planner: binds names against one transaction's catalog.
+pub(crate) struct Planner<'a> {
+    pub txn: &'a mut dyn Transaction,
+    /// System views, for FROM names that are not tables.
+    pub env: &'a dyn Env,
+    /// Parameter types so far; `None` = not yet inferred.
+    pub params: Vec<Option<DataType>>,
+}
+
+/// Picks a primary-key range scan when the filter pins a key prefix (equalities, then at most
+/// one range on the next key column). The filter is still applied to every row.
+pub(crate) fn choose_access(filter: Option<&Expr>, def: &TableDef) -> Access {
+    let (Some(filter), Some(pk)) = (filter, def.primary_key.as_ref()) else {
+        return Access::Full;
+    };
+    let mut cs = Vec::new();
+    conjuncts(filter, &mut cs);
+    // (column, op, row-independent operand), normalized so the column is on the left.
+    let preds: Vec<(usize, CmpOp, Expr)> = cs
+        .into_iter()
+        .filter_map(|c| match c {
+            Expr::Cmp(op, a, b) => match (*a, *b) {
+                (Expr::Col(i), v) if v.is_row_independent() => Some((i, op, v)),
+                (v, Expr::Col(i)) if v.is_row_independent() => Some((i, op.flip(), v)),
+                _ => None,
+            },
+            _ => None,
+        })
+        .collect();
+    let mut eq = Vec::new();
+    let mut key_types = Vec::new();
+    let (mut lo, mut hi) = (None, None);
+    for &k in pk {
+        key_types.push(def.columns[k].ty.clone());
+        if let Some((_, _, v)) = preds.iter().find(|(c, op, _)| *c == k && *op == CmpOp::Eq) {
+            eq.push(v.clone());
+            continue;
+        }
+        for (c, op, v) in &preds {
+            if *c != k {
+                continue;
+            }
+            match op {
+                CmpOp::Gt | CmpOp::Ge if lo.is_none() => lo = Some((v.clone(), *op == CmpOp::Ge)),
+                CmpOp::Lt | CmpOp::Le if hi.is_none() => hi = Some((v.clone(), *op == CmpOp::Le)),
+                _ => {}
+            }
+        }
+        break;
+    }
+    if eq.is_empty() && lo.is_none() && hi.is_none() {
+        return Access::Full;
+    }
+    key_types.truncate(eq.len() + 1);
+    Access::Index {
+        eq,
+        lo,
+        hi,
+        key_types,
+    }
+}
+
+fn expect_no(cond: bool, what: &str) -> Result<()> {
+    if cond {
+        Err(Error::unsupported(what))
+    } else {
+        Ok(())
+    }
+}
+
+impl Planner<'_> {
+    /// Plans one parsed statement.
+    ///
+    /// # Errors
+    /// 42P01/42703 unknown names, 42804/42883 type errors, 0A000 unsupported features.
+    pub(crate) fn plan(&mut self, stmt: &ast::Statement) -> Result<Plan> {
+        use ast::Statement as S;
+        match stmt {
+            S::Query(q) => Ok(Plan::Select(Box::new(self.plan_query(q, None)?))),
+            S::Insert(ins) => self.plan_insert(ins),
+            S::Update(u) => self.plan_update(u),
+            S::Delete(d) => self.plan_delete(d),
+            S::CreateTable(ct) => plan_create_table(ct),
+            S::Drop {
+                object_type,
+                if_exists,
+                names,
+                ..
+            } => {
+                if *object_type != ast::ObjectType::Table {
+                    return Err(Error::unsupported(format!("DROP {object_type}")));
+                }
+                let names = names.iter().map(table_name).collect::<Result<_>>()?;
+                Ok(Plan::DropTable {
+                    names,
+                    if_exists: *if_exists,
+                })
+            }
+            S::Truncate(t) => {
+                let names = t
+                    .table_names
+                    .iter()
+                    .map(|t| table_name(&t.name))
+                    .collect::<Result<_>>()?;
+                Ok(Plan::Truncate { names })
+            }
+            S::AlterTable(at) => {
+                let table = table_name(&at.name)?;
+                match at.operations.as_slice() {
+                    [ast::AlterTableOperation::AddConstraint {
+                        constraint: ast::TableConstraint::PrimaryKey(pk),
+                        ..
+                    }] => Ok(Plan::AddPrimaryKey {
+                        table,
+                        columns: index_columns(&pk.columns)?,
+                    }),
+                    _ => Err(Error::unsupported("this form of ALTER TABLE")),
+                }
+            }
+            S::StartTransaction { .. } => Ok(Plan::Begin),
+            S::Commit { .. } => Ok(Plan::Commit),
+            S::Rollback {
+                savepoint: None, ..
+            } => Ok(Plan::Rollback),
+            S::Rollback { .. } | S::Savepoint { .. } | S::ReleaseSavepoint { .. } => {
+                Err(Error::unsupported("savepoints"))
+            }
+            S::CreateIndex(_) => Err(Error::unsupported("CREATE INDEX")),
+            S::Explain { .. } => Err(Error::unsupported("EXPLAIN")),
+            other => {
+                let text = other.to_string();
+                let word: String = text
+                    .split_whitespace()
+                    .take(2)
+                    .collect::<Vec<_>>()
+                    .join(" ");
+                Err(Error::unsupported(word))
+            }
+        }
+    }
+
+    fn binder<'s>(&'s mut self, cols: &'s [ScopeCol], clause: &'static str) -> Binder<'s> {
+        Binder {
+            cols,
+            params: &mut self.params,
+            agg: None,
+            clause,
+        }
+    }
+
+    fn table(&mut self, name: &str) -> Result<Arc<TableDef>> {
+        self.txn.table(name)?.ok_or_else(|| undefined_table(name))
+    }
+
+    fn table_scope(def: &TableDef, qual: &str) -> Vec<ScopeCol> {
+        def.columns
+            .iter()
+            .map(|c| ScopeCol {
+                qual: Some(qual.to_string()),
+                name: c.name.clone(),
+                ty: c.ty.clone(),
+            })
+            .collect()
+    }
+
+    fn plan_from(&mut self, from: &[ast::TableWithJoins]) -> Result<(Source, Vec<ScopeCol>)> {
+        let item = match from {
+            [] => return Ok((Source::None, Vec::new())),
+            [one] if one.joins.is_empty() => &one.relation,
+            _ => return Err(Error::unsupported("joins")),
+        };
+        let (name, args, alias) = match item {
+            ast::TableFactor::Table {
+                name, alias, args, ..
+            } => (name, args.as_ref().map(|a| a.args.as_slice()), alias),
+            ast::TableFactor::Function {
+                name, args, alias, ..
+            } => (name, Some(args.as_slice()), alias),
+            ast::TableFactor::Derived { .. } => {
+                return Err(Error::unsupported("subqueries in FROM"))
+            }
+            other => return Err(Error::unsupported(format!("FROM item {other}"))),
+        };
+        if let Some(args) = args {
+            return self.series(name, args, alias.as_ref());
+        }
+        // `t` is a user table or else a system view; `public.t` only a table, `pg_catalog.v` only
+        // a system view.
+        let parts = object_parts(name)?;
+        let (tables, views) = match parts.as_slice() {
+            [_] => (true, true),
+            [s, _] if s == "public" => (true, false),
+            [s, _] if s == "pg_catalog" => (false, true),
+            _ => return Err(undefined_table(&parts.join("."))),
+        };
+        let tname = parts.last().cloned().unwrap_or_default();
+        let qual = alias
+            .as_ref()
+            .map(|a| ident(&a.name))
+            .unwrap_or_else(|| tname.clone());
+        if tables {
+            if let Some(def) = self.txn.table(&tname)? {
+                let scope = Self::table_scope(&def, &qual);
+                return Ok((Source::Table(def), scope));
+            }
+        }
+        if let Some((cols, _)) = views.then(|| self.env.view(&tname)).flatten() {
+            let def = TableDef {
+                name: tname.clone(),
+                columns: cols,
+                primary_key: None,
+                fillfactor: 100,
+            };
+            return Ok((Source::View(tname), Self::table_scope(&def, &qual)));
+        }
+        Err(undefined_table(&parts.join(".")))
+    }
+
+    fn series(
+        &mut self,
+        name: &ast::ObjectName,
+        args: &[ast::FunctionArg],
+        alias: Option<&ast::TableAlias>,
+    ) -> Result<(Source, Vec<ScopeCol>)> {
+        let fname = object_parts(name)?.last().cloned().unwrap_or_default();
+        if fname != "generate_series" {
+            return Err(Error::unsupported(format!("table function {fname}")));
+        }
+        if !(2..=3).contains(&args.len()) {
+            return Err(Error::user(
+                SqlState::UNDEFINED_FUNCTION,
+                "function generate_series with these arguments does not exist",
+            ));
+        }
+        let mut exprs = Vec::new();
+        let mut ty = DataType::Int4;
+        {
+            let mut b = self.binder(&[], "FROM");
+            for a in args {
+                let ast::FunctionArg::Unnamed(ast::FunctionArgExpr::Expr(e)) = a else {
+                    return Err(Error::unsupported("this kind of function argument"));
+                };
+                let (x, t) = b.bind(e)?;
+                let (x, t) = b.coerce(x, t, &DataType::Int4)?;
+                if !t.is_integer() {
+                    return Err(Error::unsupported(format!(
+                        "generate_series over {}",
+                        t.name()
+                    )));
+                }
+                if t == DataType::Int8 {
+                    ty = DataType::Int8;
+                }
+                exprs.push(x);
+            }
+        }
+        let mut it = exprs.into_iter();
+        let (start, stop, step) = (
+            it.next().expect("2 args"),
+            it.next().expect("2 args"),
+            it.next(),
+        );
+        let (qual, col) = match alias {
+            Some(a) => {
+                let q = ident(&a.name);
+                let c = a
+                    .columns
+                    .first()
+                    .map(|c| ident(&c.name))
+                    .unwrap_or_else(|| q.clone());
+                (q, c)
+            }
+            None => ("generate_series".to_string(), "generate_series".to_string()),
+        };
+        let scope = vec![ScopeCol {
+            qual: Some(qual),
+            name: col,
+            ty: ty.clone(),
+        }];
+        Ok((
+            Source::Series {
+                start,
+                stop,
+                step,
+                ty,
+            },
+            scope,
+        ))
+    }
+
+    /// Plans a query. `hints` are target column types (INSERT ... SELECT) for unknown outputs.
+    pub(crate) fn plan_query(
+        &mut self,
+        q: &ast::Query,
+        hints: Option<&[DataType]>,
+    ) -> Result<SelectPlan> {
+        expect_no(q.with.is_some(), "WITH")?;
+        expect_no(q.fetch.is_some(), "FETCH")?;
+        expect_no(!q.locks.is_empty(), "FOR UPDATE/SHARE")?;
+        let select = match q.body.as_ref() {
+            ast::SetExpr::Select(s) => s,
+            ast::SetExpr::Query(inner) if q.order_by.is_none() && q.limit_clause.is_none() => {
+                return self.plan_query(inner, hints)
+            }
+            ast::SetExpr::SetOperation { .. } => {
+                return Err(Error::unsupported("UNION/INTERSECT/EXCEPT"))
+            }
+            ast::SetExpr::Values(_) => {
+                return Err(Error::unsupported("VALUES lists outside INSERT"))
+            }
+            _ => return Err(Error::unsupported("this kind of query")),
+        };
+        expect_no(select.distinct.is_some(), "SELECT DISTINCT")?;
+        expect_no(select.into.is_some(), "SELECT INTO")?;
+        let (source, scope) = self.plan_from(&select.from)?;
+
+        let filter = match &select.selection {
+            Some(w) => {
+                if contains_agg(w) {
+                    return Err(Error::user(
+                        SqlState::GROUPING_ERROR,
+                        "aggregate functions are not allowed in WHERE",
+                    ));
+                }
+                Some(self.binder(&scope, "WHERE").bind_as(w, &DataType::Bool)?)
+            }
+            None => None,
+        };
+
+        let group_asts: Vec<ast::Expr> = match &select.group_by {
+            ast::GroupByExpr::Expressions(e, m) if m.is_empty() => e.clone(),
+            _ => return Err(Error::unsupported("GROUP BY ALL and grouping modifiers")),
+        };
+        let order_exprs: Vec<ast::OrderByExpr> = match &q.order_by {
+            None => Vec::new(),
+            Some(ob) => match &ob.kind {
+                ast::OrderByKind::Expressions(e) => e.clone(),
+                ast::OrderByKind::All(_) => return Err(Error::unsupported("ORDER BY ALL")),
+            },
+        };
+        let is_agg = !group_asts.is_empty()
+            || select.having.is_some()
+            || select.projection.iter().any(|p| match p {
+                ast::SelectItem::UnnamedExpr(e)
+                | ast::SelectItem::ExprWithAlias { expr: e, .. } => contains_agg(e),
+                _ => false,
+            })
+            || order_exprs.iter().any(|o| contains_agg(&o.expr));
+
+        let mut b = Binder {
+            cols: &scope,
+            params: &mut self.params,
+            agg: None,
+            clause: "SELECT",
+        };
+        let mut groups = Vec::new();
+        if is_agg {
+            let mut state = AggState {
+                groups: Vec::new(),
+                calls: Vec::new(),
+            };
+            for g in &group_asts {
+                // GROUP BY n refers to the n-th output column.
+                let g = match g {
+                    ast::Expr::Value(v) => match &v.value {
+                        ast::Value::Number(n, _) => {
+                            let idx: usize = n
+                                .parse()
+                                .map_err(|_| Error::syntax("bad GROUP BY position"))?;
+                            match select.projection.get(idx.wrapping_sub(1)) {
+                                Some(
+                                    ast::SelectItem::UnnamedExpr(e)
+                                    | ast::SelectItem::ExprWithAlias { expr: e, .. },
+                                ) => e.clone(),
+                                _ => {
+                                    return Err(Error::user(
+                                        SqlState("42P10"),
+                                        format!("GROUP BY position {idx} is not in select list"),
+                                    ))
+                                }
+                            }
+                        }
+                        _ => g.clone(),
+                    },
+                    _ => g.clone(),
+                };
+                b.clause = "GROUP BY";
+                let (x, t) = b.bind_resolved(&g)?;
+                groups.push(x);
+                state.groups.push((g, t));
+            }
+            b.agg = Some(state);
+        }
+
+        // Select list.
+        let mut outputs = Vec::new();
+        let mut columns = Vec::new();
+        b.clause = "SELECT";
+        for item in &select.projection {
+            match item {
+                ast::SelectItem::Wildcard(_) => {
+                    if is_agg {
+                        return Err(Error::user(
+                            SqlState::GROUPING_ERROR,
+                            "SELECT * is not allowed with aggregates",
+                        ));
+                    }
+                    for (i, c) in scope.iter().enumerate() {
+                        outputs.push(Expr::Col(i));
+                        columns.push(ColumnDesc {
+                            name: c.name.clone(),
+                            ty: c.ty.clone(),
+                        });
+                    }
+                }
+                ast::SelectItem::QualifiedWildcard(..) => {
+                    if is_agg {
+                        return Err(Error::user(
+                            SqlState::GROUPING_ERROR,
+                            "SELECT t.* is not allowed with aggregates",
+                        ));
+                    }
+                    for (i, c) in scope.iter().enumerate() {
+                        outputs.push(Expr::Col(i));
+                        columns.push(ColumnDesc {
+                            name: c.name.clone(),
+                            ty: c.ty.clone(),
+                        });
+                    }
+                }
+                ast::SelectItem::UnnamedExpr(e)
+                | ast::SelectItem::ExprWithAlias { expr: e, .. } => {
+                    let name = match item {
+                        ast::SelectItem::ExprWithAlias { alias, .. } => ident(alias),
+                        _ => output_name(e),
+                    };
+                    let (x, t) = b.bind(e)?;
+                    let (x, t) = match hints.and_then(|h| h.get(outputs.len())) {
+                        Some(h) => b.coerce(x, t, h)?,
+                        None => b.resolve(x, t)?,
+                    };
+                    outputs.push(x);
+                    columns.push(ColumnDesc { name, ty: t });
+                }
+                _ => return Err(Error::unsupported("this kind of select item")),
+            }
+        }
+
+        let having = match &select.having {
+            Some(h) => {
+                b.clause = "HAVING";
+                Some(b.bind_as(h, &DataType::Bool)?)
+            }
+            None => None,
+        };
+
+        // ORDER BY: output position, output name, or an expression.
+        let mut sort = Vec::new();
+        b.clause = "ORDER BY";
+        for o in &order_exprs {
+            let desc = matches!(o.options.sort, Some(ast::OrderBySort::Desc));
+            let nulls_first = o.options.nulls_first.unwrap_or(desc);
+            let expr = match &o.expr {
+                ast::Expr::Value(v) if matches!(v.value, ast::Value::Number(..)) => {
+                    let ast::Value::Number(n, _) = &v.value else {
+                        unreachable!("matched above")
+                    };
+                    let idx: usize = n.parse().unwrap_or(0);
+                    outputs.get(idx.wrapping_sub(1)).cloned().ok_or_else(|| {
+                        Error::user(
+                            SqlState("42P10"),
+                            format!("ORDER BY position {n} is not in select list"),
+                        )
+                    })?
+                }
+                // A bare name means an output column first (SQL92), then an input column.
+                ast::Expr::Identifier(i)
+                    if columns.iter().filter(|c| c.name == ident(i)).count() == 1 =>
+                {
+                    let k = columns
+                        .iter()
+                        .position(|c| c.name == ident(i))
+                        .expect("counted above");
+                    outputs[k].clone()
+                }
+                e => b.bind_resolved(e)?.0,
+            };
+            sort.push(SortKey {
+                expr,
+                desc,
+                nulls_first,
+            });
+        }
+
+        let agg = if is_agg {
+            let state = b.agg.take().expect("set when is_agg");
+            Some(AggPlan {
+                groups,
+                calls: state.calls,
+                having,
+            })
+        } else {
+            None
+        };
+        // LIMIT / OFFSET.
+        let (limit, offset) = match &q.limit_clause {
+            None => (None, None),
+            Some(ast::LimitClause::LimitOffset {
+                limit,
+                offset,
+                limit_by,
+            }) => {
+                expect_no(!limit_by.is_empty(), "LIMIT BY")?;
+                (limit.clone(), offset.as_ref().map(|o| o.value.clone()))
+            }
+            Some(ast::LimitClause::OffsetCommaLimit { offset, limit }) => {
+                (Some(limit.clone()), Some(offset.clone()))
+            }
+        };
+        let mut bind_count = |e: Option<ast::Expr>, what: &'static str| -> Result<Option<Expr>> {
+            let Some(e) = e else { return Ok(None) };
+            if let ast::Expr::Value(v) = &e {
+                if v.value == ast::Value::Null {
+                    return Ok(None);
+                }
+            }
+            let mut lb = Binder {
+                cols: &[],
+                params: &mut self.params,
+                agg: None,
+                clause: what,
+            };
+            let (x, t) = lb.bind(&e)?;
+            let (x, t) = lb.coerce(x, t, &DataType::Int8)?;
+            if !t.is_integer() {
+                return Err(mismatch(format!(
+                    "argument of {what} must be type bigint, not type {}",
+                    t.name()
+                )));
+            }
+            Ok(Some(x))
+        };
+        let limit = bind_count(limit, "LIMIT")?;
+        let offset = bind_count(offset, "OFFSET")?;
+
+        let access = match &source {
+            Source::Table(def) => choose_access(filter.as_ref(), def),
+            _ => Access::Full,
+        };
+        Ok(SelectPlan {
+            source,
+            access,
+            filter,
+            agg,
+            outputs,
+            sort,
+            limit,
+            offset,
+            columns: Arc::new(columns),
+        })
+    }
+
+    fn plan_insert(&mut self, ins: &ast::Insert) -> Result<Plan> {
+        expect_no(ins.returning.is_some(), "INSERT ... RETURNING")?;
+        expect_no(ins.on.is_some(), "INSERT ... ON CONFLICT")?;
+        let ast::TableObject::TableName(name) = &ins.table else {
+            return Err(Error::unsupported("INSERT into a table function"));
+        };
+        let tname = table_name(name)?;
+        let def = self.table(&tname)?;
+        let explicit = !ins.columns.is_empty();
+        let mut targets = Vec::new();
+        for c in &ins.columns {
+            let cname = object_parts(c)?.last().cloned().unwrap_or_default();
+            let i = def.column_index(&cname).ok_or_else(|| {
+                Error::user(
+                    SqlState::UNDEFINED_COLUMN,
+                    format!("column \"{cname}\" of relation \"{tname}\" does not exist"),
+                )
+            })?;
+            if targets.contains(&i) {
+                return Err(Error::syntax(format!(
+                    "column \"{cname}\" specified more than once"
+                )));
+            }
+            targets.push(i);
+        }
+        if !explicit {
+            targets = (0..def.columns.len()).collect();
+        }
+        let source = ins
+            .source
+            .as_ref()
+            .ok_or_else(|| Error::unsupported("INSERT without VALUES or SELECT"))?;
+        let width_check = |n: usize, targets: &mut Vec<usize>| -> Result<()> {
+            if n > targets.len() {
+                return Err(Error::syntax(
+                    "INSERT has more expressions than target columns",
+                ));
+            }
+            if n < targets.len() {
+                if explicit {
+                    return Err(Error::syntax(
+                        "INSERT has more target columns than expressions",
+                    ));
+                }
+                targets.truncate(n);
+            }
+            Ok(())
+        };
+        let source = match source.body.as_ref() {
+            ast::SetExpr::Values(values)
+                if source.order_by.is_none() && source.limit_clause.is_none() =>
+            {
+                let n = values.rows.first().map(|r| r.content.len()).unwrap_or(0);
+                width_check(n, &mut targets)?;
+                let scope: Vec<ScopeCol> = Vec::new();
+                let mut b = self.binder(&scope, "VALUES");
+                let mut rows = Vec::with_capacity(values.rows.len());
+                for row in &values.rows {
+                    if row.content.len() != n {
+                        return Err(Error::syntax("VALUES lists must all be the same length"));
+                    }
+                    let mut out = Vec::with_capacity(n);
+                    for (e, &col) in row.content.iter().zip(&targets) {
+                        let c = &def.columns[col];
+                        if let ast::Expr::Identifier(i) = e {
+                            if ident(i) == "default" && i.quote_style.is_none() {
+                                out.push(Expr::Const(Value::Null));
+                                continue;
+                            }
+                        }
+                        let (x, t) = b.bind(e)?;
+                        let (x, t) = b.coerce(x, t, &c.ty)?;
+                        check_assign(&t, c)?;
+                        out.push(x);
+                    }
+                    rows.push(out);
+                }
+                InsertSource::Values(rows)
+            }
+            _ => {
+                let hints: Vec<DataType> =
+                    targets.iter().map(|&i| def.columns[i].ty.clone()).collect();
+                let sel = self.plan_query(source, Some(&hints))?;
+                width_check(sel.columns.len(), &mut targets)?;
+                for (c, &i) in sel.columns.iter().zip(&targets) {
+                    check_assign(&c.ty, &def.columns[i])?;
+                }
+                InsertSource::Select(Box::new(sel))
+            }
+        };
+        Ok(Plan::Insert(InsertPlan {
+            table: def,
+            targets,
+            source,
+        }))
+    }
+
+    fn single_table(
+        &mut self,
+        twj: &ast::TableWithJoins,
+    ) -> Result<(Arc<TableDef>, Vec<ScopeCol>)> {
+        expect_no(!twj.joins.is_empty(), "joins")?;
+        let ast::TableFactor::Table {
+            name,
+            alias,
+            args: None,
+            ..
+        } = &twj.relation
+        else {
+            return Err(Error::unsupported("this kind of target table"));
+        };
+        let tname = table_name(name)?;
+        let def = self.table(&tname)?;
+        let qual = alias.as_ref().map(|a| ident(&a.name)).unwrap_or(tname);
+        let scope = Self::table_scope(&def, &qual);
+        Ok((def, scope))
+    }
+
+    fn plan_update(&mut self, u: &ast::Update) -> Result<Plan> {
+        expect_no(u.from.is_some(), "UPDATE ... FROM")?;
+        expect_no(u.returning.is_some(), "UPDATE ... RETURNING")?;
+        let (def, scope) = self.single_table(&u.table)?;
+        let mut b = Binder {
+            cols: &scope,
+            params: &mut self.params,
+            agg: None,
+            clause: "UPDATE",
+        };
+        let mut sets = Vec::new();
+        for a in &u.assignments {
+            let ast::AssignmentTarget::ColumnName(cn) = &a.target else {
+                return Err(Error::unsupported("multi-column assignment"));
+            };
+            let cname = object_parts(cn)?.last().cloned().unwrap_or_default();
+            let i = def.column_index(&cname).ok_or_else(|| {
+                Error::user(
+                    SqlState::UNDEFINED_COLUMN,
+                    format!(
+                        "column \"{cname}\" of relation \"{}\" does not exist",
+                        def.name
+                    ),
+                )
+            })?;
+            if contains_agg(&a.value) {
+                return Err(Error::user(
+                    SqlState::GROUPING_ERROR,
+                    "aggregate functions are not allowed in UPDATE",
+                ));
+            }
+            let (x, t) = b.bind(&a.value)?;
+            let (x, t) = b.coerce(x, t, &def.columns[i].ty)?;
+            check_assign(&t, &def.columns[i])?;
+            sets.push((i, x));
+        }
+        b.clause = "WHERE";
+        let filter = match &u.selection {
+            Some(w) => Some(b.bind_as(w, &DataType::Bool)?),
+            None => None,
+        };
+        let access = choose_access(filter.as_ref(), &def);
+        Ok(Plan::Update(UpdatePlan {
+            table: def,
+            access,
+            filter,
+            sets,
+        }))
+    }
+
+    fn plan_delete(&mut self, d: &ast::Delete) -> Result<Plan> {
+        expect_no(d.using.is_some(), "DELETE ... USING")?;
+        expect_no(d.returning.is_some(), "DELETE ... RETURNING")?;
+        let tables = match &d.from {
+            ast::FromTable::WithFromKeyword(t) | ast::FromTable::WithoutKeyword(t) => t,
+        };
+        let [twj] = tables.as_slice() else {
+            return Err(Error::unsupported("DELETE from several tables"));
+        };
+        let (def, scope) = self.single_table(twj)?;
+        let filter = match &d.selection {
+            Some(w) => Some(self.binder(&scope, "WHERE").bind_as(w, &DataType::Bool)?),
+            None => None,
+        };
+        let access = choose_access(filter.as_ref(), &def);
+        Ok(Plan::Delete(DeletePlan {
+            table: def,
+            access,
+            filter,
+        }))
+    }
+}
+
+fn check_assign(from: &DataType, col: &ColumnDef) -> Result<()> {
+    if assignable(from, &col.ty) {
+        Ok(())
+    } else {
+        Err(mismatch(format!(
+            "column \"{}\" is of type {} but expression is of type {}",
+            col.name,
+            col.ty.name(),
+            from.name()
+        )))
+    }
+}
+
+fn index_columns(cols: &[ast::IndexColumn]) -> Result<Vec<String>> {
+    cols.iter()
+        .map(|c| match &c.column.expr {
+            ast::Expr::Identifier(i) => Ok(ident(i)),
+            _ => Err(Error::unsupported("expressions in a primary key")),
+        })
+        .collect()
+}
+
+fn plan_create_table(ct: &ast::CreateTable) -> Result<Plan> {
+    expect_no(ct.query.is_some(), "CREATE TABLE AS")?;
+    expect_no(ct.like.is_some(), "CREATE TABLE LIKE")?;
+    let name = table_name(&ct.name)?;
+    let mut columns: Vec<ColumnDef> = Vec::new();
+    let mut pk: Option<Vec<usize>> = None;
+    let multiple_pk = || {
+        Error::user(
+            SqlState::INVALID_TABLE_DEFINITION,
+            format!("multiple primary keys for table \"{name}\" are not allowed"),
+        )
+    };
+    for c in &ct.columns {
+        let cname = ident(&c.name);
+        if columns.iter().any(|x| x.name == cname) {
+            return Err(Error::user(
+                SqlState("42701"),
+                format!("column \"{cname}\" specified more than once"),
+            ));
+        }
+        let mut col = ColumnDef {
+            name: cname,
+            ty: map_type(&c.data_type)?,
+            not_null: false,
+        };
+        for o in &c.options {
+            match &o.option {
+                ast::ColumnOption::NotNull => col.not_null = true,
+                ast::ColumnOption::Null => {}
+                ast::ColumnOption::PrimaryKey(_) => {
+                    if pk.is_some() {
+                        return Err(multiple_pk());
+                    }
+                    pk = Some(vec![columns.len()]);
+                }
+                ast::ColumnOption::Default(_) => return Err(Error::unsupported("column defaults")),
+                other => return Err(Error::unsupported(format!("column option {other}"))),
+            }
+        }
+        columns.push(col);
+    }
+    for tc in &ct.constraints {
+        match tc {
+            ast::TableConstraint::PrimaryKey(p) => {
+                if pk.is_some() {
+                    return Err(multiple_pk());
+                }
+                let mut idx = Vec::new();
+                for cname in index_columns(&p.columns)? {
+                    let i = columns
+                        .iter()
+                        .position(|c| c.name == cname)
+                        .ok_or_else(|| {
+                            Error::user(
+                                SqlState::UNDEFINED_COLUMN,
+                                format!("column \"{cname}\" named in key does not exist"),
+                            )
+                        })?;
+                    idx.push(i);
+                }
+                pk = Some(idx);
+            }
+            other => return Err(Error::unsupported(format!("table constraint {other}"))),
+        }
+    }
+    if let Some(pk) = &pk {
+        for &i in pk {
+            columns[i].not_null = true;
+        }
+    }
+    let mut fillfactor = 100u8;
+    let opts: &[ast::SqlOption] = match &ct.table_options {
+        ast::CreateTableOptions::None => &[],
+        ast::CreateTableOptions::With(o) => o,
+        _ => return Err(Error::unsupported("these table options")),
+    };
+    for o in opts {
+        match o {
+            ast::SqlOption::KeyValue { key, value } if ident(key) == "fillfactor" => {
+                let text = match value {
+                    ast::Expr::Value(v) => match &v.value {
+                        ast::Value::Number(n, _) => n.clone(),
+                        other => string_literal(other).unwrap_or_default().to_string(),
+                    },
+                    other => other.to_string(),
+                };
+                let n: i64 = text.trim().parse().map_err(|_| {
+                    Error::user(
+                        SqlState::INVALID_PARAMETER_VALUE,
+                        format!("invalid value for integer option \"fillfactor\": {text}"),
+                    )
+                })?;
+                if !(10..=100).contains(&n) {
+                    return Err(Error::user(
+                        SqlState::INVALID_PARAMETER_VALUE,
+                        format!("value {n} out of bounds for option \"fillfactor\""),
+                    )
+                    .with_detail("Valid values are between \"10\" and \"100\"."));
+                }
+                fillfactor = n as u8;
+            }
+            ast::SqlOption::KeyValue { key, .. } => {
+                return Err(Error::user(
+                    SqlState::INVALID_PARAMETER_VALUE,
+                    format!("unrecognized parameter \"{}\"", ident(key)),
+                ))
+            }
+            _ => return Err(Error::unsupported("this table option")),
+        }
+    }
+    let def = TableDef {
+        name,
+        columns,
+        primary_key: pk,
+        fillfactor,
+    };
+    Ok(Plan::CreateTable {
+        def,
+        if_not_exists: ct.if_not_exists,
+    })
+}

@@ -1,0 +1,744 @@
+//! A client session: the API the wire-protocol front end (crates/server) drives. Each message
+//! becomes one call; the session parses, plans and executes, and keeps the per-connection
+//! state:
+//!
+//! - [`block`]: the transaction-block state machine and the engine transaction;
+//! - [`gucs`]: the configuration parameters (SET, SET LOCAL, RESET, SHOW, `pg_settings`);
+//! - [`plan_cache`]: prepared statements by text and parameter types;
+//! - the parse cache of simple-query statements by their literal-free shape (`literals.rs`);
+//! - an open COPY.
+//!
+//! A `Session` is driven from one OS thread at a time (the connection's backend thread); all
+//! methods block. COPY contract: after [`Session::copy_data`] returns an error the COPY is
+//! over; the front end discards the rest of the stream and does not call
+//! [`Session::copy_done`] (it would get 08P01).
+//!
+//! Statement flow: parse (`preparse`, else sqlparser) → plan (`planner`, inside the
+//! statement's transaction, because the plan depends on the catalog it sees) → execute
+//! (`exec::execute`, or the session itself for utility statements such as SET, BEGIN, COPY).
+
+mod block;
+mod gucs;
+mod plan_cache;
+
+pub use crate::types::{ColumnDesc, Notice, Output, TxnStatus};
+pub use plan_cache::Prepared;
+
+use crate::copy::CopyState;
+use crate::env::Env;
+use crate::exec::{self, ExecCtx};
+use crate::literals;
+use crate::plan::{CopyPlan, Plan};
+use crate::planner::Planner;
+use crate::preparse;
+use crate::storage::{Engine, Transaction};
+use block::{in_failed_block, Block, TxnBlock};
+use gucs::{check_settable, Gucs, PG_SETTINGS_COLUMNS};
+use parking_lot::Mutex;
+use plan_cache::PlanCache;
+use sqlparser::dialect::PostgreSqlDialect;
+use sqlparser::parser::Parser;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use walnut_common::config::Config;
+use walnut_common::{ColumnDef, DataType, Error, Result, SqlState, Value};
+
+/// One client session.
+pub struct Session {
+    engine: Arc<dyn Engine>,
+    blk: TxnBlock,
+    gucs: Gucs,
+    notices: Vec<Notice>,
+    cancel: Arc<AtomicBool>,
+    cache: PlanCache,
+    /// Parse trees of simple-query statements by their literal-free shape.
+    parse_cache: literals::ParseCache,
+    copy: Option<CopyState>,
+    /// When the running statement's `statement_timeout` expires.
+    deadline: Option<std::time::Instant>,
+}
+
+/// A statement of a simple query, parsed.
+enum Parsed {
+    Plan(Box<Plan>),
+    Ast(Box<sqlparser::ast::Statement>),
+}
+
+fn parse_one(sql: &str) -> Result<Parsed> {
+    if let Some(p) = preparse::preparse(sql)? {
+        return Ok(Parsed::Plan(Box::new(p)));
+    }
+    let mut stmts = Parser::parse_sql(&PostgreSqlDialect {}, sql).map_err(|e| {
+        let msg = e.to_string();
+        let msg = msg
+            .strip_prefix("sql parser error: ")
+            .unwrap_or(&msg)
+            .to_string();
+        Error::syntax(msg)
+    })?;
+    match stmts.len() {
+        0 => Ok(Parsed::Plan(Box::new(Plan::Empty))),
+        1 => Ok(Parsed::Ast(Box::new(stmts.pop().expect("one statement")))),
+        _ => Err(Error::syntax(
+            "cannot insert multiple commands into a prepared statement",
+        )),
+    }
+}
+
+fn type_from_oid(oid: u32) -> Result<Option<DataType>> {
+    Ok(Some(match oid {
+        0 => return Ok(None),
+        16 => DataType::Bool,
+        21 => DataType::Int2,
+        23 => DataType::Int4,
+        20 => DataType::Int8,
+        700 | 701 => DataType::Float8,
+        25 | 705 => DataType::Text,
+        1043 => DataType::Varchar(None),
+        1042 => DataType::Text,
+        1114 => DataType::Timestamp,
+        other => {
+            return Err(Error::unsupported(format!(
+                "parameter type with OID {other}"
+            )))
+        }
+    }))
+}
+
+fn command(tag: impl Into<String>) -> Output {
+    Output::Command { tag: tag.into() }
+}
+
+/// What a statement sees besides its transaction: the engine's system views, the session's
+/// `pg_settings`, and the server's configuration.
+struct SessionEnv<'a> {
+    engine: &'a dyn Engine,
+    gucs: &'a Gucs,
+}
+
+impl Env for SessionEnv<'_> {
+    fn view(&self, name: &str) -> Option<(Vec<ColumnDef>, Vec<Vec<Value>>)> {
+        if name == "pg_settings" {
+            let cols = PG_SETTINGS_COLUMNS
+                .iter()
+                .map(|(n, ty)| ColumnDef {
+                    name: n.to_string(),
+                    ty: ty.clone(),
+                    not_null: false,
+                })
+                .collect();
+            let rows = self
+                .gucs
+                .registry()
+                .iter()
+                .map(|d| self.gucs.pg_settings_row(d))
+                .collect();
+            return Some((cols, rows));
+        }
+        self.engine.system_view(name)
+    }
+
+    fn reload_conf(&self) -> Result<()> {
+        if self.gucs.config().dir().is_none() {
+            return Err(Error::user(
+                SqlState::OBJECT_NOT_IN_PREREQUISITE_STATE,
+                "this server has no configuration files to reload",
+            ));
+        }
+        // Errors in the files are logged and change nothing, as PostgreSQL's SIGHUP.
+        let _ = self.gucs.config().reload();
+        Ok(())
+    }
+}
+
+impl Session {
+    /// Starts a session. `config` is the server's live configuration; `options` are the
+    /// startup packet's settings (from `options=-c name=value` / PGOPTIONS, and other startup
+    /// parameters; `user`, `database` and `replication` are skipped).
+    ///
+    /// # Errors
+    /// 42704 unknown parameter, 22023/0A000 invalid value, 55P02 for settings that cannot
+    /// change per session.
+    pub fn new(
+        engine: Arc<dyn Engine>,
+        config: Arc<Config>,
+        options: &[(String, String)],
+    ) -> Result<Session> {
+        Ok(Session {
+            engine,
+            blk: TxnBlock::new(),
+            gucs: Gucs::new(config, options)?,
+            notices: Vec::new(),
+            cancel: Arc::new(AtomicBool::new(false)),
+            cache: PlanCache::default(),
+            parse_cache: literals::ParseCache::default(),
+            copy: None,
+            deadline: None,
+        })
+    }
+
+    /// Simple Query: runs each `;`-separated statement in order. Returns one result per statement
+    /// run; after the first error nothing more runs and the error is the last element. Outside a
+    /// transaction block a multi-statement string runs as one implicit transaction, as PostgreSQL
+    /// does.
+    pub fn simple_query(&mut self, sql: &str) -> Vec<Result<Output>> {
+        self.start_message();
+        let pieces = preparse::split_statements(sql);
+        if pieces.is_empty() {
+            return vec![Ok(Output::Empty)];
+        }
+        let mut parsed = Vec::with_capacity(pieces.len());
+        for p in &pieces {
+            match self.parse_simple(p) {
+                Ok(x) => parsed.push(x),
+                Err(e) => {
+                    self.blk.parse_error();
+                    return vec![Err(e)];
+                }
+            }
+        }
+        if parsed.len() > 1 {
+            self.blk.begin_implicit();
+        }
+        let mut out = Vec::with_capacity(parsed.len());
+        for p in &parsed {
+            let r = match p {
+                Parsed::Plan(plan) => self.run_plan(plan, &[]),
+                Parsed::Ast(stmt) => self.run_data(Work::Ast(stmt), &[]),
+            };
+            let stop = r.is_err() || matches!(r, Ok(Output::CopyIn { .. }));
+            out.push(r);
+            if stop {
+                break;
+            }
+        }
+        if self.blk.state() == Block::Implicit && self.copy.is_none() {
+            if let Err(e) = self.blk.commit(&mut self.gucs, &mut self.notices) {
+                out.push(Err(e));
+            }
+        }
+        out
+    }
+
+    /// What every message that runs a statement does first: forget a stale cancel, end an
+    /// abandoned COPY, take the server's reloaded settings.
+    fn start_message(&mut self) {
+        self.cancel.store(false, Ordering::Relaxed);
+        self.abandon_copy();
+        self.gucs.catch_up();
+    }
+
+    /// Parses one statement of a simple query, through the parse cache for statements that
+    /// differ only in their literals (`literals.rs`).
+    ///
+    /// # Errors
+    /// As [`parse_one`].
+    fn parse_simple(&mut self, sql: &str) -> Result<Parsed> {
+        if let Some(p) = preparse::preparse(sql)? {
+            return Ok(Parsed::Plan(Box::new(p)));
+        }
+        let Some((key, lits)) = literals::shape(sql) else {
+            return parse_one(sql);
+        };
+        if let Some(t) = self.parse_cache.get(&key) {
+            return Ok(Parsed::Ast(Box::new(t.instantiate(&lits))));
+        }
+        let parsed = parse_one(sql)?;
+        if let Parsed::Ast(stmt) = &parsed {
+            if let Some(t) = literals::Template::new((**stmt).clone(), &lits) {
+                self.parse_cache.put(key, t);
+            }
+        }
+        Ok(parsed)
+    }
+
+    /// Parse: parses and plans `sql`; `param_oids[i]` is the client's type for `$i+1`
+    /// (0 = unspecified: inferred from context). Cached by (text, param oids), so a repeated
+    /// Parse of the same text does not parse again.
+    ///
+    /// # Errors
+    /// 42601 syntax errors, 42P01/42703 unknown names, 0A000 unsupported features.
+    pub fn prepare(&mut self, sql: &str, param_oids: &[u32]) -> Result<Arc<Prepared>> {
+        let failed = self.blk.state() == Block::Failed;
+        if let Some(p) = self.cache.get(sql, param_oids) {
+            if failed && !is_exit(&p.plan.lock()) {
+                return Err(in_failed_block());
+            }
+            return Ok(p);
+        }
+        let pieces = preparse::split_statements(sql);
+        let parsed = match pieces.as_slice() {
+            [] => Parsed::Plan(Box::new(Plan::Empty)),
+            [one] => parse_one(one)?,
+            _ => {
+                return Err(Error::syntax(
+                    "cannot insert multiple commands into a prepared statement",
+                ))
+            }
+        };
+        let mut params = Vec::with_capacity(param_oids.len());
+        for &oid in param_oids {
+            params.push(type_from_oid(oid)?);
+        }
+        let (plan, stmt, params) = match parsed {
+            Parsed::Plan(p) => {
+                if failed && !is_exit(&p) {
+                    return Err(in_failed_block());
+                }
+                (*p, None, params)
+            }
+            Parsed::Ast(stmt) => {
+                if failed {
+                    return Err(in_failed_block());
+                }
+                let (plan, params) = self.plan_ast(&stmt, params)?;
+                (plan, Some(*stmt), params)
+            }
+        };
+        let prepared = Arc::new(Prepared {
+            sql: sql.to_string(),
+            param_types: params
+                .into_iter()
+                .map(|p| p.unwrap_or(DataType::Text))
+                .collect(),
+            columns: plan.columns(),
+            plan: Mutex::new(Arc::new(plan)),
+            stmt,
+        });
+        self.cache.put(param_oids, prepared.clone());
+        Ok(prepared)
+    }
+
+    /// Plans a statement in the current transaction, or in a throwaway one.
+    fn plan_ast(
+        &mut self,
+        stmt: &sqlparser::ast::Statement,
+        params: Vec<Option<DataType>>,
+    ) -> Result<(Plan, Vec<Option<DataType>>)> {
+        let engine = self.engine.clone();
+        let env = SessionEnv {
+            engine: &*engine,
+            gucs: &self.gucs,
+        };
+        let mut temp;
+        let txn: &mut dyn Transaction = match self.blk.txn() {
+            Some(t) => t,
+            None => {
+                temp = engine.begin(self.cancel.clone())?;
+                temp.new_statement();
+                &mut *temp
+            }
+        };
+        let mut planner = Planner {
+            txn,
+            env: &env,
+            params,
+        };
+        let plan = planner.plan(stmt)?;
+        Ok((plan, planner.params))
+    }
+
+    /// Execute: runs a prepared statement with parameter values (already converted to
+    /// `param_types`, NULL allowed). Outside a transaction block it autocommits.
+    ///
+    /// # Errors
+    /// Any statement error; in a transaction block the transaction becomes failed.
+    pub fn execute(&mut self, stmt: &Prepared, params: Vec<Value>) -> Result<Output> {
+        self.start_message();
+        if params.len() != stmt.param_types.len() {
+            return Err(Error::user(
+                SqlState::PROTOCOL_VIOLATION,
+                format!(
+                    "bind message supplies {} parameters, but prepared statement \"\" requires {}",
+                    params.len(),
+                    stmt.param_types.len()
+                ),
+            ));
+        }
+        let plan = stmt.plan.lock().clone();
+        if plan.table_deps().is_some() {
+            self.run_data(Work::Prepared(stmt, plan), &params)
+        } else {
+            self.run_plan(&plan, &params)
+        }
+    }
+
+    /// Feeds COPY data (any chunking of the text-format stream).
+    ///
+    /// # Errors
+    /// 22P04 malformed lines, conversion errors, constraint violations.
+    pub fn copy_data(&mut self, data: &[u8]) -> Result<()> {
+        let (Some(state), Some(txn)) = (self.copy.as_mut(), self.blk.txn()) else {
+            return Ok(());
+        };
+        if let Err(e) = state.feed(txn, data, &self.cancel) {
+            let autocommit = state.autocommit;
+            self.copy = None;
+            return self.finish_statement(Err(e), autocommit).map(|_| ());
+        }
+        Ok(())
+    }
+
+    /// Ends COPY successfully: returns `Command { tag: "COPY n" }`.
+    ///
+    /// # Errors
+    /// As for [`Session::copy_data`] (for a last line without newline); 08P01 if no COPY is in
+    /// progress.
+    pub fn copy_done(&mut self) -> Result<Output> {
+        let (Some(mut state), Some(txn)) = (self.copy.take(), self.blk.txn()) else {
+            return Err(Error::user(
+                SqlState::PROTOCOL_VIOLATION,
+                "COPY is not in progress",
+            ));
+        };
+        let r = state
+            .finish(txn)
+            .map(|_| command(format!("COPY {}", state.rows)));
+        self.finish_statement(r, state.autocommit)
+    }
+
+    /// Client sent CopyFail: abort the COPY and return the error to report (57014
+    /// "COPY from stdin failed: msg").
+    pub fn copy_fail(&mut self, msg: &str) -> Error {
+        let err = Error::new(
+            walnut_common::ErrorKind::Cancelled,
+            SqlState::QUERY_CANCELED,
+            format!("COPY from stdin failed: {msg}"),
+        );
+        match self.copy.take() {
+            Some(state) => match self.finish_statement(Err(err), state.autocommit) {
+                Err(e) => e,
+                Ok(_) => unreachable!("finish_statement passes errors through"),
+            },
+            None => err,
+        }
+    }
+
+    /// Extended-protocol Sync: ends an implicit transaction (commits if it succeeded).
+    ///
+    /// # Errors
+    /// Commit errors.
+    pub fn sync(&mut self) -> Result<()> {
+        let implicit = self.blk.state() == Block::Implicit
+            || (self.blk.state() == Block::Idle && self.blk.has_txn() && self.copy.is_none());
+        if implicit {
+            return self.blk.commit(&mut self.gucs, &mut self.notices);
+        }
+        Ok(())
+    }
+
+    /// Transaction status for ReadyForQuery.
+    pub fn txn_status(&self) -> TxnStatus {
+        self.blk.status()
+    }
+
+    /// Notices produced since the last call, those below `client_min_messages` left out.
+    pub fn take_notices(&mut self) -> Vec<Notice> {
+        let mut notices = std::mem::take(&mut self.notices);
+        notices.retain(|n| self.gucs.sends(n));
+        notices
+    }
+
+    /// Flag the front end sets on a CancelRequest for this session; the running statement
+    /// stops with 57014 at its next check.
+    pub fn cancel_flag(&self) -> Arc<AtomicBool> {
+        self.cancel.clone()
+    }
+
+    /// ParameterStatus values to send after authentication: the parameters PostgreSQL reports
+    /// (`crate::guc::REPORTED`), with this session's values.
+    pub fn startup_parameters(&self) -> Vec<(String, String)> {
+        crate::guc::REPORTED
+            .iter()
+            .map(|d| (d.name.to_string(), self.gucs.show(d)))
+            .collect()
+    }
+
+    /// Called when the client disconnects: rolls back any open transaction.
+    pub fn terminate(&mut self) {
+        self.copy = None;
+        self.blk.abort(&mut self.gucs);
+    }
+
+    /// A new command while a COPY was still open (the front end never ended it): the COPY
+    /// fails as if the client had sent CopyFail.
+    fn abandon_copy(&mut self) {
+        if self.copy.is_some() {
+            let _ = self.copy_fail("COPY was not ended");
+        }
+    }
+
+    fn finish_statement(&mut self, r: Result<Output>, autocommit: bool) -> Result<Output> {
+        let copy_open = self.copy.is_some();
+        self.blk.finish_statement(
+            r,
+            autocommit,
+            copy_open,
+            &mut self.gucs,
+            &mut self.notices,
+            &self.cancel,
+        )
+    }
+
+    /// Runs a statement that needs no catalog-dependent plan (utility, transaction control, or
+    /// a freshly planned one).
+    fn run_plan(&mut self, plan: &Plan, params: &[Value]) -> Result<Output> {
+        match plan {
+            Plan::Begin => {
+                return self
+                    .blk
+                    .begin(&*self.engine, &self.cancel, &mut self.notices)
+            }
+            Plan::Commit => return self.blk.commit_command(&mut self.gucs, &mut self.notices),
+            Plan::Rollback => {
+                return Ok(self.blk.rollback_command(&mut self.gucs, &mut self.notices))
+            }
+            _ => {}
+        }
+        if self.blk.state() == Block::Failed {
+            return Err(in_failed_block());
+        }
+        match plan {
+            Plan::Empty => Ok(Output::Empty),
+            Plan::Set { name, value, local } => self.do_set(name, value.as_deref(), *local),
+            Plan::SetNoop => Ok(command("SET")),
+            Plan::Reset { name } => self.do_reset(name.as_deref()),
+            Plan::Show { name } => self.do_show(name.as_deref()),
+            Plan::AlterSystem { name, value } => self.do_alter_system(name, value.as_deref()),
+            Plan::Checkpoint => {
+                self.engine.checkpoint()?;
+                Ok(command("CHECKPOINT"))
+            }
+            Plan::Vacuum { analyze_only } => {
+                if *analyze_only {
+                    return Ok(command("ANALYZE"));
+                }
+                if self.blk.in_block() {
+                    let e = Error::user(
+                        SqlState::ACTIVE_SQL_TRANSACTION,
+                        "VACUUM cannot run inside a transaction block",
+                    );
+                    return self.finish_statement(Err(e), false);
+                }
+                Ok(command("VACUUM"))
+            }
+            Plan::Copy(cp) => self.start_copy(cp),
+            _ => self.run_data(Work::Planned(plan), params),
+        }
+    }
+
+    fn do_set(&mut self, name: &str, value: Option<&str>, local: bool) -> Result<Output> {
+        let r = (|| {
+            let def = self.gucs.registry().lookup(name)?;
+            check_settable(def)?;
+            let value = value.map(|v| def.parse(v)).transpose()?;
+            Ok((def, value))
+        })();
+        let (def, value) = match r {
+            Ok(x) => x,
+            Err(e) => return self.finish_statement(Err(e), false),
+        };
+        if local && !self.blk.in_block() {
+            self.notices.push(Notice {
+                severity: "WARNING",
+                sqlstate: SqlState::NO_ACTIVE_SQL_TRANSACTION,
+                message: "SET LOCAL can only be used in transaction blocks".into(),
+            });
+            return Ok(command("SET"));
+        }
+        let in_txn = self.blk.in_block();
+        self.gucs.set(def, value, local, in_txn);
+        Ok(command("SET"))
+    }
+
+    fn do_reset(&mut self, name: Option<&str>) -> Result<Output> {
+        let in_txn = self.blk.in_block();
+        match name {
+            None => {
+                for d in self.gucs.user_params() {
+                    self.gucs.set(d, None, false, in_txn);
+                }
+            }
+            Some(n) => {
+                let def = match self
+                    .gucs
+                    .registry()
+                    .lookup(n)
+                    .and_then(|d| check_settable(d).map(|_| d))
+                {
+                    Ok(d) => d,
+                    Err(e) => return self.finish_statement(Err(e), false),
+                };
+                self.gucs.set(def, None, false, in_txn);
+            }
+        }
+        Ok(command("RESET"))
+    }
+
+    fn do_show(&mut self, name: Option<&str>) -> Result<Output> {
+        match name {
+            Some(n) => {
+                let def = match self.gucs.registry().lookup(n) {
+                    Ok(d) => d,
+                    Err(e) => return self.finish_statement(Err(e), false),
+                };
+                let columns = Arc::new(vec![ColumnDesc {
+                    name: def.name.to_string(),
+                    ty: DataType::Text,
+                }]);
+                Ok(Output::Rows {
+                    columns,
+                    rows: vec![vec![Value::Text(self.gucs.show(def))]],
+                    tag: "SHOW".into(),
+                })
+            }
+            None => {
+                let rows = self
+                    .gucs
+                    .registry()
+                    .iter()
+                    .map(|d| {
+                        vec![
+                            Value::Text(d.name.to_string()),
+                            Value::Text(self.gucs.show(d)),
+                            Value::Text(d.description.to_string()),
+                        ]
+                    })
+                    .collect();
+                Ok(Output::Rows {
+                    columns: crate::plan::show_all_columns(),
+                    rows,
+                    tag: "SHOW".into(),
+                })
+            }
+        }
+    }
+
+    /// ALTER SYSTEM: rewrites the server's `walnut.auto.conf`; never in a transaction block.
+    fn do_alter_system(&mut self, name: &str, value: Option<&str>) -> Result<Output> {
+        let r = if self.blk.in_block() {
+            Err(Error::user(
+                SqlState::ACTIVE_SQL_TRANSACTION,
+                "ALTER SYSTEM cannot run inside a transaction block",
+            ))
+        } else {
+            self.gucs.config().alter_system(name, value)
+        };
+        match r {
+            Ok(()) => Ok(command("ALTER SYSTEM")),
+            Err(e) => self.finish_statement(Err(e), false),
+        }
+    }
+
+    fn start_copy(&mut self, cp: &CopyPlan) -> Result<Output> {
+        let autocommit = self.blk.state() != Block::Explicit;
+        if let Err(e) = self.blk.ensure(&*self.engine, &self.cancel) {
+            return self.finish_statement(Err(e), autocommit);
+        }
+        let txn = self.blk.txn().expect("ensured");
+        txn.new_statement();
+        match CopyState::start(txn, cp, autocommit) {
+            Ok(state) => {
+                let columns = state.targets.len();
+                self.copy = Some(state);
+                Ok(Output::CopyIn { columns })
+            }
+            Err(e) => self.finish_statement(Err(e), autocommit),
+        }
+    }
+
+    /// Runs a catalog-dependent statement in the transaction (begun if needed), autocommitting
+    /// outside a block.
+    fn run_data(&mut self, work: Work<'_>, params: &[Value]) -> Result<Output> {
+        if self.blk.state() == Block::Failed {
+            return Err(in_failed_block());
+        }
+        let autocommit = self.blk.state() == Block::Idle;
+        if let Err(e) = self.blk.ensure(&*self.engine, &self.cancel) {
+            return self.finish_statement(Err(e), autocommit);
+        }
+        let mut txn = self.blk.take().expect("ensured");
+        txn.new_statement();
+        self.deadline = match self.gucs.statement_timeout_ms {
+            0 => None,
+            ms => Some(std::time::Instant::now() + std::time::Duration::from_millis(ms)),
+        };
+        let r = self.plan_and_run(&mut *txn, work, params);
+        self.blk.put(txn);
+        self.finish_statement(r, autocommit)
+    }
+
+    /// Plans (if needed) and executes one statement: the seam between the planner and the
+    /// executor.
+    fn plan_and_run(
+        &mut self,
+        txn: &mut dyn Transaction,
+        work: Work<'_>,
+        params: &[Value],
+    ) -> Result<Output> {
+        let engine = self.engine.clone();
+        let env = SessionEnv {
+            engine: &*engine,
+            gucs: &self.gucs,
+        };
+        let plan: Arc<Plan> = match work {
+            Work::Ast(stmt) => {
+                let mut planner = Planner {
+                    txn: &mut *txn,
+                    env: &env,
+                    params: Vec::new(),
+                };
+                let plan = planner.plan(stmt)?;
+                if !planner.params.is_empty() {
+                    return Err(Error::user(
+                        SqlState::UNDEFINED_PARAMETER,
+                        "there is no parameter $1",
+                    ));
+                }
+                Arc::new(plan)
+            }
+            Work::Prepared(p, plan) => plan_cache::validated_plan(txn, &env, p, plan)?,
+            Work::Planned(plan) => {
+                let ec = ExecCtx {
+                    params,
+                    now: self.blk.start(),
+                    cancel: &self.cancel,
+                    env: &env,
+                    deadline: self.deadline,
+                };
+                return exec::execute(txn, plan, &ec, &mut self.notices);
+            }
+        };
+        let ec = ExecCtx {
+            params,
+            now: self.blk.start(),
+            cancel: &self.cancel,
+            env: &env,
+            deadline: self.deadline,
+        };
+        exec::execute(txn, &plan, &ec, &mut self.notices)
+    }
+}
+
+/// What [`Session::run_data`] runs.
+enum Work<'a> {
+    /// Plan now, in the statement's transaction.
+    Ast(&'a sqlparser::ast::Statement),
+    /// A prepared statement and its current plan; re-planned if its table changed.
+    Prepared(&'a Prepared, Arc<Plan>),
+    /// An already planned statement (DDL).
+    Planned(&'a Plan),
+}
+
+/// ROLLBACK and COMMIT may run in a failed block.
+fn is_exit(p: &Plan) -> bool {
+    matches!(p, Plan::Commit | Plan::Rollback)
+}
+
+// The front end moves sessions between threads and shares prepared statements.
+const _: fn() = || {
+    fn send<T: Send>() {}
+    fn send_sync<T: Send + Sync>() {}
+    send::<Session>();
+    send_sync::<Prepared>();
+};

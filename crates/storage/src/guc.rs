@@ -1,0 +1,179 @@
+//! The configuration parameters the storage engine reads (PostgreSQL's names). [`GUCS`] lists
+//! them for the server's registry; [`crate::StorageConfig::from_settings`] reads them.
+
+use walnut_common::guc::{int, Context, GucDef, Kind, Unit, Val, INT_MAX};
+use walnut_common::{Error, Result, SqlState};
+
+/// `shared_buffers`, 8 kB pages: the buffer pool's size.
+pub static SHARED_BUFFERS: GucDef = GucDef {
+    name: "shared_buffers",
+    kind: int(16, INT_MAX / 2, Unit::Blocks),
+    default: "128MB",
+    context: Context::Postmaster,
+    category: "Resource Usage / Memory",
+    description: "Sets the number of shared memory buffers used by the server.",
+    check: None,
+};
+
+/// `checkpoint_timeout`, seconds: the longest time between automatic checkpoints.
+pub static CHECKPOINT_TIMEOUT: GucDef = GucDef {
+    name: "checkpoint_timeout",
+    kind: int(30, 86400, Unit::S),
+    default: "5min",
+    context: Context::Sighup,
+    category: "Write-Ahead Log / Checkpoints",
+    description: "Sets the maximum time between automatic WAL checkpoints.",
+    check: None,
+};
+
+/// `max_wal_size`, MB: a checkpoint starts when the WAL since the last redo point exceeds half.
+pub static MAX_WAL_SIZE: GucDef = GucDef {
+    name: "max_wal_size",
+    kind: int(2, INT_MAX, Unit::Mb),
+    default: "1GB",
+    context: Context::Sighup,
+    category: "Write-Ahead Log / Checkpoints",
+    description: "Sets the WAL size that triggers a checkpoint.",
+    check: None,
+};
+
+/// `full_page_writes`: log a page's image at its first change after a checkpoint.
+pub static FULL_PAGE_WRITES: GucDef = GucDef {
+    name: "full_page_writes",
+    kind: Kind::Bool,
+    default: "on",
+    context: Context::Postmaster,
+    category: "Write-Ahead Log / Settings",
+    description: "Writes full pages to WAL when first modified after a checkpoint.",
+    check: None,
+};
+
+/// `io_direct`: which files use O_DIRECT (see [`IoDirect`]).
+pub static IO_DIRECT: GucDef = GucDef {
+    name: "io_direct",
+    kind: Kind::Str,
+    default: "",
+    context: Context::Postmaster,
+    category: "Resource Usage / I/O",
+    description: "Use direct I/O for file access: a list of wal and wal_init.",
+    check: Some(check_io_direct),
+};
+
+/// `fsync`: walnut always makes its writes durable; `off` is refused.
+pub static FSYNC: GucDef = GucDef {
+    name: "fsync",
+    kind: Kind::Bool,
+    default: "on",
+    context: Context::Sighup,
+    category: "Write-Ahead Log / Settings",
+    description: "Forces synchronization of updates to disk (walnut: always on).",
+    check: Some(check_fsync),
+};
+
+/// Every parameter of this crate.
+pub static GUCS: &[&GucDef] = &[
+    &CHECKPOINT_TIMEOUT,
+    &FSYNC,
+    &FULL_PAGE_WRITES,
+    &IO_DIRECT,
+    &MAX_WAL_SIZE,
+    &SHARED_BUFFERS,
+];
+
+fn check_fsync(v: Val) -> Result<Val> {
+    if v == Val::Bool(false) {
+        return Err(Error::user(
+            SqlState::FEATURE_NOT_SUPPORTED,
+            "fsync = off is not supported: walnut does not run without durable writes",
+        )
+        .with_detail(
+            "synchronous_commit = off trades the durability of the latest commits for speed \
+             without risking corruption.",
+        ));
+    }
+    Ok(v)
+}
+
+/// What `io_direct` asks for.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct IoDirect {
+    /// `wal`: WAL segments are written with O_DIRECT.
+    pub wal: bool,
+    /// `wal_init`: new WAL segments are zero-filled with O_DIRECT.
+    pub wal_init: bool,
+}
+
+impl IoDirect {
+    /// Parses `io_direct` (PostgreSQL's `debug_io_direct`): a comma-separated list of `data`,
+    /// `wal` and `wal_init`, or empty.
+    ///
+    /// # Errors
+    /// 22023 for an unknown item; 0A000 for `data`, which walnut does not support yet.
+    pub fn parse(v: &str) -> Result<IoDirect> {
+        let mut r = IoDirect::default();
+        let v = v.trim().trim_matches('\'');
+        for item in v.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+            match item.to_ascii_lowercase().as_str() {
+                "wal" => r.wal = true,
+                "wal_init" => r.wal_init = true,
+                "data" => {
+                    return Err(Error::user(
+                        SqlState::FEATURE_NOT_SUPPORTED,
+                        "io_direct = data is not supported yet; use wal, wal_init",
+                    ))
+                }
+                _ => {
+                    return Err(Error::user(
+                        SqlState::INVALID_PARAMETER_VALUE,
+                        format!("invalid value for parameter \"io_direct\": \"{v}\""),
+                    )
+                    .with_detail(format!("Unrecognized key word: \"{item}\".")))
+                }
+            }
+        }
+        Ok(r)
+    }
+}
+
+fn check_io_direct(v: Val) -> Result<Val> {
+    if let Val::Str(s) = &v {
+        IoDirect::parse(s)?;
+    }
+    Ok(v)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_default_parses() {
+        for d in GUCS {
+            d.default_value();
+        }
+    }
+
+    #[test]
+    fn io_direct_and_fsync_refuse_what_walnut_cannot_do() {
+        assert_eq!(
+            IoDirect::parse("wal, wal_init").unwrap(),
+            IoDirect {
+                wal: true,
+                wal_init: true
+            }
+        );
+        assert_eq!(
+            IO_DIRECT.parse("data").unwrap_err().sqlstate,
+            SqlState::FEATURE_NOT_SUPPORTED
+        );
+        assert_eq!(
+            IO_DIRECT.parse("wal,bogus").unwrap_err().sqlstate,
+            SqlState::INVALID_PARAMETER_VALUE
+        );
+        assert_eq!(
+            FSYNC.parse("off").unwrap_err().sqlstate,
+            SqlState::FEATURE_NOT_SUPPORTED
+        );
+        assert_eq!(FSYNC.parse("on").unwrap(), Val::Bool(true));
+    }
+}

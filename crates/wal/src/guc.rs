@@ -1,0 +1,154 @@
+//! The configuration parameters the WAL reads (PostgreSQL's names; `group_commit` and
+//! `wal_sync_range` are walnut's). [`GUCS`] lists them for the server's registry.
+
+use walnut_common::guc::{int, Context, GucDef, Kind, Unit};
+
+const WAL_SETTINGS: &str = "Write-Ahead Log / Settings";
+
+/// `synchronous_commit`: how long a commit waits (see [`crate::SynchronousCommit`]).
+pub static SYNCHRONOUS_COMMIT: GucDef = GucDef {
+    name: "synchronous_commit",
+    kind: Kind::Enum(&["on", "off", "local", "remote_write", "remote_apply"]),
+    default: "on",
+    context: Context::User,
+    category: WAL_SETTINGS,
+    description: "Sets the current transaction's synchronization level.",
+    check: None,
+};
+
+/// `commit_delay`, µs: see [`crate::CommitOpts::commit_delay_us`].
+pub static COMMIT_DELAY: GucDef = GucDef {
+    name: "commit_delay",
+    kind: int(0, 100_000, Unit::None),
+    default: "0",
+    context: Context::User,
+    category: WAL_SETTINGS,
+    description:
+        "Sets the delay in microseconds between transaction commit and flushing WAL to disk.",
+    check: None,
+};
+
+/// `commit_siblings`: see [`crate::CommitOpts::commit_siblings`].
+pub static COMMIT_SIBLINGS: GucDef = GucDef {
+    name: "commit_siblings",
+    kind: int(0, 1000, Unit::None),
+    default: "5",
+    context: Context::User,
+    category: WAL_SETTINGS,
+    description: "Sets the minimum number of concurrent open transactions required before performing commit_delay.",
+    check: None,
+};
+
+/// `group_commit` (walnut): [`crate::GroupCommitMode`].
+pub static GROUP_COMMIT: GucDef = GucDef {
+    name: "group_commit",
+    kind: Kind::Enum(&["adaptive", "fixed"]),
+    default: "adaptive",
+    context: Context::Postmaster,
+    category: WAL_SETTINGS,
+    description: "Selects walnut's group commit policy: adaptive (no tuning) or fixed (commit_delay and commit_siblings, as PostgreSQL).",
+    check: None,
+};
+
+/// `wal_buffers`, 8 kB pages; -1 chooses 1/32 of `shared_buffers` (see
+/// [`crate::WalConfig::buffers_for`]).
+pub static WAL_BUFFERS: GucDef = GucDef {
+    name: "wal_buffers",
+    kind: int(-1, 262_143, Unit::Blocks),
+    default: "-1",
+    context: Context::Postmaster,
+    category: WAL_SETTINGS,
+    description: "Sets the number of disk-page buffers in shared memory for WAL.",
+    check: None,
+};
+
+/// `wal_init_zero`: [`crate::WalConfig::init_zero`].
+pub static WAL_INIT_ZERO: GucDef = GucDef {
+    name: "wal_init_zero",
+    kind: Kind::Bool,
+    default: "on",
+    context: Context::Sighup,
+    category: WAL_SETTINGS,
+    description: "Writes zeroes to new WAL files before first use.",
+    check: None,
+};
+
+/// `wal_recycle`: [`crate::WalConfig::recycle`].
+pub static WAL_RECYCLE: GucDef = GucDef {
+    name: "wal_recycle",
+    kind: Kind::Bool,
+    default: "on",
+    context: Context::Sighup,
+    category: WAL_SETTINGS,
+    description: "Recycles WAL files by renaming them.",
+    check: None,
+};
+
+/// `wal_sync_method`: [`crate::SyncMethod`]. Unset, the server chooses it at start-up.
+pub static WAL_SYNC_METHOD: GucDef = GucDef {
+    name: "wal_sync_method",
+    kind: Kind::Enum(&["fdatasync", "fsync", "open_sync", "open_datasync"]),
+    default: "fdatasync",
+    context: Context::Postmaster,
+    category: WAL_SETTINGS,
+    description: "Selects the method used for forcing WAL updates to disk.",
+    check: None,
+};
+
+/// `wal_sync_range` (walnut): [`crate::WalConfig::sync_range`].
+pub static WAL_SYNC_RANGE: GucDef = GucDef {
+    name: "wal_sync_range",
+    kind: Kind::Bool,
+    default: "on",
+    context: Context::Postmaster,
+    category: WAL_SETTINGS,
+    description: "With fdatasync, makes WAL durable by writing back the written range and flushing the disk cache, where the file system allows it.",
+    check: None,
+};
+
+/// `wal_writer_delay`, ms: how often the WAL writer flushes.
+pub static WAL_WRITER_DELAY: GucDef = GucDef {
+    name: "wal_writer_delay",
+    kind: int(1, 10_000, Unit::Ms),
+    default: "200ms",
+    context: Context::Sighup,
+    category: WAL_SETTINGS,
+    description: "Time between WAL flushes performed in the WAL writer.",
+    check: None,
+};
+
+/// `wal_level`: walnut writes what `replica` needs, always; the other levels are refused.
+pub static WAL_LEVEL: GucDef = GucDef {
+    name: "wal_level",
+    kind: Kind::Enum(&["replica"]),
+    default: "replica",
+    context: Context::Postmaster,
+    category: WAL_SETTINGS,
+    description: "Sets the level of information written to the WAL (walnut: replica only).",
+    check: None,
+};
+
+/// Every parameter of this crate.
+pub static GUCS: &[&GucDef] = &[
+    &COMMIT_DELAY,
+    &COMMIT_SIBLINGS,
+    &GROUP_COMMIT,
+    &SYNCHRONOUS_COMMIT,
+    &WAL_BUFFERS,
+    &WAL_INIT_ZERO,
+    &WAL_LEVEL,
+    &WAL_RECYCLE,
+    &WAL_SYNC_METHOD,
+    &WAL_SYNC_RANGE,
+    &WAL_WRITER_DELAY,
+];
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn every_default_parses() {
+        for d in super::GUCS {
+            d.default_value();
+        }
+    }
+}
