@@ -39,11 +39,11 @@ pub const MAX_LINE_POINTERS: usize = (BLCKSZ - PAGE_HEADER_SIZE) / (LINE_POINTER
 
 // Offsets and lengths are u16 fields, and `special` may be BLCKSZ itself.
 const _: () = assert!(BLCKSZ <= u16::MAX as usize);
-const _: () = assert!(BLCKSZ % 4096 == 0);
+const _: () = assert!(BLCKSZ.is_multiple_of(4096));
 // The line-pointer array starts right after the header, on a line-pointer boundary.
-const _: () = assert!(PAGE_HEADER_SIZE % LINE_POINTER_SIZE == 0);
-// Every page kind has room for its header, its trailer and at least one line pointer and item.
-const _: () = assert!(PAGE_HEADER_SIZE + BTREE_SPECIAL_SIZE + LINE_POINTER_SIZE + 1 <= BLCKSZ);
+const _: () = assert!(PAGE_HEADER_SIZE.is_multiple_of(LINE_POINTER_SIZE));
+// Every page kind has room for its header, its trailer, a line pointer and a (non-empty) item.
+const _: () = assert!(PAGE_HEADER_SIZE + BTREE_SPECIAL_SIZE + LINE_POINTER_SIZE < BLCKSZ);
 // Slots are 1-based u16s in TIDs and WAL records: the last one fits.
 const _: () = assert!(MAX_LINE_POINTERS < u16::MAX as usize);
 
@@ -89,7 +89,7 @@ fn assert_bounds(p: &PageBuf) {
         "page header bounds broken: lower {lower}, upper {upper}, special {special}"
     );
     assert!(
-        (lower - PAGE_HEADER_SIZE) % LINE_POINTER_SIZE == 0,
+        (lower - PAGE_HEADER_SIZE).is_multiple_of(LINE_POINTER_SIZE),
         "page lower {lower} is not at a line-pointer boundary"
     );
 }
@@ -190,7 +190,7 @@ pub fn check_header(p: &PageBuf) -> Result<()> {
         )));
     }
     if lower < PAGE_HEADER_SIZE
-        || (lower - PAGE_HEADER_SIZE) % LINE_POINTER_SIZE != 0
+        || !(lower - PAGE_HEADER_SIZE).is_multiple_of(LINE_POINTER_SIZE)
         || lower > upper
         || upper > special
         || special > BLCKSZ
