@@ -82,6 +82,7 @@ fn bounds(p: &PageBuf) -> (usize, usize, usize) {
 
 /// Asserts the header bounds of an initialized page in memory (one that walnut built, or that
 /// passed [`check_header`] when it was read). O(1).
+#[inline]
 fn assert_bounds(p: &PageBuf) {
     let (lower, upper, special) = bounds(p);
     assert!(
@@ -287,46 +288,39 @@ pub fn fits(p: &PageBuf, len: usize) -> bool {
 /// The caller checked [`fits`]; adding to a full page is a bug (asserted).
 pub fn add_item(p: &mut PageBuf, pos: usize, data: &[u8]) -> usize {
     assert_bounds(p);
-    let n = slot_count(p);
+    let (lower, upper, special) = bounds(p);
+    let n = (lower - PAGE_HEADER_SIZE) / LINE_POINTER_SIZE;
     assert!(pos <= n, "line pointer index {pos} beyond {n}");
     assert!(!data.is_empty(), "empty item");
-    let free = free_space(p);
     assert!(
-        fits(p, data.len()),
+        upper - lower >= data.len() + LINE_POINTER_SIZE,
         "item of {} bytes does not fit",
         data.len()
     );
-    let upper = rd16(p, 16) as usize - data.len();
-    // After `fits`: the new item ends above the grown line-pointer array.
+    // The free-space arithmetic: the grown line-pointer array ends at or before the new item.
+    let (lower_new, upper_new) = (lower + LINE_POINTER_SIZE, upper - data.len());
     assert!(
-        PAGE_HEADER_SIZE + (n + 1) * LINE_POINTER_SIZE <= upper,
-        "item at {upper} overlaps line pointer {n}"
+        lower_new <= upper_new,
+        "item at {upper_new} overlaps line pointer {n}"
     );
-    p[upper..upper + data.len()].copy_from_slice(data);
+    p[upper_new..upper].copy_from_slice(data);
     if pos < n {
         let from = PAGE_HEADER_SIZE + pos * LINE_POINTER_SIZE;
-        let to = PAGE_HEADER_SIZE + n * LINE_POINTER_SIZE;
-        p.copy_within(from..to, from + LINE_POINTER_SIZE);
+        p.copy_within(from..lower, from + LINE_POINTER_SIZE);
     }
-    set_line_pointer(p, pos, upper, data.len());
-    wr16(p, 16, upper as u16);
-    wr16(
-        p,
-        14,
-        (PAGE_HEADER_SIZE + (n + 1) * LINE_POINTER_SIZE) as u16,
+    set_line_pointer(p, pos, upper_new, data.len());
+    wr16(p, 16, upper_new as u16);
+    wr16(p, 14, lower_new as u16);
+    // Read back what was written: the header (so its bounds hold) and the new line pointer.
+    assert_eq!(
+        bounds(p),
+        (lower_new, upper_new, special),
+        "page header after adding an item"
     );
-    // Read back what was written: bounds, the new line pointer, the free-space arithmetic.
-    assert_bounds(p);
-    assert_eq!(slot_count(p), n + 1, "line pointer count after adding one");
     assert_eq!(
         line_pointer(p, pos),
-        (upper, data.len()),
+        (upper_new, data.len()),
         "line pointer {pos} after adding it"
-    );
-    assert_eq!(
-        free_space(p) + data.len() + LINE_POINTER_SIZE,
-        free,
-        "free space after adding an item"
     );
     pos
 }
