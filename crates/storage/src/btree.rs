@@ -27,6 +27,18 @@
 //! - `SET_TID`: block 0 = leaf; data = u16 line-pointer index, 6-byte TID.
 //! - `SMO`: full-page images of every page a split changed (and new pages, `will_init`).
 //! - `NEWPAGE`: full-page image of one page written by an index build.
+//!
+//! Invariants, asserted (on in release builds) where this module writes a page, at O(1) cost
+//! around the changed slot: after a leaf or parent insert, the new key sorts strictly between
+//! its neighbours and below the page's high key; a split cuts between two items (both halves
+//! non-empty), every key of the left half stays below its new high key (the separator) and
+//! every key of the right half below the old high key, the halves link to each other and to
+//! the old right sibling, and keep the level of the page split; a parent is one level above
+//! its children; a TID written into a leaf is valid and reads back. What these rest on is read
+//! from pages (from disk), so it is checked first with a corruption error instead: levels
+//! along the descent, the key against the leaf's high key, the split page's items in order
+//! below its high key, the right sibling's left link, the parent's downlink to the split page
+//! (XX002), and malformed or missing items (XX001). Redo checks its records the same way.
 
 use crate::bufpool::ReadMode;
 use crate::page::{self, PageBuf, PageKind};
@@ -34,7 +46,7 @@ use crate::smgr::Relation;
 use crate::Storage;
 use std::ops::Bound;
 use std::sync::atomic::Ordering;
-use walnut_common::{BlockNumber, Error, Result, SqlState, Tid, Xid, BLCKSZ};
+use walnut_common::{BlockNumber, Error, RelFileId, Result, SqlState, Tid, Xid, BLCKSZ};
 use walnut_wal::{BlockRef, Record, RmgrId, RECORD_MULTI_BLOCK_ATOMIC};
 
 /// B-tree resource manager id.
@@ -48,12 +60,35 @@ pub const BTREE_SMO: u8 = 0x20;
 /// Page written by an index build, image.
 pub const BTREE_NEWPAGE: u8 = 0x30;
 
-const SPECIAL_SIZE: usize = 16;
+const SPECIAL_SIZE: usize = page::BTREE_SPECIAL_SIZE;
 const NONE: u32 = u32::MAX;
 /// Longest key, bytes (PostgreSQL's limit is about a third of a page).
 pub const MAX_KEY_SIZE: usize = 2000;
 /// Leaf fill during builds, percent (PostgreSQL's default B-tree fillfactor is 90).
 const BUILD_FILL: usize = 90;
+/// Most levels a descent follows (and so the highest root level plus one).
+const MAX_DEPTH: usize = 64;
+/// Largest item: u16 key length, key, TID (a leaf's; a downlink's 4-byte block is smaller).
+const MAX_ITEM_SIZE: usize = 2 + MAX_KEY_SIZE + Tid::SIZE;
+
+// The trailer: right link, left link, level, flags, reserved.
+const _: () = assert!(4 + 4 + 2 + 2 + 4 == SPECIAL_SIZE);
+// Key lengths are u16 item fields; downlinks are no larger than leaf items.
+const _: () = assert!(MAX_KEY_SIZE <= u16::MAX as usize);
+const _: () = assert!(4 <= Tid::SIZE);
+// A page holding one item and a high key has room for one more item of the largest size, so
+// a full page has at least two items to split between, and splitting (then retrying) ends.
+const _: () = assert!(
+    page::PAGE_HEADER_SIZE
+        + SPECIAL_SIZE
+        + 3 * page::LINE_POINTER_SIZE
+        + (2 + MAX_KEY_SIZE)
+        + 2 * MAX_ITEM_SIZE
+        <= BLCKSZ
+);
+const _: () = assert!(BUILD_FILL > 0 && BUILD_FILL <= 100);
+// The meta page's root block and level lie below its (empty) line-pointer array's end.
+const _: () = assert!(page::PAGE_HEADER_SIZE + 8 <= BLCKSZ);
 
 fn special(p: &PageBuf) -> usize {
     page::special_offset(p)
@@ -140,6 +175,99 @@ fn tid_at(p: &PageBuf, i: usize) -> Result<Tid> {
     Tid::from_bytes(v).ok_or_else(|| Error::corruption("B-tree leaf TID is malformed"))
 }
 
+/// A corruption error about index `rel` (XX002): its pages disagree with each other.
+fn index_corrupted(rel: RelFileId, block: BlockNumber, what: impl std::fmt::Display) -> Error {
+    Error::new(
+        walnut_common::ErrorKind::Corruption,
+        SqlState::INDEX_CORRUPTED,
+        format!("block {} of index base/{}: {what}", block.0, rel.0),
+    )
+}
+
+/// The data items (line pointers 1..) of a page read from disk, copied.
+///
+/// # Errors
+/// Corruption (XX001) if a line pointer is unused.
+fn data_items(p: &PageBuf) -> Result<Vec<Vec<u8>>> {
+    (1..page::slot_count(p))
+        .map(|i| {
+            page::item(p, i)
+                .map(<[u8]>::to_vec)
+                .ok_or_else(|| Error::corruption(format!("B-tree line pointer {i} is unused")))
+        })
+        .collect()
+}
+
+/// Checks, before inserting `key` at line pointer `pos` of page `p` (read from disk), that it
+/// will sort strictly between its neighbours-to-be and below the page's high key. O(1).
+///
+/// # Errors
+/// Index corruption (XX002) if not; corruption (XX001) if a neighbour is malformed.
+fn check_insert_position(
+    rel: RelFileId,
+    block: BlockNumber,
+    p: &PageBuf,
+    pos: usize,
+    key: &[u8],
+) -> Result<()> {
+    let n = page::slot_count(p);
+    if pos == 0 || pos > n {
+        return Err(Error::corruption(format!(
+            "B-tree insert at line pointer {pos} of {n}"
+        )));
+    }
+    if pos > 1 && key_at(p, pos - 1)? >= key {
+        return Err(index_corrupted(
+            rel,
+            block,
+            "the key to insert is not above its left neighbour",
+        ));
+    }
+    if pos < n && key_at(p, pos)? <= key {
+        return Err(index_corrupted(
+            rel,
+            block,
+            "the key to insert is not below its right neighbour",
+        ));
+    }
+    let high = high_key(p)?;
+    if !high.is_empty() && key >= high {
+        return Err(index_corrupted(
+            rel,
+            block,
+            "the key to insert is not below the page's high key",
+        ));
+    }
+    Ok(())
+}
+
+/// Asserts, after an insert at line pointer `pos` that [`check_insert_position`] allowed, that
+/// the key there sorts strictly between its neighbours and below the high key. O(1).
+fn assert_in_order_at(p: &PageBuf, pos: usize) {
+    let n = page::slot_count(p);
+    assert!(pos >= 1 && pos < n, "B-tree item {pos} of {n}");
+    let key = key_at(p, pos).expect("the item just inserted parses");
+    if pos > 1 {
+        let left = key_at(p, pos - 1).expect("checked before the insert");
+        assert!(
+            left < key,
+            "B-tree key at {pos} not above its left neighbour"
+        );
+    }
+    if pos + 1 < n {
+        let right = key_at(p, pos + 1).expect("checked before the insert");
+        assert!(
+            key < right,
+            "B-tree key at {pos} not below its right neighbour"
+        );
+    }
+    let high = high_key(p).expect("checked before the insert");
+    assert!(
+        high.is_empty() || key < high,
+        "B-tree key at {pos} not below the high key"
+    );
+}
+
 /// Index of the first data item (>= 1) whose key is >= `key` (n if none).
 fn lower_bound(p: &PageBuf, key: &[u8]) -> Result<usize> {
     let (mut lo, mut hi) = (1, page::slot_count(p));
@@ -198,7 +326,8 @@ fn root(st: &Storage, rel: &Relation) -> Result<BlockNumber> {
 fn descend(st: &Storage, rel: &Relation, key: &[u8]) -> Result<(BlockNumber, Vec<BlockNumber>)> {
     let mut block = root(st, rel)?;
     let mut path = Vec::new();
-    for _ in 0..64 {
+    let mut parent_level: Option<u16> = None;
+    for _ in 0..MAX_DEPTH {
         let pin = st.pool.pin(rel, block, ReadMode::Normal)?;
         let p = pin.read();
         if page::kind(&p) != Some(PageKind::BTree) {
@@ -211,13 +340,26 @@ fn descend(st: &Storage, rel: &Relation, key: &[u8]) -> Result<(BlockNumber, Vec
                 ),
             ));
         }
-        if level(&p) == 0 {
+        let lvl = level(&p);
+        if let Some(pl) = parent_level {
+            if pl == 0 || lvl != pl - 1 {
+                return Err(index_corrupted(
+                    rel.id,
+                    block,
+                    format_args!("a page of level {lvl} below a page of level {pl}"),
+                ));
+            }
+        }
+        if lvl == 0 {
             return Ok((block, path));
         }
         path.push(block);
+        parent_level = Some(lvl);
         block = choose_child(&p, key)?.1;
     }
-    Err(Error::corruption("B-tree is deeper than 64 levels"))
+    Err(Error::corruption(format!(
+        "B-tree is deeper than {MAX_DEPTH} levels"
+    )))
 }
 
 /// Looks up `key`; returns the TID stored for it.
@@ -307,7 +449,9 @@ pub fn insert_unique(
                 }
             }
             if page::fits(&p, item.len()) {
+                check_insert_position(rel.id, leaf, &p, i, key)?;
                 page::add_item(&mut p, i, &item);
+                assert_in_order_at(&p, i);
                 let (_, end) = st.wal().insert(&mut |redo| {
                     let mut d = Vec::with_capacity(2 + item.len());
                     d.extend_from_slice(&(i as u16).to_le_bytes());
@@ -339,12 +483,20 @@ fn set_tid_locked(
     tid: Tid,
     xid: Xid,
 ) -> Result<()> {
+    assert!(tid.is_valid(), "B-tree entry set to an invalid TID");
+    assert!(i >= 1, "B-tree TID written into the high key");
+    assert_eq!(level(p), 0, "B-tree TID written into an internal page");
     let item = page::item_mut(p, i).ok_or_else(|| Error::corruption("B-tree item missing"))?;
     let n = item.len();
     if n < Tid::SIZE + 2 {
         return Err(Error::corruption("B-tree leaf item is truncated"));
     }
     item[n - Tid::SIZE..].copy_from_slice(&tid.to_bytes());
+    assert_eq!(
+        tid_at(p, i).expect("written"),
+        tid,
+        "B-tree entry's TID read back"
+    );
     let (_, end) = st.wal().insert(&mut |redo| {
         let mut d = Vec::with_capacity(8);
         d.extend_from_slice(&(i as u16).to_le_bytes());
@@ -480,15 +632,15 @@ fn split(st: &Storage, rel: &Relation, key: &[u8], need: usize, xid: Xid) -> Res
         c
     };
     drop(pin);
-    let n = page::slot_count(&img);
-    let items: Vec<Vec<u8>> = (1..n)
-        .map(|i| page::item(&img, i).expect("item").to_vec())
-        .collect();
+    let items = data_items(&img)?;
     split_node(st, rel, xid, Vec::new(), leaf, &img, items, &path, None)
 }
 
 /// Splits page `block` (a leaf, or an internal page whose item list `items` already includes
 /// the new downlink), inserting the downlink to the new right page into the parent, recursively.
+///
+/// The items (from disk) are checked in order below the page's high key first, O(n) like the
+/// copy itself: a split is rare and off the hot path. The pages built are then asserted on.
 #[allow(clippy::too_many_arguments)]
 fn split_node(
     st: &Storage,
@@ -522,39 +674,54 @@ fn split_node(
             block.0, rel.id.0
         )));
     }
+    check_split_items(rel.id, block, &items, high_key(page_img)?)?;
     let cut = (items.len() / 2).clamp(1, items.len() - 1);
-    let old_high = page::item(page_img, 0).expect("high key").to_vec();
+    assert!(
+        1 <= cut && cut < items.len(),
+        "split point {cut} leaves a half of {} items empty",
+        items.len()
+    );
     let old_right = right_link(page_img);
+    // The right sibling, whose left link changes: it must link back to this page.
+    let right_sibling = match old_right {
+        Some(rb) => {
+            let rp = load(rb)?;
+            if page::kind(&rp) != Some(PageKind::BTree)
+                || left_link(&rp) != Some(block)
+                || level(&rp) != lvl
+            {
+                return Err(index_corrupted(
+                    rel.id,
+                    rb,
+                    format_args!(
+                        "right sibling of block {} does not link back to it at level {lvl}",
+                        block.0
+                    ),
+                ));
+            }
+            Some((rb, rp))
+        }
+        None => None,
+    };
     let right_block = alloc()?;
+    assert!(
+        right_block != block && Some(right_block) != old_right && right_block != BlockNumber(0),
+        "split allocated block {} that is in use",
+        right_block.0
+    );
     let sep = parse_item(&items[cut])?.0.to_vec();
-    let mut left: Box<PageBuf> = vec![0u8; BLCKSZ]
-        .into_boxed_slice()
-        .try_into()
-        .expect("BLCKSZ");
-    init_node(&mut left, lvl);
-    set_links(&mut left, Some(right_block), left_link(page_img));
-    page::add_item(&mut left, 0, &make_item(&sep, &[]));
-    for (j, it) in items[..cut].iter().enumerate() {
-        page::add_item(&mut left, j + 1, it);
-    }
-    let mut right: Box<PageBuf> = vec![0u8; BLCKSZ]
-        .into_boxed_slice()
-        .try_into()
-        .expect("BLCKSZ");
-    init_node(&mut right, lvl);
-    set_links(&mut right, old_right, Some(block));
-    page::add_item(&mut right, 0, &old_high);
-    for (j, it) in items[cut..].iter().enumerate() {
-        // The first downlink of an internal page has key -infinity.
-        let it = if lvl > 0 && j == 0 {
-            make_item(&[], parse_item(it)?.1)
-        } else {
-            it.clone()
-        };
-        page::add_item(&mut right, j + 1, &it);
-    }
-    if let Some(rb) = old_right {
-        let mut rp = load(rb)?;
+    let (left, right) = split_halves(page_img, &items, cut, block, right_block)?;
+    assert_split_halves(
+        &left,
+        &right,
+        block,
+        right_block,
+        old_right,
+        lvl,
+        cut,
+        items.len(),
+    );
+    if let Some((rb, mut rp)) = right_sibling {
         let rr = right_link(&rp);
         set_links(&mut rp, rr, Some(right_block));
         pages.push((rb, rp, false));
@@ -563,6 +730,11 @@ fn split_node(
     pages.push((right_block, right, true));
     let downlink = make_item(&sep, &right_block.0.to_le_bytes());
     if path.is_empty() {
+        assert!(
+            usize::from(lvl) + 1 < MAX_DEPTH,
+            "a new root at level {} is deeper than a descent goes",
+            lvl + 1
+        );
         let root_block = alloc()?;
         let mut r: Box<PageBuf> = vec![0u8; BLCKSZ]
             .into_boxed_slice()
@@ -582,16 +754,33 @@ fn split_node(
     }
     let parent = path[path.len() - 1];
     let mut pp = load(parent)?;
-    let (ci, _) = choose_child(&pp, &sep)?;
+    // `descend` checked the levels along `path` under this same exclusive structure lock.
+    assert_eq!(
+        usize::from(level(&pp)),
+        usize::from(lvl) + 1,
+        "parent {} is not one level above its child {}",
+        parent.0,
+        block.0
+    );
+    let (ci, child) = choose_child(&pp, &sep)?;
+    if child != block {
+        return Err(index_corrupted(
+            rel.id,
+            parent,
+            format_args!(
+                "the separator of split block {} leads to block {}",
+                block.0, child.0
+            ),
+        ));
+    }
     if page::fits(&pp, downlink.len()) {
+        check_insert_position(rel.id, parent, &pp, ci + 1, &sep)?;
         page::add_item(&mut pp, ci + 1, &downlink);
+        assert_in_order_at(&pp, ci + 1);
         pages.push((parent, pp, false));
         return finish_smo(st, rel, xid, pages, new_root);
     }
-    let n = page::slot_count(&pp);
-    let mut big: Vec<Vec<u8>> = (1..n)
-        .map(|i| page::item(&pp, i).expect("item").to_vec())
-        .collect();
+    let mut big = data_items(&pp)?;
     big.insert(ci, downlink);
     split_node(
         st,
@@ -604,6 +793,150 @@ fn split_node(
         &path[..path.len() - 1],
         new_root,
     )
+}
+
+/// Builds the two halves of a split of page `block` (image `page_img`, its data items `items`)
+/// at item `cut`: the left half keeps the block and gets the separator (`items[cut]`'s key) as
+/// its high key; the right half, new at `right_block`, keeps the old high key and right link.
+///
+/// # Errors
+/// Corruption if an item is malformed.
+fn split_halves(
+    page_img: &PageBuf,
+    items: &[Vec<u8>],
+    cut: usize,
+    block: BlockNumber,
+    right_block: BlockNumber,
+) -> Result<(Box<PageBuf>, Box<PageBuf>)> {
+    let lvl = level(page_img);
+    let old_high =
+        page::item(page_img, 0).ok_or_else(|| Error::corruption("B-tree page has no high key"))?;
+    let sep = parse_item(&items[cut])?.0;
+    let mut left: Box<PageBuf> = vec![0u8; BLCKSZ]
+        .into_boxed_slice()
+        .try_into()
+        .expect("BLCKSZ");
+    init_node(&mut left, lvl);
+    set_links(&mut left, Some(right_block), left_link(page_img));
+    page::add_item(&mut left, 0, &make_item(sep, &[]));
+    for (j, it) in items[..cut].iter().enumerate() {
+        page::add_item(&mut left, j + 1, it);
+    }
+    let mut right: Box<PageBuf> = vec![0u8; BLCKSZ]
+        .into_boxed_slice()
+        .try_into()
+        .expect("BLCKSZ");
+    init_node(&mut right, lvl);
+    set_links(&mut right, right_link(page_img), Some(block));
+    page::add_item(&mut right, 0, old_high);
+    for (j, it) in items[cut..].iter().enumerate() {
+        // The first downlink of an internal page has key -infinity.
+        let it = if lvl > 0 && j == 0 {
+            make_item(&[], parse_item(it)?.1)
+        } else {
+            it.clone()
+        };
+        page::add_item(&mut right, j + 1, &it);
+    }
+    Ok((left, right))
+}
+
+/// Checks the items of a page about to split (read from disk; for an internal page, with the
+/// new downlink added): every one parses, keys strictly ascend, and stay below the high key
+/// `high` (empty: +infinity). O(n).
+///
+/// # Errors
+/// Index corruption (XX002) if out of order; corruption (XX001) if malformed.
+fn check_split_items(
+    rel: RelFileId,
+    block: BlockNumber,
+    items: &[Vec<u8>],
+    high: &[u8],
+) -> Result<()> {
+    let mut prev: Option<&[u8]> = None;
+    for it in items {
+        let (k, _) = parse_item(it)?;
+        if prev.is_some_and(|p| p >= k) {
+            return Err(index_corrupted(
+                rel,
+                block,
+                "keys out of order on a page to split",
+            ));
+        }
+        prev = Some(k);
+    }
+    if !high.is_empty() && prev.is_some_and(|p| p >= high) {
+        return Err(index_corrupted(
+            rel,
+            block,
+            "a key at or above the high key on a page to split",
+        ));
+    }
+    Ok(())
+}
+
+/// Asserts the two halves of a split of `block` (into `left`, which keeps the block, and
+/// `right`, new at `right_block`) just built from `total` checked items cut at `cut`. O(1).
+#[allow(clippy::too_many_arguments)]
+fn assert_split_halves(
+    left: &PageBuf,
+    right: &PageBuf,
+    block: BlockNumber,
+    right_block: BlockNumber,
+    old_right: Option<BlockNumber>,
+    lvl: u16,
+    cut: usize,
+    total: usize,
+) {
+    // Both halves non-empty, every item in one of them.
+    let right_n = total - cut;
+    assert!(cut >= 1 && right_n >= 1, "a split's half is empty");
+    assert_eq!(page::slot_count(left), cut + 1, "left half's items");
+    assert_eq!(page::slot_count(right), right_n + 1, "right half's items");
+    // The left half's high key, the separator, is above all its keys (they ascend: checked).
+    let sep = high_key(left).expect("built");
+    assert!(!sep.is_empty(), "a split's left half has no high key");
+    assert!(
+        key_at(left, cut).expect("built") < sep,
+        "a split's left half has a key at or above its high key"
+    );
+    // The right half holds the keys from the separator up, below the old high key.
+    let right_high = high_key(right).expect("built");
+    let right_last = key_at(right, right_n).expect("built");
+    assert!(
+        right_high.is_empty() || right_last < right_high,
+        "a split's right half has a key at or above its high key"
+    );
+    // (An internal right half's only item may be its minus-infinity first downlink.)
+    assert!(
+        sep <= right_last || (lvl > 0 && right_n == 1),
+        "a split's right half has a key below the separator"
+    );
+    if lvl == 0 {
+        assert_eq!(
+            key_at(right, 1).expect("built"),
+            sep,
+            "a leaf split's separator is not the right half's first key"
+        );
+    } else {
+        assert!(
+            key_at(right, 1).expect("built").is_empty(),
+            "an internal right half's first downlink is not minus infinity"
+        );
+    }
+    // Links: left <-> right <-> the old right sibling; the level is kept.
+    assert_eq!(
+        right_link(left),
+        Some(right_block),
+        "left half's right link"
+    );
+    assert_eq!(left_link(right), Some(block), "right half's left link");
+    assert_eq!(right_link(right), old_right, "right half's right link");
+    assert_eq!(
+        (level(left), level(right)),
+        (lvl, lvl),
+        "split halves' levels"
+    );
 }
 
 /// Writes the working copies into the buffer pool and logs them in one atomic record.
@@ -670,6 +1003,25 @@ pub fn build(st: &Storage, rel: &Relation, xid: Xid, entries: &[(Vec<u8>, Tid)])
         let _e = rel.extend_lock.lock();
         st.smgr.extend(rel)
     };
+    assert!(
+        entries.windows(2).all(|w| w[0].0 < w[1].0),
+        "index build from entries not strictly ascending"
+    );
+    assert!(
+        entries.iter().all(|(_, t)| t.is_valid()),
+        "index build from an invalid TID"
+    );
+    // Keys come from the table's rows: too long is the user's error, not a bug. (Splits rely
+    // on items of at most MAX_ITEM_SIZE bytes.)
+    if let Some((k, _)) = entries.iter().find(|(k, _)| k.len() > MAX_KEY_SIZE) {
+        return Err(Error::user(
+            SqlState("54000"),
+            format!(
+                "index row size {} exceeds maximum {MAX_KEY_SIZE} for an index",
+                k.len()
+            ),
+        ));
+    }
     // The meta page is block 0.
     let meta_block = alloc()?;
     assert_eq!(
@@ -779,14 +1131,37 @@ pub fn redo_block(info: u8, data: &[u8], p: &mut PageBuf) -> Result<()> {
         .get(..2)
         .map(|b| u16::from_le_bytes([b[0], b[1]]) as usize)
         .ok_or_else(|| Error::corruption("B-tree record is truncated"))?;
+    if page::kind(p) != Some(PageKind::BTree) || level(p) != 0 {
+        return Err(Error::corruption(format!(
+            "B-tree record {info:#x} for a page that is not a leaf"
+        )));
+    }
+    if pos == 0 {
+        return Err(Error::corruption(format!(
+            "B-tree record {info:#x} writes the high key"
+        )));
+    }
     match info {
         BTREE_INSERT => {
-            if pos > page::slot_count(p) || !page::fits(p, data.len() - 2) {
+            let item = &data[2..];
+            let (key, tid) = parse_item(item)?;
+            if tid.len() != Tid::SIZE || pos > page::slot_count(p) || !page::fits(p, item.len()) {
                 return Err(Error::corruption(
                     "B-tree insert redo does not fit the page",
                 ));
             }
-            page::add_item(p, pos, &data[2..]);
+            // The key's place on the page (restored to its state before the record).
+            let n = page::slot_count(p);
+            let high = high_key(p)?;
+            if (pos > 1 && key_at(p, pos - 1)? >= key)
+                || (pos < n && key_at(p, pos)? <= key)
+                || (!high.is_empty() && key >= high)
+            {
+                return Err(Error::corruption(format!(
+                    "B-tree insert redo at line pointer {pos} is out of key order"
+                )));
+            }
+            page::add_item(p, pos, item);
             Ok(())
         }
         BTREE_SET_TID => {
@@ -805,5 +1180,311 @@ pub fn redo_block(info: u8, data: &[u8], p: &mut PageBuf) -> Result<()> {
         _ => Err(Error::corruption(format!(
             "B-tree record {info:#x} without a page image"
         ))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::StorageConfig;
+    use std::path::Path;
+    use std::sync::Arc;
+
+    const REL: RelFileId = RelFileId(16384);
+
+    fn tid(i: usize) -> Tid {
+        Tid {
+            block: BlockNumber(0),
+            slot: i as u16 + 1,
+        }
+    }
+
+    /// A page of `lvl` with high key `high` and items with `keys` (in the order given, so a
+    /// test can build one that is out of order). Internal items' values are downlinks.
+    fn node(lvl: u16, high: &[u8], keys: &[&[u8]]) -> Box<PageBuf> {
+        let mut p: Box<PageBuf> = Box::new([0u8; BLCKSZ]);
+        init_node(&mut p, lvl);
+        page::add_item(&mut p, 0, &make_item(high, &[]));
+        for (j, k) in keys.iter().enumerate() {
+            let item = if lvl == 0 {
+                make_item(k, &tid(j).to_bytes())
+            } else {
+                make_item(k, &(10 + j as u32).to_le_bytes())
+            };
+            page::add_item(&mut p, j + 1, &item);
+        }
+        p
+    }
+
+    fn leaf(high: &[u8], keys: &[&[u8]]) -> Box<PageBuf> {
+        node(0, high, keys)
+    }
+
+    fn assert_sqlstate<T: std::fmt::Debug>(r: Result<T>, sqlstate: &str, what: &str) {
+        let e = r.expect_err(what);
+        assert_eq!(e.sqlstate.0, sqlstate, "{what}: {e}");
+    }
+
+    // The assertions fire when a write would break an invariant of the tree.
+
+    #[test]
+    #[should_panic(expected = "B-tree key at 2 not above its left neighbour")]
+    fn an_insert_out_of_key_order_panics() {
+        assert_in_order_at(&leaf(b"", &[b"a", b"b", b"c"]), 2); // holds
+        assert_in_order_at(&leaf(b"", &[b"b", b"a"]), 2);
+    }
+
+    #[test]
+    #[should_panic(expected = "B-tree key at 2 not below the high key")]
+    fn an_insert_at_or_above_the_high_key_panics() {
+        assert_in_order_at(&leaf(b"m", &[b"a", b"b"]), 2); // holds
+        assert_in_order_at(&leaf(b"m", &[b"a", b"m"]), 2);
+    }
+
+    fn halves(img: &PageBuf, cut: usize) -> (Box<PageBuf>, Box<PageBuf>, usize) {
+        let items = data_items(img).unwrap();
+        let (l, r) = split_halves(img, &items, cut, BlockNumber(5), BlockNumber(9)).unwrap();
+        (l, r, items.len())
+    }
+
+    #[test]
+    fn the_halves_of_a_split_pass_their_assertions() {
+        let mut img = leaf(b"q", &[b"a", b"c", b"e", b"g", b"i"]);
+        set_links(&mut img, Some(BlockNumber(7)), Some(BlockNumber(3)));
+        for cut in 1..5 {
+            let (l, r, n) = halves(&img, cut);
+            assert_split_halves(
+                &l,
+                &r,
+                BlockNumber(5),
+                BlockNumber(9),
+                Some(BlockNumber(7)),
+                0,
+                cut,
+                n,
+            );
+            assert_eq!(left_link(&l), Some(BlockNumber(3)));
+        }
+        // An internal page, down to a right half of only its minus-infinity downlink.
+        let img = node(1, b"", &[b"", b"c", b"e"]);
+        for cut in 1..3 {
+            let (l, r, n) = halves(&img, cut);
+            assert_split_halves(&l, &r, BlockNumber(5), BlockNumber(9), None, 1, cut, n);
+        }
+    }
+
+    #[test]
+    #[should_panic(expected = "right half's left link")]
+    fn a_split_whose_right_half_does_not_link_back_panics() {
+        let (l, mut r, n) = halves(&leaf(b"", &[b"a", b"c", b"e", b"g"]), 2);
+        set_links(&mut r, None, Some(BlockNumber(8)));
+        assert_split_halves(&l, &r, BlockNumber(5), BlockNumber(9), None, 0, 2, n);
+    }
+
+    #[test]
+    #[should_panic(expected = "left half's items")]
+    fn a_split_that_loses_an_item_panics() {
+        let (l, r, n) = halves(&leaf(b"", &[b"a", b"c", b"e", b"g"]), 2);
+        assert_split_halves(&l, &r, BlockNumber(5), BlockNumber(9), None, 0, 1, n);
+    }
+
+    #[test]
+    #[should_panic(expected = "a split's left half has a key at or above its high key")]
+    fn a_split_of_unchecked_items_out_of_order_panics() {
+        // What check_split_items keeps from splitting: the left half's "d" above the separator.
+        let (l, r, n) = halves(&leaf(b"", &[b"a", b"d", b"b", b"c"]), 2);
+        assert_split_halves(&l, &r, BlockNumber(5), BlockNumber(9), None, 0, 2, n);
+    }
+
+    // Pages read from disk and records from the WAL are checked with corruption errors.
+
+    #[test]
+    fn damaged_pages_are_corruption_errors() {
+        let items = |keys: &[&[u8]]| data_items(&leaf(b"", keys)).unwrap();
+        check_split_items(REL, BlockNumber(1), &items(&[b"a", b"b", b"c"]), b"d").unwrap();
+        assert_sqlstate(
+            check_split_items(REL, BlockNumber(1), &items(&[b"a", b"c", b"b"]), b""),
+            "XX002",
+            "keys out of order",
+        );
+        assert_sqlstate(
+            check_split_items(REL, BlockNumber(1), &items(&[b"a", b"a"]), b""),
+            "XX002",
+            "a duplicate key",
+        );
+        assert_sqlstate(
+            check_split_items(REL, BlockNumber(1), &items(&[b"a", b"c"]), b"c"),
+            "XX002",
+            "a key at the high key",
+        );
+        assert_sqlstate(
+            check_split_items(REL, BlockNumber(1), &[vec![200, 0, b'a']], b""),
+            "XX001",
+            "a key longer than its item",
+        );
+
+        let p = leaf(b"m", &[b"b", b"d"]);
+        check_insert_position(REL, BlockNumber(1), &p, 2, b"c").unwrap();
+        check_insert_position(REL, BlockNumber(1), &p, 3, b"e").unwrap();
+        for (pos, key, sqlstate) in [
+            (3, &b"m"[..], "XX002"),
+            (3, b"x", "XX002"),
+            (2, b"a", "XX002"),
+            (1, b"c", "XX002"),
+            (0, b"a", "XX001"),
+            (4, b"e", "XX001"),
+        ] {
+            assert_sqlstate(
+                check_insert_position(REL, BlockNumber(1), &p, pos, key),
+                sqlstate,
+                &format!("{key:?} at {pos}"),
+            );
+        }
+
+        let mut unused = leaf(b"", &[b"a", b"b"]);
+        unused[page::PAGE_HEADER_SIZE + 4..page::PAGE_HEADER_SIZE + 6].fill(0);
+        assert_sqlstate(data_items(&unused), "XX001", "an unused line pointer");
+    }
+
+    #[test]
+    fn redo_of_a_record_that_does_not_fit_its_page_is_a_corruption_error() {
+        let insert = |pos: u16, key: &[u8]| {
+            let mut d = pos.to_le_bytes().to_vec();
+            d.extend_from_slice(&make_item(key, &tid(9).to_bytes()));
+            d
+        };
+        let set_tid = |pos: u16| {
+            let mut d = pos.to_le_bytes().to_vec();
+            d.extend_from_slice(&tid(9).to_bytes());
+            d
+        };
+        let page = || leaf(b"m", &[b"b", b"d"]);
+        redo_block(BTREE_INSERT, &insert(2, b"c"), &mut page()).unwrap();
+        redo_block(BTREE_SET_TID, &set_tid(2), &mut page()).unwrap();
+        let cases: [(&str, u8, Vec<u8>, Box<PageBuf>); 8] = [
+            ("insert out of order", BTREE_INSERT, insert(1, b"c"), page()),
+            (
+                "insert at the high key",
+                BTREE_INSERT,
+                insert(3, b"m"),
+                page(),
+            ),
+            (
+                "insert over the high key",
+                BTREE_INSERT,
+                insert(0, b"a"),
+                page(),
+            ),
+            (
+                "insert past the items",
+                BTREE_INSERT,
+                insert(5, b"x"),
+                page(),
+            ),
+            (
+                "insert into an internal page",
+                BTREE_INSERT,
+                insert(2, b"c"),
+                node(1, b"", &[b"", b"d"]),
+            ),
+            ("insert into a heap page", BTREE_INSERT, insert(1, b"c"), {
+                let mut p: Box<PageBuf> = Box::new([0u8; BLCKSZ]);
+                page::init(&mut p, PageKind::Heap, 0);
+                p
+            }),
+            ("set-tid of the high key", BTREE_SET_TID, set_tid(0), page()),
+            ("set-tid past the items", BTREE_SET_TID, set_tid(3), page()),
+        ];
+        for (what, info, data, mut p) in cases {
+            assert_sqlstate(redo_block(info, &data, &mut p), "XX001", what);
+        }
+    }
+
+    fn open(dir: &Path) -> Arc<Storage> {
+        let config = StorageConfig {
+            shared_buffers_pages: 64,
+            checkpoint_timeout_s: 3600,
+            ..Default::default()
+        };
+        Storage::open(Arc::new(walnut_io::RealVfs), dir, config).unwrap()
+    }
+
+    /// An index of `n` keys `key00000`...; then `damage` is applied to its file (every page's
+    /// checksum is fixed afterwards) and the directory reopened.
+    fn damaged_index(
+        dir: &Path,
+        n: usize,
+        damage: impl FnOnce(&mut [u8]),
+    ) -> (Arc<Storage>, Arc<Relation>) {
+        Storage::initdb(Arc::new(walnut_io::RealVfs), dir).unwrap();
+        let st = open(dir);
+        let id = st.create_relation().unwrap();
+        let rel = st.smgr.open(id).unwrap();
+        let xid = st.xact.assign_xid();
+        let entries: Vec<(Vec<u8>, Tid)> = (0..n)
+            .map(|i| (format!("key{i:05}").into_bytes(), tid(i % 100)))
+            .collect();
+        build(&st, &rel, xid, &entries).unwrap();
+        st.shutdown().unwrap();
+        drop((rel, st));
+        let path = dir.join("base").join(id.0.to_string());
+        let mut file = std::fs::read(&path).unwrap();
+        damage(&mut file);
+        for chunk in file.chunks_exact_mut(BLCKSZ) {
+            page::set_checksum(chunk.try_into().unwrap());
+        }
+        std::fs::write(&path, &file).unwrap();
+        let st = open(dir);
+        let rel = st.smgr.open(id).unwrap();
+        (st, rel)
+    }
+
+    /// A leaf with an unused line pointer (valid checksum): inserts until it must split end in
+    /// XX001, not a panic.
+    #[test]
+    fn a_leaf_damaged_on_disk_is_a_corruption_error_when_it_splits() {
+        let dir = tempfile::tempdir().unwrap();
+        // One leaf, the root (block 1); line pointer 1 (its first key) unused.
+        let (st, rel) = damaged_index(dir.path(), 300, |f| {
+            let at = BLCKSZ + page::PAGE_HEADER_SIZE + page::LINE_POINTER_SIZE;
+            f[at..at + 2].fill(0);
+        });
+        let xid = st.xact.assign_xid();
+        let mut r = Ok(InsertOutcome::Done(None));
+        for i in 0..20 {
+            let key = format!("z{i:02}{}", "x".repeat(1000)).into_bytes();
+            r = insert_unique(
+                &st,
+                &rel,
+                xid,
+                &key,
+                tid(1),
+                &mut |_| Ok(Existing::Duplicate),
+                "t_pkey",
+            );
+            if r.is_err() {
+                break;
+            }
+        }
+        assert_sqlstate(r, "XX001", "a split of the damaged leaf");
+        st.shutdown().unwrap();
+    }
+
+    /// A leaf that claims to be an internal page below the root: lookups through it are XX002.
+    #[test]
+    fn a_level_out_of_line_on_disk_is_an_index_corruption_error() {
+        let dir = tempfile::tempdir().unwrap();
+        // Leaves at blocks 1.., the root above them; block 1's level set to 1.
+        let (st, rel) = damaged_index(dir.path(), 1000, |f| {
+            let at = 2 * BLCKSZ - SPECIAL_SIZE + 8;
+            f[at..at + 2].copy_from_slice(&1u16.to_le_bytes());
+        });
+        assert_eq!(get(&st, &rel, b"key00999").unwrap(), Some(tid(99)));
+        assert_sqlstate(
+            get(&st, &rel, b"key00000"),
+            "XX002",
+            "a lookup through block 1",
+        );
+        st.shutdown().unwrap();
     }
 }

@@ -19,6 +19,12 @@
 //! All integers are little-endian. Bytes read from disk are validated (`Page::check`) before
 //! any accessor trusts `lower`/`upper`/`special`; accessors on a validated page then only index
 //! within bounds they have checked.
+//!
+//! Assertions (on in release builds) guard what walnut itself writes: the header bounds
+//! `PAGE_HEADER_SIZE <= lower <= upper <= special <= BLCKSZ` before and after every change, the
+//! line-pointer index and the item's place before it is written, and the free-space arithmetic
+//! after. A page read from disk (or restored from a full-page image) is never asserted on:
+//! [`check`]/[`check_header`] turn what is wrong with it into a corruption error (XX001).
 
 use walnut_common::{Error, Lsn, Result, BLCKSZ};
 
@@ -26,6 +32,20 @@ use walnut_common::{Error, Lsn, Result, BLCKSZ};
 pub const PAGE_HEADER_SIZE: usize = 24;
 /// Size of one line pointer, bytes.
 pub const LINE_POINTER_SIZE: usize = 4;
+/// Size of a B-tree page's trailer (right link, left link, level, flags, reserved), bytes.
+pub const BTREE_SPECIAL_SIZE: usize = 16;
+/// Most line pointers a page can have (every item takes at least one byte of item space).
+pub const MAX_LINE_POINTERS: usize = (BLCKSZ - PAGE_HEADER_SIZE) / (LINE_POINTER_SIZE + 1);
+
+// Offsets and lengths are u16 fields, and `special` may be BLCKSZ itself.
+const _: () = assert!(BLCKSZ <= u16::MAX as usize);
+const _: () = assert!(BLCKSZ.is_multiple_of(4096));
+// The line-pointer array starts right after the header, on a line-pointer boundary.
+const _: () = assert!(PAGE_HEADER_SIZE.is_multiple_of(LINE_POINTER_SIZE));
+// Every page kind has room for its header, its trailer, a line pointer and a (non-empty) item.
+const _: () = assert!(PAGE_HEADER_SIZE + BTREE_SPECIAL_SIZE + LINE_POINTER_SIZE < BLCKSZ);
+// Slots are 1-based u16s in TIDs and WAL records: the last one fits.
+const _: () = assert!(MAX_LINE_POINTERS < u16::MAX as usize);
 
 /// Page kinds (the `kind` header field).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -49,6 +69,30 @@ fn rd16(p: &[u8], at: usize) -> u16 {
 }
 fn wr16(p: &mut [u8], at: usize, v: u16) {
     p[at..at + 2].copy_from_slice(&v.to_le_bytes());
+}
+
+/// (lower, upper, special).
+fn bounds(p: &PageBuf) -> (usize, usize, usize) {
+    (
+        rd16(p, 14) as usize,
+        rd16(p, 16) as usize,
+        rd16(p, 18) as usize,
+    )
+}
+
+/// Asserts the header bounds of an initialized page in memory (one that walnut built, or that
+/// passed [`check_header`] when it was read). O(1).
+#[inline]
+fn assert_bounds(p: &PageBuf) {
+    let (lower, upper, special) = bounds(p);
+    assert!(
+        PAGE_HEADER_SIZE <= lower && lower <= upper && upper <= special && special <= BLCKSZ,
+        "page header bounds broken: lower {lower}, upper {upper}, special {special}"
+    );
+    assert!(
+        (lower - PAGE_HEADER_SIZE).is_multiple_of(LINE_POINTER_SIZE),
+        "page lower {lower} is not at a line-pointer boundary"
+    );
 }
 
 /// Page LSN.
@@ -79,12 +123,18 @@ pub fn is_new(p: &PageBuf) -> bool {
 
 /// Initializes an empty page of `kind` with `special_size` bytes of trailer.
 pub fn init(p: &mut PageBuf, kind: PageKind, special_size: usize) {
+    assert!(kind != PageKind::New, "init of a page as kind New");
+    assert!(
+        special_size <= BLCKSZ - PAGE_HEADER_SIZE,
+        "trailer of {special_size} bytes does not fit a page"
+    );
     p.fill(0);
     wr16(p, 12, kind as u16);
     wr16(p, 14, PAGE_HEADER_SIZE as u16);
     let special = (BLCKSZ - special_size) as u16;
     wr16(p, 16, special);
     wr16(p, 18, special);
+    assert_bounds(p);
 }
 
 /// Computes the checksum of a page image (CRC-32C with the checksum field taken as zero).
@@ -125,14 +175,23 @@ pub fn check(p: &PageBuf) -> Result<()> {
 /// # Errors
 /// A corruption error.
 pub fn check_header(p: &PageBuf) -> Result<()> {
-    let (lower, upper, special) = (
-        rd16(p, 14) as usize,
-        rd16(p, 16) as usize,
-        rd16(p, 18) as usize,
-    );
-    if kind(p).is_none()
-        || lower < PAGE_HEADER_SIZE
-        || (lower - PAGE_HEADER_SIZE) % LINE_POINTER_SIZE != 0
+    let (lower, upper, special) = bounds(p);
+    // The trailer each kind has: accessors of the trailer (B-tree links, level) index from
+    // `special` and rely on it. An initialized page is never of kind New (an all-zero page,
+    // the only New one, does not get here from `check`).
+    let special_want = match kind(p) {
+        Some(PageKind::Heap | PageKind::BTreeMeta) => Some(BLCKSZ),
+        Some(PageKind::BTree) => Some(BLCKSZ - BTREE_SPECIAL_SIZE),
+        Some(PageKind::New) | None => None,
+    };
+    if special_want != Some(special) {
+        return Err(Error::corruption(format!(
+            "page header is corrupt: kind {}, special {special}",
+            rd16(p, 12)
+        )));
+    }
+    if lower < PAGE_HEADER_SIZE
+        || !(lower - PAGE_HEADER_SIZE).is_multiple_of(LINE_POINTER_SIZE)
         || lower > upper
         || upper > special
         || special > BLCKSZ
@@ -163,8 +222,20 @@ pub fn line_pointer(p: &PageBuf, i: usize) -> (usize, usize) {
     (rd16(p, at) as usize, rd16(p, at + 2) as usize)
 }
 
+/// Writes line pointer `i`; the caller is about to make it slot `i` of the array (so `lower`
+/// already covers it or is about to).
 fn set_line_pointer(p: &mut PageBuf, i: usize, off: usize, len: usize) {
+    let (_, _, special) = bounds(p);
+    assert!(
+        i < MAX_LINE_POINTERS,
+        "line pointer index {i} beyond {MAX_LINE_POINTERS}"
+    );
     let at = PAGE_HEADER_SIZE + i * LINE_POINTER_SIZE;
+    // The item lies after the line-pointer array it belongs to and before the trailer.
+    assert!(
+        at + LINE_POINTER_SIZE <= off && len > 0 && off + len <= special,
+        "item at {off} of {len} bytes is outside the item space of line pointer {i} (special {special})"
+    );
     wr16(p, at, off as u16);
     wr16(p, at + 2, len as u16);
 }
@@ -193,9 +264,12 @@ pub fn item_mut(p: &mut PageBuf, i: usize) -> Option<&mut [u8]> {
     p.get_mut(off..off + len)
 }
 
-/// Free bytes between the line pointers and the items.
+/// Free bytes between the line pointers and the items (0 for a new, all-zero page).
 pub fn free_space(p: &PageBuf) -> usize {
-    (rd16(p, 16) as usize).saturating_sub(rd16(p, 14) as usize)
+    let (lower, upper, _) = bounds(p);
+    // Holds for every page in memory: validated on read (`check_header`), kept by `add_item`.
+    assert!(lower <= upper, "page lower {lower} above upper {upper}");
+    upper - lower
 }
 
 /// Start of the trailer.
@@ -213,26 +287,40 @@ pub fn fits(p: &PageBuf, len: usize) -> bool {
 ///
 /// The caller checked [`fits`]; adding to a full page is a bug (asserted).
 pub fn add_item(p: &mut PageBuf, pos: usize, data: &[u8]) -> usize {
-    let n = slot_count(p);
+    assert_bounds(p);
+    let (lower, upper, special) = bounds(p);
+    let n = (lower - PAGE_HEADER_SIZE) / LINE_POINTER_SIZE;
     assert!(pos <= n, "line pointer index {pos} beyond {n}");
+    assert!(!data.is_empty(), "empty item");
     assert!(
-        fits(p, data.len()),
+        upper - lower >= data.len() + LINE_POINTER_SIZE,
         "item of {} bytes does not fit",
         data.len()
     );
-    let upper = rd16(p, 16) as usize - data.len();
-    p[upper..upper + data.len()].copy_from_slice(data);
+    // The free-space arithmetic: the grown line-pointer array ends at or before the new item.
+    let (lower_new, upper_new) = (lower + LINE_POINTER_SIZE, upper - data.len());
+    assert!(
+        lower_new <= upper_new,
+        "item at {upper_new} overlaps line pointer {n}"
+    );
+    p[upper_new..upper].copy_from_slice(data);
     if pos < n {
         let from = PAGE_HEADER_SIZE + pos * LINE_POINTER_SIZE;
-        let to = PAGE_HEADER_SIZE + n * LINE_POINTER_SIZE;
-        p.copy_within(from..to, from + LINE_POINTER_SIZE);
+        p.copy_within(from..lower, from + LINE_POINTER_SIZE);
     }
-    set_line_pointer(p, pos, upper, data.len());
-    wr16(p, 16, upper as u16);
-    wr16(
-        p,
-        14,
-        (PAGE_HEADER_SIZE + (n + 1) * LINE_POINTER_SIZE) as u16,
+    set_line_pointer(p, pos, upper_new, data.len());
+    wr16(p, 16, upper_new as u16);
+    wr16(p, 14, lower_new as u16);
+    // Read back what was written: the header (so its bounds hold) and the new line pointer.
+    assert_eq!(
+        bounds(p),
+        (lower_new, upper_new, special),
+        "page header after adding an item"
+    );
+    assert_eq!(
+        line_pointer(p, pos),
+        (upper_new, data.len()),
+        "line pointer {pos} after adding it"
     );
     pos
 }
@@ -245,7 +333,12 @@ pub fn append_item(p: &mut PageBuf, data: &[u8]) -> usize {
 
 /// Total bytes of items plus line pointers in use (for split decisions).
 pub fn used_space(p: &PageBuf) -> usize {
-    (special_offset(p) - rd16(p, 16) as usize) + slot_count(p) * LINE_POINTER_SIZE
+    let (_, upper, special) = bounds(p);
+    assert!(
+        upper <= special,
+        "page upper {upper} above special {special}"
+    );
+    (special - upper) + slot_count(p) * LINE_POINTER_SIZE
 }
 
 #[cfg(test)]
@@ -277,13 +370,120 @@ mod tests {
     #[test]
     fn fills_up_exactly() {
         let mut p = [0u8; BLCKSZ];
-        init(&mut p, PageKind::Heap, 16);
+        // A page with a 16-byte trailer: B-tree pages have one (heap pages have none).
+        init(&mut p, PageKind::BTree, BTREE_SPECIAL_SIZE);
         let mut n = 0;
         while fits(&p, 100) {
             add_item(&mut p, n, &[7u8; 100]);
             n += 1;
         }
         assert_eq!(n, (BLCKSZ - PAGE_HEADER_SIZE - 16) / 104);
+        set_checksum(&mut p);
+        check(&p).unwrap();
+    }
+
+    fn heap_page_with(items: &[&[u8]]) -> PageBuf {
+        let mut p = [0u8; BLCKSZ];
+        init(&mut p, PageKind::Heap, 0);
+        for it in items {
+            append_item(&mut p, it);
+        }
+        p
+    }
+
+    // The assertions fire when what walnut is about to write breaks the page's invariants.
+
+    #[test]
+    #[should_panic(expected = "line pointer index 3 beyond 1")]
+    fn adding_past_the_line_pointer_array_panics() {
+        let mut p = heap_page_with(&[b"one"]);
+        add_item(&mut p, 3, b"two");
+    }
+
+    #[test]
+    #[should_panic(expected = "does not fit")]
+    fn adding_to_a_full_page_panics() {
+        let mut p = heap_page_with(&[&[1u8; BLCKSZ - PAGE_HEADER_SIZE - 2 * LINE_POINTER_SIZE]]);
+        add_item(&mut p, 1, b"x");
+    }
+
+    #[test]
+    #[should_panic(expected = "empty item")]
+    fn adding_an_empty_item_panics() {
+        let mut p = heap_page_with(&[]);
+        add_item(&mut p, 0, b"");
+    }
+
+    #[test]
+    #[should_panic(expected = "page header bounds broken: lower 8192, upper 8189")]
+    fn a_broken_header_in_memory_panics_before_a_write() {
+        let mut p = heap_page_with(&[b"one"]);
+        wr16(&mut p, 14, 8192); // lower above upper: a bug elsewhere scribbled on the header
+        add_item(&mut p, 1, b"two");
+    }
+
+    #[test]
+    #[should_panic(expected = "page lower 8192 above upper 8189")]
+    fn free_space_of_a_broken_header_panics() {
+        let mut p = heap_page_with(&[b"one"]);
+        wr16(&mut p, 14, 8192);
+        free_space(&p);
+    }
+
+    #[test]
+    #[should_panic(expected = "is outside the item space of line pointer 0")]
+    fn a_line_pointer_past_the_trailer_panics() {
+        let mut p = [0u8; BLCKSZ];
+        init(&mut p, PageKind::BTree, BTREE_SPECIAL_SIZE);
+        set_line_pointer(&mut p, 0, BLCKSZ - BTREE_SPECIAL_SIZE - 4, 8);
+    }
+
+    #[test]
+    #[should_panic(expected = "is outside the item space of line pointer 2")]
+    fn a_line_pointer_over_the_line_pointer_array_panics() {
+        let mut p = heap_page_with(&[b"one", b"two"]);
+        set_line_pointer(&mut p, 2, PAGE_HEADER_SIZE + 8, 4);
+    }
+
+    #[test]
+    #[should_panic(expected = "trailer of 8192 bytes does not fit a page")]
+    fn a_trailer_larger_than_the_page_panics() {
+        let mut p = [0u8; BLCKSZ];
+        init(&mut p, PageKind::Heap, BLCKSZ);
+    }
+
+    // A page read from disk is never asserted on: it passes `check` or gets XX001.
+
+    #[test]
+    fn a_damaged_page_with_a_valid_checksum_is_a_corruption_error() {
+        type Damage = fn(&mut PageBuf);
+        let cases: [(&str, Damage); 8] = [
+            ("a B-tree page without its trailer", |p| {
+                wr16(p, 12, PageKind::BTree as u16)
+            }),
+            ("a heap page with a trailer", |p| {
+                wr16(p, 18, (BLCKSZ - BTREE_SPECIAL_SIZE) as u16)
+            }),
+            ("an initialized page of kind New", |p| wr16(p, 12, 0)),
+            ("an unknown kind", |p| wr16(p, 12, 9)),
+            ("lower above upper", |p| wr16(p, 14, 8184)),
+            ("lower inside the header", |p| wr16(p, 14, 20)),
+            ("lower between line pointers", |p| wr16(p, 14, 30)),
+            ("an item past the end of the page", |p| {
+                wr16(p, PAGE_HEADER_SIZE + 2, 1000)
+            }),
+        ];
+        for (what, damage) in cases {
+            let mut p = heap_page_with(&[b"first item", b"second item"]);
+            damage(&mut p);
+            set_checksum(&mut p);
+            let e = check(&p).expect_err(what);
+            assert_eq!(e.sqlstate.0, "XX001", "{what}: {e}");
+            let e = check_header(&p).expect_err(what);
+            assert_eq!(e.sqlstate.0, "XX001", "{what}: {e}");
+        }
+        // The undamaged page passes.
+        let mut p = heap_page_with(&[b"first item", b"second item"]);
         set_checksum(&mut p);
         check(&p).unwrap();
     }
