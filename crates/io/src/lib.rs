@@ -15,6 +15,18 @@
 //! the written range followed by [`CacheFlush::flush`] of the file system that holds the file.
 //! It is offered ([`Vfs::cache_flusher`]) only where it is known to be durable, and only for
 //! writes that change no metadata but timestamps; see `write_back`.
+//!
+//! Test doubles, behind the cargo feature `testing` (crates turn it on in their
+//! dev-dependencies; a release build of the server has neither):
+//!
+//! - `fault`: a fault-injecting, in-memory file system that builds crash images (unsynced
+//!   writes dropped, torn and reordered), and faults injected into the real file system,
+//!   armed from the environment for end-to-end tests;
+//! - `hook`: one forwarding `Vfs` that a test overrides per call, to count, delay, fail or
+//!   stop at a chosen call; with no overrides it makes exactly the calls of the file system it
+//!   wraps, so a test through it takes production's path.
+//!
+//! A method added to [`Vfs`], [`FileIo`] or [`CacheFlush`] needs a hook in `hook`.
 #![deny(unsafe_code)]
 
 use std::fs::{File, OpenOptions};
@@ -23,7 +35,10 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+#[cfg(any(test, feature = "testing"))]
 pub mod fault;
+#[cfg(any(test, feature = "testing"))]
+pub mod hook;
 
 /// How to open a file.
 #[derive(Clone, Copy, Debug, Default)]

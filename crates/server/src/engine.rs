@@ -95,60 +95,31 @@ pub fn open(dir: &Path, config: &Arc<Config>) -> Result<Arc<StorageEngine>> {
     Ok(StorageEngine::new(storage))
 }
 
-fn invalid(name: &str, value: &str) -> Error {
-    Error::user(
-        SqlState::INVALID_PARAMETER_VALUE,
-        format!("invalid value for parameter \"{name}\": \"{value}\""),
-    )
-}
-
-/// The file system the server uses: the real one, or, for tests only, the real one with faults
-/// armed by environment variables (`walnut_io::fault::InjectVfs`):
-///
-/// - `WALNUT_FAULT_SYNC_EIO=FILTER:N`: the Nth sync of a file or directory whose path contains
-///   FILTER fails with EIO, so that a test can watch the server PANIC on a failed fsync and
-///   recover; `WALNUT_FAULT_SYNC_ENOSPC=FILTER:N` does the same with ENOSPC (if both are set,
-///   ENOSPC wins);
-/// - `WALNUT_FAULT_DISK_FULL_WHILE=PATH`: while the file PATH exists, every write that would
-///   lengthen a file fails with ENOSPC, so that a test can fill the disk and free it again.
+/// The file system the server uses: the real one, or, in a build with the feature
+/// `fault-injection` (which `cargo test` turns on for the end-to-end tests), the real one with
+/// faults armed by `WALNUT_FAULT_*` environment variables (`walnut_io::fault::vfs_from_env`:
+/// a failed fsync or a full disk, so that a test can watch the server PANIC and recover, or
+/// fill the disk and free it again). A build without the feature ignores the variables.
 ///
 /// # Errors
 /// 22023 if a variable is malformed.
 fn server_vfs() -> Result<Arc<dyn walnut_io::Vfs>> {
     let real: Arc<dyn walnut_io::Vfs> = Arc::new(walnut_io::RealVfs);
-    let sync_eio = std::env::var("WALNUT_FAULT_SYNC_EIO").ok();
-    let sync_enospc = std::env::var("WALNUT_FAULT_SYNC_ENOSPC").ok();
-    let full_while = std::env::var_os("WALNUT_FAULT_DISK_FULL_WHILE");
-    if sync_eio.is_none() && sync_enospc.is_none() && full_while.is_none() {
-        return Ok(real);
+    #[cfg(feature = "fault-injection")]
+    {
+        let (vfs, armed) = walnut_io::fault::vfs_from_env(real).map_err(|e| {
+            Error::user(
+                SqlState::INVALID_PARAMETER_VALUE,
+                format!("invalid value for {e}"),
+            )
+        })?;
+        for fault in armed {
+            tracing::warn!("fault injection: {fault}");
+        }
+        Ok(vfs)
     }
-    let mut vfs = walnut_io::fault::InjectVfs::pass_through(real);
-    for (var, spec, enospc) in [
-        ("WALNUT_FAULT_SYNC_EIO", sync_eio, false),
-        ("WALNUT_FAULT_SYNC_ENOSPC", sync_enospc, true),
-    ] {
-        let Some(spec) = spec else { continue };
-        let (filter, n) =
-            walnut_io::fault::parse_sync_eio_spec(&spec).map_err(|e| invalid(var, &e))?;
-        let errno = if enospc { "ENOSPC" } else { "EIO" };
-        tracing::warn!(
-            "fault injection: sync number {n} of a path matching \"{filter}\" will fail with {errno}"
-        );
-        vfs = if enospc {
-            vfs.with_sync_enospc(&filter, n)
-        } else {
-            vfs.with_sync_eio(&filter, n)
-        };
-    }
-    if let Some(path) = full_while {
-        let path = std::path::PathBuf::from(path);
-        tracing::warn!(
-            "fault injection: files cannot grow (ENOSPC) while \"{}\" exists",
-            path.display()
-        );
-        vfs = vfs.with_disk_full_while(&path);
-    }
-    Ok(Arc::new(vfs))
+    #[cfg(not(feature = "fault-injection"))]
+    Ok(real)
 }
 
 /// Fails cleanly, before recovery touches the WAL, if the file system under `wal_dir` refuses

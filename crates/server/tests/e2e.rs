@@ -509,7 +509,8 @@ fn kill_9_during_tpcb_loses_no_acknowledged_commit() {
 /// WAL, of a data file during a checkpoint, of the control file (with ENOSPC, as a file system
 /// that allocates at writeback reports a full disk) and of the control file's directory, and
 /// the restart recovers every acknowledged commit. The faults come from
-/// `WALNUT_FAULT_SYNC_EIO` and `WALNUT_FAULT_SYNC_ENOSPC` (`walnut_io::fault::InjectVfs`).
+/// `WALNUT_FAULT_SYNC_EIO` and `WALNUT_FAULT_SYNC_ENOSPC` (`walnut_io::fault::Inject`; the
+/// `walnut` that `cargo test` builds has the feature `fault-injection`).
 #[test]
 fn failed_fsync_panics_and_recovery_loses_nothing_acknowledged() {
     // A fixed method: with open_sync or open_datasync (the start-up probe may pick either on a

@@ -9,7 +9,7 @@
 //! Meanwhile the test takes crash images — power losses (unsynced writes dropped, torn at
 //! 512 B or 4 KiB, reordered) and process kills — at random moments, which fall in the middle
 //! of checkpoints, page write-outs, splits and commits alike, and at two targeted crash points
-//! per round that the file system hook ([`support::HookVfs`]) reaches exactly:
+//! per round that the file system hook ([`support::hook_vfs`]) reaches exactly:
 //!
 //! - **inside a checkpoint**: before the Nth I/O call of one of the checkpoint thread's
 //!   checkpoints — of the whole checkpoint (page write-outs, fsyncs, WAL), of its status-file
@@ -53,7 +53,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
-use support::{Hook, HookVfs, Io};
+use support::{hook_vfs, Hook, Io};
 use walnut_common::{ColumnDef, DataType, SqlState, TableDef, Value, BLCKSZ};
 use walnut_io::fault::{CrashKind, FaultConfig, FaultVfs};
 use walnut_io::Vfs;
@@ -576,7 +576,7 @@ fn round(seed: u64, images: u64) -> Tally {
     };
     let dynvfs: Arc<dyn Vfs> = Arc::new(vfs.clone());
     Storage::initdb(dynvfs.clone(), dir).unwrap();
-    let st = Storage::open(Arc::new(HookVfs::new(dynvfs, hook)), dir, config()).unwrap();
+    let st = Storage::open(Arc::new(hook_vfs(dynvfs, hook)), dir, config()).unwrap();
     setup(&st);
     let index = st.catalog.get("history").unwrap().index.unwrap();
     let _ = probe.index.set(dir.join("base").join(index.0.to_string()));

@@ -12,7 +12,7 @@
 //! - a crash after a DROP or TRUNCATE commits and before its files are removed: redo of the
 //!   commit record removes them.
 //!
-//! The crash points are reached exactly through [`support::HookVfs`].
+//! The crash points are reached exactly through [`support::hook_vfs`].
 
 mod support;
 
@@ -20,7 +20,7 @@ use std::ops::Bound;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
-use support::{Hook, HookVfs, Io};
+use support::{hook_vfs, Hook, Io};
 use walnut_common::{
     ColumnDef, DataType, ErrorKind, RelFileId, SqlState, TableDef, Tid, Value, BLCKSZ,
 };
@@ -281,7 +281,7 @@ fn a_short_write_extending_a_data_file_is_cut_back_to_whole_blocks() {
         let dir = Path::new(DIR);
         let inner: Arc<dyn Vfs> = Arc::new(fv.clone());
         Storage::initdb(inner.clone(), dir).unwrap();
-        let vfs: Arc<dyn Vfs> = Arc::new(HookVfs::new(inner, hook));
+        let vfs: Arc<dyn Vfs> = Arc::new(hook_vfs(inner, hook));
         let st = Storage::open(vfs.clone(), dir, config(true)).unwrap();
         create(&st, "t", 0..5);
         let heap = st.catalog.get("t").unwrap().relfile;
@@ -445,7 +445,7 @@ fn a_crash_after_drop_or_truncate_commits_and_before_the_file_removal_removes_th
     let dir = Path::new(DIR);
     let inner: Arc<dyn Vfs> = Arc::new(fv.clone());
     Storage::initdb(inner.clone(), dir).unwrap();
-    let st = Storage::open(Arc::new(HookVfs::new(inner, hook)), dir, config(true)).unwrap();
+    let st = Storage::open(Arc::new(hook_vfs(inner, hook)), dir, config(true)).unwrap();
     create(&st, "gone", 0..50);
     create(&st, "trunc", 0..50);
     st.checkpoint_now(DbState::InProduction).unwrap();

@@ -452,6 +452,7 @@ mod tests {
     use super::*;
     use std::sync::atomic::{AtomicU64, Ordering};
     use std::sync::{Arc, Mutex};
+    use walnut_io::hook::{FileRef, HookVfs, Hooks};
     use walnut_io::RealVfs;
 
     const SHORT: Duration = Duration::from_millis(50);
@@ -512,16 +513,24 @@ mod tests {
         assert_probe_file_gone(dir.path());
     }
 
-    /// A `Vfs` over the real one that records open modes and counts sync calls, and can make
-    /// `sync_data` fail or refuse O_DIRECT with EINVAL (as tmpfs did before Linux 6.6).
+    /// Hooks over the real file system that record open modes and count sync calls, and can
+    /// make `sync_data` fail or refuse O_DIRECT with EINVAL (as tmpfs did before Linux 6.6).
     #[derive(Default)]
     struct Recording {
         modes: Mutex<Vec<OpenMode>>,
         counts: Arc<Counts>,
         fail_sync_data: bool,
         reject_direct: bool,
-        /// Offer a cache flusher (the `wal_sync_range` path).
+        /// Offer a cache flusher that counts its flushes (the `wal_sync_range` path), or
+        /// none, on whatever file system the test runs on.
         offer_flusher: bool,
+    }
+
+    /// `hooks`, and the real file system through them.
+    fn recording(hooks: Recording) -> (Arc<Recording>, HookVfs) {
+        let hooks = Arc::new(hooks);
+        let vfs = HookVfs::new(Arc::new(RealVfs), hooks.clone());
+        (hooks, vfs)
     }
 
     #[derive(Default)]
@@ -548,77 +557,41 @@ mod tests {
         }
     }
 
-    struct RecordingFile {
-        inner: Arc<dyn FileIo>,
-        counts: Arc<Counts>,
-        fail_sync_data: bool,
-    }
-
-    impl FileIo for RecordingFile {
-        fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
-            self.inner.read_at(buf, offset)
-        }
-        fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
-            self.counts.writes.fetch_add(1, Ordering::Relaxed);
-            self.inner.write_at(buf, offset)
-        }
-        fn sync_data(&self) -> io::Result<()> {
-            self.counts.sync_data.fetch_add(1, Ordering::Relaxed);
-            if self.fail_sync_data {
-                return Err(io::Error::other("injected fdatasync failure"));
-            }
-            self.inner.sync_data()
-        }
-        fn sync_all(&self) -> io::Result<()> {
-            self.counts.sync_all.fetch_add(1, Ordering::Relaxed);
-            self.inner.sync_all()
-        }
-        fn write_back(&self, offset: u64, len: u64) -> io::Result<()> {
-            self.counts.write_backs.fetch_add(1, Ordering::Relaxed);
-            self.counts
-                .unflushed_write_back
-                .store(true, Ordering::Relaxed);
-            self.inner.write_back(offset, len)
-        }
-        fn len(&self) -> io::Result<u64> {
-            self.inner.len()
-        }
-        fn set_len(&self, len: u64) -> io::Result<()> {
-            self.inner.set_len(len)
-        }
-    }
-
-    impl Vfs for Recording {
-        fn open(&self, path: &Path, mode: OpenMode) -> io::Result<Arc<dyn FileIo>> {
+    impl Hooks for Recording {
+        fn open(&self, vfs: &dyn Vfs, path: &Path, mode: OpenMode) -> io::Result<Arc<dyn FileIo>> {
             self.modes.lock().unwrap().push(mode);
             if self.reject_direct && mode.direct {
                 return Err(io::Error::from_raw_os_error(22)); // EINVAL
             }
-            Ok(Arc::new(RecordingFile {
-                inner: RealVfs.open(path, mode)?,
-                counts: self.counts.clone(),
-                fail_sync_data: self.fail_sync_data,
-            }))
+            vfs.open(path, mode)
         }
-        fn remove(&self, path: &Path) -> io::Result<()> {
-            RealVfs.remove(path)
+        fn write_at(&self, file: FileRef<'_>, buf: &[u8], offset: u64) -> io::Result<()> {
+            self.counts.writes.fetch_add(1, Ordering::Relaxed);
+            file.io.write_at(buf, offset)
         }
-        fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
-            RealVfs.rename(from, to)
+        fn sync_data(&self, file: FileRef<'_>) -> io::Result<()> {
+            self.counts.sync_data.fetch_add(1, Ordering::Relaxed);
+            if self.fail_sync_data {
+                return Err(io::Error::other("injected fdatasync failure"));
+            }
+            file.io.sync_data()
         }
-        fn sync_dir(&self, dir: &Path) -> io::Result<()> {
-            RealVfs.sync_dir(dir)
+        fn sync_all(&self, file: FileRef<'_>) -> io::Result<()> {
+            self.counts.sync_all.fetch_add(1, Ordering::Relaxed);
+            file.io.sync_all()
         }
-        fn create_dir_all(&self, dir: &Path) -> io::Result<()> {
-            RealVfs.create_dir_all(dir)
+        fn write_back(&self, file: FileRef<'_>, offset: u64, len: u64) -> io::Result<()> {
+            self.counts.write_backs.fetch_add(1, Ordering::Relaxed);
+            self.counts
+                .unflushed_write_back
+                .store(true, Ordering::Relaxed);
+            file.io.write_back(offset, len)
         }
-        fn list_dir(&self, dir: &Path) -> io::Result<Vec<String>> {
-            RealVfs.list_dir(dir)
-        }
-        fn exists(&self, path: &Path) -> bool {
-            RealVfs.exists(path)
-        }
-        fn cache_flusher(&self, _dir: &Path) -> io::Result<Option<Arc<dyn CacheFlush>>> {
+        fn cache_flusher(
+            &self,
+            _vfs: &dyn Vfs,
+            _dir: &Path,
+        ) -> io::Result<Option<Arc<dyn CacheFlush>>> {
             Ok(self
                 .offer_flusher
                 .then(|| Arc::new(CountingFlush(self.counts.clone())) as Arc<dyn CacheFlush>))
@@ -639,13 +612,13 @@ mod tests {
     #[test]
     fn probe_range_writes_back_then_flushes_the_cache() {
         let dir = tempfile::tempdir().unwrap();
-        let vfs = Recording {
+        let (rec, vfs) = recording(Recording {
             offer_flusher: true,
             ..Recording::default()
-        };
+        });
         let r = probe(&vfs, dir.path(), &range_spec(SyncMethod::Fdatasync)).unwrap();
         assert!(r.range);
-        let c = &vfs.counts;
+        let c = &rec.counts;
         assert_eq!(c.write_backs.load(Ordering::Relaxed), r.flushes);
         assert_eq!(c.cache_flushes.load(Ordering::Relaxed), r.flushes);
         assert_eq!(
@@ -656,7 +629,7 @@ mod tests {
         assert!(!c.unflushed_write_back.load(Ordering::Relaxed));
         assert_probe_file_gone(dir.path());
         // Without a flusher the range path is unsupported; other methods have none.
-        let plain = Recording::default();
+        let (_, plain) = recording(Recording::default());
         let e = probe(&plain, dir.path(), &range_spec(SyncMethod::Fdatasync)).unwrap_err();
         assert_eq!(e.kind(), io::ErrorKind::Unsupported);
         let e = probe(&vfs, dir.path(), &range_spec(SyncMethod::Fsync)).unwrap_err();
@@ -683,16 +656,16 @@ mod tests {
         let preallocate_writes = PROBE_FILE_BYTES / FILL_CHUNK_BYTES as u64;
         for method in SyncMethod::ALL {
             let dir = tempfile::tempdir().unwrap();
-            let vfs = Recording::default();
+            let (rec, vfs) = recording(Recording::default());
             let r = probe_flush_rate(&vfs, dir.path(), method, false, 8192, SHORT).unwrap();
-            let modes = vfs.modes.lock().unwrap().clone();
+            let modes = rec.modes.lock().unwrap().clone();
             assert_eq!(modes.len(), 2, "preallocate, then the timed handle");
             assert!(modes[0].create && !modes[0].dsync && !modes[0].sync && !modes[0].direct);
             let timed = modes[1];
             assert!(!timed.create && !timed.direct);
             assert_eq!(timed.dsync, method == SyncMethod::OpenDatasync);
             assert_eq!(timed.sync, method == SyncMethod::OpenSync);
-            let c = &vfs.counts;
+            let c = &rec.counts;
             let writes = c.writes.load(Ordering::Relaxed);
             let sync_data = c.sync_data.load(Ordering::Relaxed);
             let sync_all = c.sync_all.load(Ordering::Relaxed);
@@ -710,24 +683,24 @@ mod tests {
     #[test]
     fn probe_removes_file_on_error() {
         let dir = tempfile::tempdir().unwrap();
-        let vfs = Recording {
+        let (rec, vfs) = recording(Recording {
             fail_sync_data: true,
             ..Recording::default()
-        };
+        });
         let e = probe_flush_rate(&vfs, dir.path(), SyncMethod::Fdatasync, false, 8192, SHORT)
             .unwrap_err();
         assert!(e.to_string().contains("injected fdatasync failure"), "{e}");
-        assert_eq!(vfs.counts.sync_data.load(Ordering::Relaxed), 1, "no retry");
+        assert_eq!(rec.counts.sync_data.load(Ordering::Relaxed), 1, "no retry");
         assert_probe_file_gone(dir.path());
     }
 
     #[test]
     fn probe_direct_einval_is_unsupported() {
         let dir = tempfile::tempdir().unwrap();
-        let vfs = Recording {
+        let (_, vfs) = recording(Recording {
             reject_direct: true,
             ..Recording::default()
-        };
+        });
         let e = probe_flush_rate(&vfs, dir.path(), SyncMethod::OpenSync, true, 8192, SHORT)
             .unwrap_err();
         assert_eq!(e.kind(), io::ErrorKind::Unsupported, "{e}");

@@ -8,7 +8,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use walnut_common::{BlockNumber, Lsn, RelFileId, Xid, BLCKSZ};
-use walnut_io::{FileIo, OpenMode, RealVfs, Vfs};
+use walnut_io::hook::{FileRef, FlushRef, HookVfs, Hooks};
+use walnut_io::{OpenMode, RealVfs, Vfs};
 
 /// The crash windows of DESIGN.md, through the fault-injecting file system.
 mod crash_windows;
@@ -16,67 +17,36 @@ mod crash_windows;
 // ---------------------------------------------------------------------------------------------
 // Helpers
 
-/// A Vfs over the real file system that counts `sync_data` calls and can make them slow.
-struct CountingVfs {
+/// Hooks over the real file system that count the calls that make WAL durable — `sync_data`,
+/// and the device cache flush of the `wal_sync_range` path, which production takes where the
+/// file system offers one — and make each slow.
+struct Counting {
     syncs: Arc<AtomicU64>,
     sync_delay: Duration,
 }
 
-struct CountingFile {
-    inner: Arc<dyn FileIo>,
-    syncs: Arc<AtomicU64>,
-    sync_delay: Duration,
-}
+impl Counting {
+    fn vfs(syncs: Arc<AtomicU64>, sync_delay: Duration) -> Arc<dyn Vfs> {
+        Arc::new(HookVfs::new(
+            Arc::new(RealVfs),
+            Arc::new(Counting { syncs, sync_delay }),
+        ))
+    }
 
-impl FileIo for CountingFile {
-    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
-        self.inner.read_at(buf, offset)
-    }
-    fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
-        self.inner.write_at(buf, offset)
-    }
-    fn sync_data(&self) -> io::Result<()> {
+    fn count(&self) {
         self.syncs.fetch_add(1, Ordering::SeqCst);
         std::thread::sleep(self.sync_delay);
-        self.inner.sync_data()
-    }
-    fn sync_all(&self) -> io::Result<()> {
-        self.inner.sync_all()
-    }
-    fn len(&self) -> io::Result<u64> {
-        self.inner.len()
-    }
-    fn set_len(&self, len: u64) -> io::Result<()> {
-        self.inner.set_len(len)
     }
 }
 
-impl Vfs for CountingVfs {
-    fn open(&self, path: &Path, mode: OpenMode) -> io::Result<Arc<dyn FileIo>> {
-        let inner = RealVfs.open(path, mode)?;
-        Ok(Arc::new(CountingFile {
-            inner,
-            syncs: self.syncs.clone(),
-            sync_delay: self.sync_delay,
-        }))
+impl Hooks for Counting {
+    fn sync_data(&self, file: FileRef<'_>) -> io::Result<()> {
+        self.count();
+        file.io.sync_data()
     }
-    fn remove(&self, path: &Path) -> io::Result<()> {
-        RealVfs.remove(path)
-    }
-    fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
-        RealVfs.rename(from, to)
-    }
-    fn sync_dir(&self, dir: &Path) -> io::Result<()> {
-        RealVfs.sync_dir(dir)
-    }
-    fn create_dir_all(&self, dir: &Path) -> io::Result<()> {
-        RealVfs.create_dir_all(dir)
-    }
-    fn list_dir(&self, dir: &Path) -> io::Result<Vec<String>> {
-        RealVfs.list_dir(dir)
-    }
-    fn exists(&self, path: &Path) -> bool {
-        RealVfs.exists(path)
+    fn flush(&self, flusher: FlushRef<'_>) -> io::Result<()> {
+        self.count();
+        flusher.io.flush()
     }
 }
 
@@ -381,11 +351,11 @@ fn group_commit_flushes_before_ack_monotonic_and_groups() {
     let tmp = tempfile::tempdir().unwrap();
     let cfg = config(tmp.path(), 4 << 20, 1);
     let syncs = Arc::new(AtomicU64::new(0));
-    let cvfs: Arc<dyn Vfs> = Arc::new(CountingVfs {
-        syncs: syncs.clone(),
-        sync_delay: Duration::from_millis(2),
-    });
+    let cvfs = Counting::vfs(syncs.clone(), Duration::from_millis(2));
     let wal = create_open(cvfs.clone(), &cfg);
+    // Production's sync path: the range path wherever the real file system offers a flusher.
+    let flusher = RealVfs.cache_flusher(&cfg.dir).unwrap();
+    assert_eq!(wal.sync_range_in_use(), flusher.is_some());
     let syncs_before = syncs.load(Ordering::SeqCst);
     let stop = Arc::new(AtomicBool::new(false));
     let observer = {
@@ -881,13 +851,16 @@ fn every_sync_method_and_direct_io_round_trip_and_reopen_mid_block() {
 fn adaptive_group_commit_groups_concurrent_commits() {
     let tmp = tempfile::tempdir().unwrap();
     let syncs = Arc::new(AtomicU64::new(0));
-    let v: Arc<dyn Vfs> = Arc::new(CountingVfs {
-        syncs: syncs.clone(),
-        sync_delay: Duration::from_millis(2),
-    });
+    let v = Counting::vfs(syncs.clone(), Duration::from_millis(2));
     let cfg = config(tmp.path(), 1 << 20, 1);
     assert_eq!(cfg.group_commit, GroupCommitMode::Adaptive);
     let wal = create_open(v, &cfg);
+    let flusher = RealVfs.cache_flusher(&cfg.dir).unwrap();
+    assert_eq!(
+        wal.sync_range_in_use(),
+        flusher.is_some(),
+        "production's path"
+    );
     let threads = 8u32;
     let per_thread = 40u32;
     std::thread::scope(|s| {
@@ -950,54 +923,52 @@ fn adaptive_group_commit_groups_concurrent_commits() {
     assert_eq!(recs.len(), (threads * per_thread) as usize + 1);
 }
 
-/// A Vfs over the real file system that offers a cache flusher (the `wal_sync_range` path)
-/// and records the order of write-backs, cache flushes and fdatasyncs. `sparse` makes every
+/// Hooks over the real file system that offer a cache flusher (the `wal_sync_range` path)
+/// and record the order of write-backs, cache flushes and fdatasyncs. `sparse` makes every
 /// file report no allocated bytes, as a segment made with `wal_init_zero = off` would.
-struct RangeVfs {
+struct Range {
     log: Arc<std::sync::Mutex<Vec<&'static str>>>,
     sparse: bool,
 }
 
-struct RangeFile {
-    inner: Arc<dyn FileIo>,
-    log: Arc<std::sync::Mutex<Vec<&'static str>>>,
-    sparse: bool,
+impl Range {
+    fn vfs(log: &Arc<std::sync::Mutex<Vec<&'static str>>>, sparse: bool) -> Arc<dyn Vfs> {
+        let log = log.clone();
+        Arc::new(HookVfs::new(
+            Arc::new(RealVfs),
+            Arc::new(Range { log, sparse }),
+        ))
+    }
 }
 
-impl FileIo for RangeFile {
-    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
-        self.inner.read_at(buf, offset)
-    }
-    fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
-        self.inner.write_at(buf, offset)
-    }
-    fn sync_data(&self) -> io::Result<()> {
+impl Hooks for Range {
+    fn sync_data(&self, file: FileRef<'_>) -> io::Result<()> {
         self.log.lock().unwrap().push("fdatasync");
-        self.inner.sync_data()
+        file.io.sync_data()
     }
-    fn sync_all(&self) -> io::Result<()> {
-        self.inner.sync_all()
-    }
-    fn len(&self) -> io::Result<u64> {
-        self.inner.len()
-    }
-    fn set_len(&self, len: u64) -> io::Result<()> {
-        self.inner.set_len(len)
-    }
-    fn write_back(&self, offset: u64, len: u64) -> io::Result<()> {
+    fn write_back(&self, file: FileRef<'_>, offset: u64, len: u64) -> io::Result<()> {
         assert!(
             len > 0 && offset + len <= WAL_SEGMENT_SIZE,
             "range within the segment"
         );
         self.log.lock().unwrap().push("write_back");
-        self.inner.write_back(offset, len)
+        file.io.write_back(offset, len)
     }
-    fn allocated_bytes(&self) -> io::Result<u64> {
+    fn allocated_bytes(&self, file: FileRef<'_>) -> io::Result<u64> {
         if self.sparse {
             Ok(0)
         } else {
-            self.inner.allocated_bytes()
+            file.io.allocated_bytes()
         }
+    }
+    /// A flusher on any file system (the real one offers none on tmpfs, say), which flushes
+    /// nothing: the test checks the order of calls, not durability.
+    fn cache_flusher(
+        &self,
+        _vfs: &dyn Vfs,
+        _dir: &Path,
+    ) -> io::Result<Option<Arc<dyn walnut_io::CacheFlush>>> {
+        Ok(Some(Arc::new(LoggedFlush(self.log.clone()))))
     }
 }
 
@@ -1013,45 +984,11 @@ impl walnut_io::CacheFlush for LoggedFlush {
     }
 }
 
-impl Vfs for RangeVfs {
-    fn open(&self, path: &Path, mode: OpenMode) -> io::Result<Arc<dyn FileIo>> {
-        Ok(Arc::new(RangeFile {
-            inner: RealVfs.open(path, mode)?,
-            log: self.log.clone(),
-            sparse: self.sparse,
-        }))
-    }
-    fn remove(&self, path: &Path) -> io::Result<()> {
-        RealVfs.remove(path)
-    }
-    fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
-        RealVfs.rename(from, to)
-    }
-    fn sync_dir(&self, dir: &Path) -> io::Result<()> {
-        RealVfs.sync_dir(dir)
-    }
-    fn create_dir_all(&self, dir: &Path) -> io::Result<()> {
-        RealVfs.create_dir_all(dir)
-    }
-    fn list_dir(&self, dir: &Path) -> io::Result<Vec<String>> {
-        RealVfs.list_dir(dir)
-    }
-    fn exists(&self, path: &Path) -> bool {
-        RealVfs.exists(path)
-    }
-    fn cache_flusher(&self, _dir: &Path) -> io::Result<Option<Arc<dyn walnut_io::CacheFlush>>> {
-        Ok(Some(Arc::new(LoggedFlush(self.log.clone()))))
-    }
-}
-
 #[test]
 fn sync_range_writes_back_each_segment_then_flushes_the_cache_once() {
     let tmp = tempfile::tempdir().unwrap();
     let log = Arc::new(std::sync::Mutex::new(Vec::new()));
-    let v: Arc<dyn Vfs> = Arc::new(RangeVfs {
-        log: log.clone(),
-        sparse: false,
-    });
+    let v = Range::vfs(&log, false);
     let cfg = config(tmp.path(), 1 << 20, 1);
     let wal = create_open(v.clone(), &cfg);
     assert!(wal.sync_range_in_use());
@@ -1091,10 +1028,7 @@ fn sync_range_falls_back_to_fdatasync_where_it_is_not_safe() {
     let tmp = tempfile::tempdir().unwrap();
     let log = Arc::new(std::sync::Mutex::new(Vec::new()));
     // A sparse segment (not fully allocated): its writes may allocate blocks.
-    let sparse: Arc<dyn Vfs> = Arc::new(RangeVfs {
-        log: log.clone(),
-        sparse: true,
-    });
+    let sparse = Range::vfs(&log, true);
     let cfg = config(&tmp.path().join("a"), 1 << 20, 1);
     let wal = create_open(sparse, &cfg);
     assert!(wal.sync_range_in_use());
@@ -1127,10 +1061,7 @@ fn sync_range_falls_back_to_fdatasync_where_it_is_not_safe() {
             },
         ),
     ] {
-        let v: Arc<dyn Vfs> = Arc::new(RangeVfs {
-            log: log.clone(),
-            sparse: false,
-        });
+        let v = Range::vfs(&log, false);
         let wal = create_open(v, &cfg);
         assert!(!wal.sync_range_in_use(), "{name}");
         let (_, e) = wal.insert(&mut |_| tagged_record(1, 0, false)).unwrap();
@@ -1297,65 +1228,28 @@ fn full_disk_fails_check_space_with_53100_and_never_panics() {
 // ---------------------------------------------------------------------------------------------
 // The end-of-WAL decision table (DESIGN.md, "Reading (`XLogReadRecord`) and the end of WAL")
 
-/// A Vfs over another whose files with `fail` in their path fail every read with EIO.
+/// Hooks whose files with `fail` in their path fail every read with EIO.
 struct FailingReads {
-    inner: Arc<dyn Vfs>,
     fail: String,
 }
 
-struct FailingReadFile {
-    inner: Arc<dyn FileIo>,
-    fail: bool,
-}
-
-impl FileIo for FailingReadFile {
-    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
-        if self.fail {
+impl FailingReads {
+    fn check(&self, file: FileRef<'_>) -> io::Result<()> {
+        if file.path.to_string_lossy().contains(self.fail.as_str()) {
             return Err(io::Error::from_raw_os_error(5));
         }
-        self.inner.read_at(buf, offset)
-    }
-    fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
-        self.inner.write_at(buf, offset)
-    }
-    fn sync_data(&self) -> io::Result<()> {
-        self.inner.sync_data()
-    }
-    fn sync_all(&self) -> io::Result<()> {
-        self.inner.sync_all()
-    }
-    fn len(&self) -> io::Result<u64> {
-        self.inner.len()
-    }
-    fn set_len(&self, len: u64) -> io::Result<()> {
-        self.inner.set_len(len)
+        Ok(())
     }
 }
 
-impl Vfs for FailingReads {
-    fn open(&self, path: &Path, mode: OpenMode) -> io::Result<Arc<dyn FileIo>> {
-        Ok(Arc::new(FailingReadFile {
-            inner: self.inner.open(path, mode)?,
-            fail: path.to_string_lossy().contains(self.fail.as_str()),
-        }))
+impl Hooks for FailingReads {
+    fn read_at(&self, file: FileRef<'_>, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+        self.check(file)?;
+        file.io.read_at(buf, offset)
     }
-    fn remove(&self, path: &Path) -> io::Result<()> {
-        self.inner.remove(path)
-    }
-    fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
-        self.inner.rename(from, to)
-    }
-    fn sync_dir(&self, dir: &Path) -> io::Result<()> {
-        self.inner.sync_dir(dir)
-    }
-    fn create_dir_all(&self, dir: &Path) -> io::Result<()> {
-        self.inner.create_dir_all(dir)
-    }
-    fn list_dir(&self, dir: &Path) -> io::Result<Vec<String>> {
-        self.inner.list_dir(dir)
-    }
-    fn exists(&self, path: &Path) -> bool {
-        self.inner.exists(path)
+    fn read_exact_at(&self, file: FileRef<'_>, buf: &mut [u8], offset: u64) -> io::Result<()> {
+        self.check(file)?;
+        file.io.read_exact_at(buf, offset)
     }
 }
 
@@ -1483,10 +1377,12 @@ fn every_cell_of_the_end_of_wal_decision_table() {
                 _ => unreachable!("{row}"),
             }
             let v: Arc<dyn Vfs> = if row == "read(2) fails" {
-                Arc::new(FailingReads {
-                    inner: Arc::new(fv.clone()),
-                    fail: segment_file_name(1),
-                })
+                Arc::new(HookVfs::new(
+                    Arc::new(fv.clone()),
+                    Arc::new(FailingReads {
+                        fail: segment_file_name(1),
+                    }),
+                ))
             } else {
                 Arc::new(fv.clone())
             };

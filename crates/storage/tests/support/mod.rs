@@ -1,12 +1,12 @@
-//! Test support shared by the storage crash tests: [`HookVfs`], a pass-through [`Vfs`] that
-//! hands every call that changes a file or the namespace to a hook before (and around) running
-//! it, so that a test can take a crash image at an exact point inside the engine — the Nth I/O
-//! of a checkpoint, a B-tree split's allocation, the removal of a dropped table's file — or
-//! watch what the engine does to a file (a short write cut back).
+//! Test support shared by the storage crash tests: [`hook_vfs`], a `walnut_io::hook::HookVfs`
+//! that hands every call that changes a file or the namespace to a hook before (and around)
+//! running it, so that a test can take a crash image at an exact point inside the engine — the
+//! Nth I/O of a checkpoint, a B-tree split's allocation, the removal of a dropped table's file
+//! — or watch what the engine does to a file (a short write cut back).
 //!
 //! The hook gets the call ([`Io`]) and a `run` closure that performs it; it must call `run` at
-//! most once and return its result (or an error of its own instead). Reads, lengths and
-//! listings go straight through.
+//! most once and return its result (or an error of its own instead). Reads, lengths, listings
+//! and cache flushes go straight through, to the inner file system's own methods.
 
 // Each test crate that includes this module uses a part of it.
 #![allow(dead_code)]
@@ -14,7 +14,8 @@
 use std::io;
 use std::path::Path;
 use std::sync::Arc;
-use walnut_io::{CacheFlush, FileIo, OpenMode, Vfs};
+use walnut_io::hook::{FileRef, HookVfs, Hooks};
+use walnut_io::{FileIo, OpenMode, Vfs};
 
 /// A call that changes a file's bytes or size, makes something durable, or changes the
 /// namespace.
@@ -71,121 +72,69 @@ impl Io<'_> {
 /// The hook: the call, and `run`, which performs it.
 pub type Hook = dyn Fn(&Io<'_>, &mut dyn FnMut() -> io::Result<()>) -> io::Result<()> + Send + Sync;
 
-/// A [`Vfs`] over `inner` that passes every changing call through a [`Hook`].
-pub struct HookVfs {
-    inner: Arc<dyn Vfs>,
-    hook: Arc<Hook>,
+/// `inner`, with every changing call passed through `hook`.
+pub fn hook_vfs(inner: Arc<dyn Vfs>, hook: Arc<Hook>) -> HookVfs {
+    HookVfs::new(inner, Arc::new(Changes(hook)))
 }
 
-impl HookVfs {
-    /// Wraps `inner`.
-    pub fn new(inner: Arc<dyn Vfs>, hook: Arc<Hook>) -> HookVfs {
-        HookVfs { inner, hook }
-    }
-}
+/// [`Hooks`] that hand each changing call to a [`Hook`]; the rest pass through.
+struct Changes(Arc<Hook>);
 
-struct HookFile {
-    inner: Arc<dyn FileIo>,
-    path: std::path::PathBuf,
-    hook: Arc<Hook>,
-}
-
-impl FileIo for HookFile {
-    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
-        self.inner.read_at(buf, offset)
-    }
-
-    fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
-        let io = Io::Write {
-            path: &self.path,
-            off: offset,
-            buf,
-        };
-        (self.hook)(&io, &mut || self.inner.write_at(buf, offset))
-    }
-
-    fn sync_data(&self) -> io::Result<()> {
-        (self.hook)(&Io::Sync { path: &self.path }, &mut || {
-            self.inner.sync_data()
-        })
-    }
-
-    fn sync_all(&self) -> io::Result<()> {
-        (self.hook)(&Io::Sync { path: &self.path }, &mut || {
-            self.inner.sync_all()
-        })
-    }
-
-    fn len(&self) -> io::Result<u64> {
-        self.inner.len()
-    }
-
-    fn set_len(&self, len: u64) -> io::Result<()> {
-        let io = Io::SetLen {
-            path: &self.path,
-            len,
-        };
-        (self.hook)(&io, &mut || self.inner.set_len(len))
-    }
-
-    fn write_back(&self, offset: u64, len: u64) -> io::Result<()> {
-        (self.hook)(&Io::Sync { path: &self.path }, &mut || {
-            self.inner.write_back(offset, len)
-        })
-    }
-
-    fn allocated_bytes(&self) -> io::Result<u64> {
-        self.inner.allocated_bytes()
-    }
-}
-
-impl Vfs for HookVfs {
-    fn open(&self, path: &Path, mode: OpenMode) -> io::Result<Arc<dyn FileIo>> {
+impl Hooks for Changes {
+    fn open(&self, vfs: &dyn Vfs, path: &Path, mode: OpenMode) -> io::Result<Arc<dyn FileIo>> {
         let mut file = None;
         let mut open = || {
-            file = Some(self.inner.open(path, mode)?);
+            file = Some(vfs.open(path, mode)?);
             Ok(())
         };
-        if mode.create && !self.inner.exists(path) {
-            (self.hook)(&Io::Create { path }, &mut open)?;
+        if mode.create && !vfs.exists(path) {
+            (self.0)(&Io::Create { path }, &mut open)?;
         } else {
             open()?;
         }
-        let inner = file.ok_or_else(|| io::Error::other("the hook did not run the open"))?;
-        Ok(Arc::new(HookFile {
-            inner,
-            path: path.to_path_buf(),
-            hook: self.hook.clone(),
-        }))
+        file.ok_or_else(|| io::Error::other("the hook did not run the open"))
     }
 
-    fn remove(&self, path: &Path) -> io::Result<()> {
-        (self.hook)(&Io::Remove { path }, &mut || self.inner.remove(path))
+    fn write_at(&self, file: FileRef<'_>, buf: &[u8], offset: u64) -> io::Result<()> {
+        let io = Io::Write {
+            path: file.path,
+            off: offset,
+            buf,
+        };
+        (self.0)(&io, &mut || file.io.write_at(buf, offset))
     }
 
-    fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
-        (self.hook)(&Io::Rename { from, to }, &mut || {
-            self.inner.rename(from, to)
+    fn sync_data(&self, file: FileRef<'_>) -> io::Result<()> {
+        (self.0)(&Io::Sync { path: file.path }, &mut || file.io.sync_data())
+    }
+
+    fn sync_all(&self, file: FileRef<'_>) -> io::Result<()> {
+        (self.0)(&Io::Sync { path: file.path }, &mut || file.io.sync_all())
+    }
+
+    fn set_len(&self, file: FileRef<'_>, len: u64) -> io::Result<()> {
+        let io = Io::SetLen {
+            path: file.path,
+            len,
+        };
+        (self.0)(&io, &mut || file.io.set_len(len))
+    }
+
+    fn write_back(&self, file: FileRef<'_>, offset: u64, len: u64) -> io::Result<()> {
+        (self.0)(&Io::Sync { path: file.path }, &mut || {
+            file.io.write_back(offset, len)
         })
     }
 
-    fn sync_dir(&self, dir: &Path) -> io::Result<()> {
-        (self.hook)(&Io::SyncDir { dir }, &mut || self.inner.sync_dir(dir))
+    fn remove(&self, vfs: &dyn Vfs, path: &Path) -> io::Result<()> {
+        (self.0)(&Io::Remove { path }, &mut || vfs.remove(path))
     }
 
-    fn create_dir_all(&self, dir: &Path) -> io::Result<()> {
-        self.inner.create_dir_all(dir)
+    fn rename(&self, vfs: &dyn Vfs, from: &Path, to: &Path) -> io::Result<()> {
+        (self.0)(&Io::Rename { from, to }, &mut || vfs.rename(from, to))
     }
 
-    fn list_dir(&self, dir: &Path) -> io::Result<Vec<String>> {
-        self.inner.list_dir(dir)
-    }
-
-    fn exists(&self, path: &Path) -> bool {
-        self.inner.exists(path)
-    }
-
-    fn cache_flusher(&self, dir: &Path) -> io::Result<Option<Arc<dyn CacheFlush>>> {
-        self.inner.cache_flusher(dir)
+    fn sync_dir(&self, vfs: &dyn Vfs, dir: &Path) -> io::Result<()> {
+        (self.0)(&Io::SyncDir { dir }, &mut || vfs.sync_dir(dir))
     }
 }

@@ -32,84 +32,56 @@ enum Call {
 /// Called with each state-changing call and its path (a rename's source) before it is issued.
 type CallHook = Arc<dyn Fn(Call, &Path) + Send + Sync>;
 
-/// A Vfs over a [`walnut_io::fault::FaultVfs`] that calls a hook just before it passes on each
+/// Hooks over a [`walnut_io::fault::FaultVfs`] that call a hook just before they pass on each
 /// call that changes state, so that a test can take crash images of the instant before a chosen
 /// call: the machine stops before the call is issued. Reads, `open` (and the file creation it
 /// may do) and device cache flushes pass through unseen.
 struct CrashPoints {
-    fv: walnut_io::fault::FaultVfs,
     hook: CallHook,
 }
 
-struct CrashPointFile {
-    inner: Arc<dyn FileIo>,
-    path: PathBuf,
-    hook: CallHook,
-}
-
-impl FileIo for CrashPointFile {
-    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
-        self.inner.read_at(buf, offset)
-    }
-    fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
-        (self.hook)(Call::Write, &self.path);
-        self.inner.write_at(buf, offset)
-    }
-    fn sync_data(&self) -> io::Result<()> {
-        (self.hook)(Call::Sync, &self.path);
-        self.inner.sync_data()
-    }
-    fn sync_all(&self) -> io::Result<()> {
-        (self.hook)(Call::Sync, &self.path);
-        self.inner.sync_all()
-    }
-    fn len(&self) -> io::Result<u64> {
-        self.inner.len()
-    }
-    fn set_len(&self, len: u64) -> io::Result<()> {
-        (self.hook)(Call::SetLen, &self.path);
-        self.inner.set_len(len)
-    }
-    fn write_back(&self, offset: u64, len: u64) -> io::Result<()> {
-        (self.hook)(Call::WriteBack, &self.path);
-        self.inner.write_back(offset, len)
-    }
-    fn allocated_bytes(&self) -> io::Result<u64> {
-        self.inner.allocated_bytes()
+impl CrashPoints {
+    /// `fv`, stopping at the crash points: `hook` sees each call before it is issued.
+    fn over(fv: &walnut_io::fault::FaultVfs, hook: CallHook) -> Arc<dyn Vfs> {
+        Arc::new(HookVfs::new(
+            Arc::new(fv.clone()),
+            Arc::new(CrashPoints { hook }),
+        ))
     }
 }
 
-impl Vfs for CrashPoints {
-    fn open(&self, path: &Path, mode: OpenMode) -> io::Result<Arc<dyn FileIo>> {
-        Ok(Arc::new(CrashPointFile {
-            inner: self.fv.open(path, mode)?,
-            path: path.to_path_buf(),
-            hook: self.hook.clone(),
-        }))
+impl Hooks for CrashPoints {
+    fn write_at(&self, file: FileRef<'_>, buf: &[u8], offset: u64) -> io::Result<()> {
+        (self.hook)(Call::Write, file.path);
+        file.io.write_at(buf, offset)
     }
-    fn remove(&self, path: &Path) -> io::Result<()> {
+    fn sync_data(&self, file: FileRef<'_>) -> io::Result<()> {
+        (self.hook)(Call::Sync, file.path);
+        file.io.sync_data()
+    }
+    fn sync_all(&self, file: FileRef<'_>) -> io::Result<()> {
+        (self.hook)(Call::Sync, file.path);
+        file.io.sync_all()
+    }
+    fn set_len(&self, file: FileRef<'_>, len: u64) -> io::Result<()> {
+        (self.hook)(Call::SetLen, file.path);
+        file.io.set_len(len)
+    }
+    fn write_back(&self, file: FileRef<'_>, offset: u64, len: u64) -> io::Result<()> {
+        (self.hook)(Call::WriteBack, file.path);
+        file.io.write_back(offset, len)
+    }
+    fn remove(&self, vfs: &dyn Vfs, path: &Path) -> io::Result<()> {
         (self.hook)(Call::Remove, path);
-        self.fv.remove(path)
+        vfs.remove(path)
     }
-    fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
+    fn rename(&self, vfs: &dyn Vfs, from: &Path, to: &Path) -> io::Result<()> {
         (self.hook)(Call::Rename, from);
-        self.fv.rename(from, to)
+        vfs.rename(from, to)
     }
-    fn sync_dir(&self, dir: &Path) -> io::Result<()> {
+    fn sync_dir(&self, vfs: &dyn Vfs, dir: &Path) -> io::Result<()> {
         (self.hook)(Call::SyncDir, dir);
-        self.fv.sync_dir(dir)
-    }
-    fn create_dir_all(&self, dir: &Path) -> io::Result<()> {
-        self.fv.create_dir_all(dir)
-    }
-    fn list_dir(&self, dir: &Path) -> io::Result<Vec<String>> {
-        self.fv.list_dir(dir)
-    }
-    fn exists(&self, path: &Path) -> bool {
-        self.fv.exists(path)
-    }
-    fn cache_flusher(&self, dir: &Path) -> io::Result<Option<Arc<dyn walnut_io::CacheFlush>>> {
-        self.fv.cache_flusher(dir)
+        vfs.sync_dir(dir)
     }
 }
 
@@ -362,10 +334,7 @@ fn segment_creation_crashes(
             }
         })
     };
-    let v: Arc<dyn Vfs> = Arc::new(CrashPoints {
-        fv: fv.clone(),
-        hook,
-    });
+    let v = CrashPoints::over(&fv, hook);
     Wal::create(v.clone(), &cfg).unwrap();
     let wal = Wal::open(v, cfg.clone(), start, start, no_xacts()).unwrap();
     armed.store(true, Ordering::SeqCst);
@@ -624,10 +593,7 @@ fn scrub_crashes(test: &str, kinds: &'static [walnut_io::fault::CrashKind]) {
             }
         })
     };
-    let v: Arc<dyn Vfs> = Arc::new(CrashPoints {
-        fv: fv.clone(),
-        hook,
-    });
+    let v = CrashPoints::over(&fv, hook);
     armed.store(true, Ordering::SeqCst);
     let wal = Wal::open(v, cfg.clone(), end, start, no_xacts()).unwrap();
     armed.store(false, Ordering::SeqCst);
@@ -743,10 +709,7 @@ fn crash_while_recycling_or_removing_old_segments_keeps_what_redo_needs() {
                 }
             })
         };
-        let v: Arc<dyn Vfs> = Arc::new(CrashPoints {
-            fv: fv.clone(),
-            hook,
-        });
+        let v = CrashPoints::over(&fv, hook);
         Wal::create(v.clone(), &cfg).unwrap();
         let wal = Wal::open(v, cfg.clone(), start, start, no_xacts()).unwrap();
         // Into segment 1 (segment 2 is preallocated after the flush that enters it), a
@@ -871,10 +834,7 @@ fn power_loss_during_a_direct_rewrite_of_the_partial_block_keeps_its_records() {
             }
         })
     };
-    let v: Arc<dyn Vfs> = Arc::new(CrashPoints {
-        fv: fv.clone(),
-        hook,
-    });
+    let v = CrashPoints::over(&fv, hook);
     let wal = create_open(v, &cfg);
     armed.store(true, Ordering::SeqCst);
     let mut mid_block = 0;
