@@ -5,14 +5,13 @@
 //! A statement's call goes session → this adapter → `walnut_storage::txn::Txn` → the WAL, one
 //! layer down at each step.
 
-use crate::storage::{CommitOpts, Engine, ScanControl, Transaction, WriteOutcome};
+use crate::storage::{CommitOpts, CommitOutcome, Engine, ScanControl, Transaction, WriteOutcome};
 use std::ops::Bound;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use walnut_common::{ColumnDef, DataType, Error, Result, SqlState, TableDef, Tid, Value};
-use walnut_storage::txn::{CommitSettings, RowWrite, Txn};
+use walnut_storage::txn::{RowWrite, Txn};
 use walnut_storage::Storage;
-use walnut_wal::FlushOpts;
 
 /// An open data directory, as an [`Engine`].
 pub struct StorageEngine {
@@ -37,6 +36,8 @@ fn col(name: &str, ty: DataType) -> ColumnDef {
 
 impl Engine for StorageEngine {
     fn begin(&self, cancel: Arc<AtomicBool>) -> Result<Box<dyn Transaction>> {
+        // A reload of the catalog cache after an earlier commit may have failed.
+        self.storage.catalog.refresh_if_stale(&self.storage)?;
         Ok(Box::new(TxnAdapter {
             txn: Some(Txn::begin(self.storage.clone(), cancel)),
         }))
@@ -272,16 +273,9 @@ impl Transaction for TxnAdapter {
         self.t().delete(&info, row).map(outcome)
     }
 
-    fn commit(mut self: Box<Self>, opts: CommitOpts) -> Result<()> {
+    fn commit(mut self: Box<Self>, opts: &CommitOpts) -> Result<CommitOutcome> {
         let txn = self.txn.take().expect("transaction already finished");
-        txn.commit(CommitSettings {
-            synchronous: opts.synchronous,
-            flush: FlushOpts {
-                commit_delay_us: opts.commit_delay_us,
-                commit_siblings: opts.commit_siblings,
-                commit: true,
-            },
-        })
+        txn.commit(opts)
     }
 
     fn rollback(mut self: Box<Self>) {

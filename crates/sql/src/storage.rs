@@ -40,26 +40,9 @@ pub enum ScanControl {
     Stop,
 }
 
-/// Options of a commit, from the committing session's GUCs.
-#[derive(Clone, Copy, Debug)]
-pub struct CommitOpts {
-    /// `synchronous_commit`: wait for the commit record to be flushed before returning.
-    pub synchronous: bool,
-    /// `commit_delay`, µs.
-    pub commit_delay_us: u32,
-    /// `commit_siblings`.
-    pub commit_siblings: u32,
-}
-
-impl Default for CommitOpts {
-    fn default() -> Self {
-        CommitOpts {
-            synchronous: true,
-            commit_delay_us: 0,
-            commit_siblings: 5,
-        }
-    }
-}
+/// A commit's options and outcome: the WAL's types, passed through unchanged from the session
+/// to the WAL and back (crates/wal/DESIGN.md, "The commit path").
+pub use walnut_wal::{CommitOpts, CommitOutcome};
 
 /// The database: hands out transactions and runs utility commands.
 pub trait Engine: Send + Sync + 'static {
@@ -163,12 +146,15 @@ pub trait Transaction: Send {
     /// 40P01 on deadlock, 57014 when cancelled.
     fn delete(&mut self, table: &str, row: RowId) -> Result<WriteOutcome>;
 
-    /// Commits. With `opts.synchronous`, returns only once the commit record is durable.
-    /// Afterwards the transaction's changes are visible to new statements of every session.
+    /// Commits. Unless `opts.synchronous_commit` is `off`, returns only once the commit record
+    /// is durable. Afterwards the transaction's changes are visible to new statements of every
+    /// session. Work after the commit that failed is in the outcome's warnings, never an
+    /// error: the commit stands.
     ///
     /// # Errors
-    /// I/O errors (the server then PANICs), 53100 if the WAL disk is full.
-    fn commit(self: Box<Self>, opts: CommitOpts) -> Result<()>;
+    /// 53100 if the WAL disk is full (nothing was committed). A failed WAL write or fsync is a
+    /// PANIC.
+    fn commit(self: Box<Self>, opts: &CommitOpts) -> Result<CommitOutcome>;
 
     /// Rolls back: the transaction's changes are never visible.
     fn rollback(self: Box<Self>);

@@ -10,7 +10,9 @@
 //! Simplifications: DDL (CREATE, DROP, TRUNCATE, ADD PRIMARY KEY) takes effect immediately and is
 //! not undone by rollback; there is no deadlock detection (waits poll the cancel flag).
 
-use crate::storage::{CommitOpts, Engine, RowId, ScanControl, Transaction, WriteOutcome};
+use crate::storage::{
+    CommitOpts, CommitOutcome, Engine, RowId, ScanControl, Transaction, WriteOutcome,
+};
 use parking_lot::{Condvar, Mutex};
 use std::collections::{BTreeMap, HashMap};
 use std::ops::Bound;
@@ -619,8 +621,8 @@ impl Transaction for MemTxn {
         self.write(table, row, None)
     }
 
-    fn commit(mut self: Box<Self>, opts: CommitOpts) -> Result<()> {
-        *self.inner.last_commit_opts.lock() = Some(opts);
+    fn commit(mut self: Box<Self>, opts: &CommitOpts) -> Result<CommitOutcome> {
+        *self.inner.last_commit_opts.lock() = Some(*opts);
         self.inner.commits.fetch_add(1, Ordering::Relaxed);
         {
             let mut st = self.inner.state.lock();
@@ -630,7 +632,11 @@ impl Transaction for MemTxn {
             self.finished = true;
         }
         self.inner.changed.notify_all();
-        Ok(())
+        Ok(CommitOutcome {
+            lsn: walnut_common::Lsn::INVALID,
+            durable: opts.synchronous_commit.waits_for_flush(),
+            warnings: Vec::new(),
+        })
     }
 
     fn rollback(mut self: Box<Self>) {

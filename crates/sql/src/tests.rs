@@ -921,8 +921,8 @@ fn gucs_set_show_reset() {
     ok(&mut s, "create table t (a int)");
     let o = e.last_commit_opts().unwrap();
     assert_eq!(
-        (o.synchronous, o.commit_delay_us, o.commit_siblings),
-        (true, 10, 7)
+        (o.synchronous_commit, o.commit_delay_us, o.commit_siblings),
+        (walnut_wal::SynchronousCommit::On, 10, 7)
     );
     assert_eq!(one(&mut s, "show statement_timeout"), "0");
     ok(&mut s, "set statement_timeout = '5s'");

@@ -18,7 +18,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 use walnut_common::{BlockNumber, Error, ErrorKind, Lsn, RelFileId, Result, SqlState, BLCKSZ};
-use walnut_wal::{FlushOpts, Wal};
+use walnut_wal::Wal;
 
 const SHARDS: usize = 64;
 const NO_TAG: u64 = u64::MAX;
@@ -341,7 +341,7 @@ impl BufferPool {
         let lsn = page::lsn(copy);
         if let Some(wal) = self.wal.get() {
             if lsn > wal.flush_lsn() {
-                wal.flush(lsn, FlushOpts::default())?;
+                wal.flush(lsn)?;
             }
         }
         page::set_checksum(copy);

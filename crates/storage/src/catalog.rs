@@ -163,6 +163,9 @@ pub struct CatalogCache {
     /// Serializes reloads, so a reload that took an older snapshot can never overwrite one
     /// that took a newer snapshot.
     reload_lock: parking_lot::Mutex<()>,
+    /// A reload after a commit failed: the cache may miss that commit's changes until
+    /// [`CatalogCache::refresh_if_stale`] reloads it.
+    stale: std::sync::atomic::AtomicBool,
 }
 
 impl CatalogCache {
@@ -183,6 +186,25 @@ impl CatalogCache {
             .map(|t| (t.def.name.clone(), Arc::new(t)))
             .collect();
         *self.tables.write() = map;
+        self.stale
+            .store(false, std::sync::atomic::Ordering::Release);
+        Ok(())
+    }
+
+    /// Marks the cache stale (a reload after a commit failed).
+    pub fn invalidate(&self) {
+        self.stale.store(true, std::sync::atomic::Ordering::Release);
+    }
+
+    /// Reloads the cache if a reload after a commit failed (one atomic load otherwise). Every
+    /// transaction calls it when it starts.
+    ///
+    /// # Errors
+    /// As [`CatalogCache::reload`]; the cache stays stale.
+    pub fn refresh_if_stale(&self, st: &Storage) -> Result<()> {
+        if self.stale.load(std::sync::atomic::Ordering::Acquire) {
+            self.reload(st)?;
+        }
         Ok(())
     }
 

@@ -138,6 +138,9 @@ pub struct Storage {
     checkpoint_timeout_s: AtomicU64,
     /// `max_wal_size`, MB, as the checkpointer reads it (reloadable).
     max_wal_size_mb: AtomicU64,
+    /// Files of dropped relations whose removal failed after their commit, for the next
+    /// checkpoint to retry.
+    unlink_later: Mutex<Vec<RelFileId>>,
 }
 
 pub use walnut_common::panic_fatal;
@@ -242,7 +245,7 @@ impl Storage {
             &ctl,
             &[],
         );
-        let wal = Wal::open(vfs.clone(), cfg, Lsn::FIRST, Lsn::FIRST, Arc::new(|| 0))?;
+        let wal = Wal::open(vfs.clone(), cfg, Lsn::FIRST, Lsn::FIRST)?;
         st.pool.attach_wal(wal.clone());
         let _ = st.wal.set(wal);
         st.log_smgr_create(RelFileId::CATALOG)?;
@@ -278,6 +281,7 @@ impl Storage {
             stopping: AtomicBool::new(false),
             checkpoint_timeout_s: AtomicU64::new(config.checkpoint_timeout_s),
             max_wal_size_mb: AtomicU64::new(config.max_wal_size_mb),
+            unlink_later: Mutex::new(Vec::new()),
         }
     }
 
@@ -300,16 +304,7 @@ impl Storage {
             &status,
         ));
         let end = recovery::redo(&st, &ctl)?;
-        // Weak: the WAL lives inside the storage; a strong reference would make a cycle that
-        // keeps every opened storage (and its files) alive for the life of the process.
-        let st2 = Arc::downgrade(&st);
-        let wal = Wal::open(
-            vfs,
-            wal_config(dir, &config),
-            end.end_lsn,
-            ctl.redo_lsn,
-            Arc::new(move || st2.upgrade().map_or(0, |st| st.xact.active_count())),
-        )?;
+        let wal = Wal::open(vfs, wal_config(dir, &config), end.end_lsn, ctl.redo_lsn)?;
         st.pool.attach_wal(wal.clone());
         let _ = st.wal.set(wal);
         st.xact.abort_unresolved();
@@ -362,10 +357,29 @@ impl Storage {
     /// Drops a relation's buffers and file (after the commit or abort that decided it).
     ///
     /// # Errors
-    /// I/O errors.
+    /// I/O errors removing the file.
     pub fn remove_relation(&self, rel: RelFileId) -> Result<()> {
         self.pool.drop_relation(rel);
         self.smgr.unlink(rel)
+    }
+
+    /// Leaves the file of a dropped relation that could not be removed to the next checkpoint,
+    /// which tries again (PostgreSQL's checkpointer unlinks dropped relations' files the same
+    /// way). Its buffers are already gone; nothing reads the file.
+    pub fn remove_relation_later(&self, rel: RelFileId) {
+        self.unlink_later.lock().push(rel);
+    }
+
+    /// Retries the removals [`Storage::remove_relation_later`] deferred; what fails again stays
+    /// for the next checkpoint, with a warning.
+    fn retry_removals(&self) {
+        let rels = std::mem::take(&mut *self.unlink_later.lock());
+        for rel in rels {
+            if let Err(e) = self.remove_relation(rel) {
+                tracing::warn!("{e}; the next checkpoint tries again");
+                self.remove_relation_later(rel);
+            }
+        }
     }
 
     /// Runs a checkpoint now (PostgreSQL's `CreateCheckPoint`), serialized with any other:
@@ -376,7 +390,8 @@ impl Storage {
     /// 4. flush WAL to the insert position, write the transaction status file;
     /// 5. insert the checkpoint record and flush it;
     /// 6. replace the control file (checkpoint LSN, redo point);
-    /// 7. recycle WAL segments before the redo point.
+    /// 7. recycle WAL segments before the redo point;
+    /// 8. retry removing the files of dropped relations whose removal failed after commit.
     ///
     /// # Errors
     /// I/O errors. A failed fsync aborts the process (PANIC).
@@ -392,7 +407,7 @@ impl Storage {
             panic_fatal(&format!("checkpoint: {e}"));
         }
         let status = self.xact.durable_snapshot();
-        wal.flush(wal.insert_lsn(), Default::default())?;
+        wal.flush(wal.insert_lsn())?;
         control::write_xact_status(&*self.vfs, &self.dir, &status)?;
         let next_xid = self.xact.next_xid();
         let next_relfile = self.next_relfile.load(Ordering::Acquire);
@@ -408,7 +423,7 @@ impl Storage {
             blocks: vec![],
             main_data: main.clone(),
         })?;
-        wal.flush(end, Default::default())?;
+        wal.flush(end)?;
         ControlFile {
             state,
             checkpoint_lsn: start,
@@ -418,6 +433,7 @@ impl Storage {
         }
         .write(&*self.vfs, &self.dir)?;
         wal.remove_old_segments(redo)?;
+        self.retry_removals();
         self.last_redo.store(redo.0, Ordering::Release);
         self.checkpoints_done.fetch_add(1, Ordering::AcqRel);
         Ok(())

@@ -19,7 +19,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use walnut_common::value::{decode_row, encode_key, encode_row};
 use walnut_common::{BlockNumber, Error, RelFileId, Result, SqlState, TableDef, Tid, Value, Xid};
-use walnut_wal::{FlushOpts, Record};
+use walnut_wal::{CommitOpts, CommitOutcome, Record};
 
 /// WAL one row write may need at most, bytes: a heap record and a B-tree record, each with a
 /// full-page image, and a split of a few levels, all images (checked with
@@ -37,15 +37,6 @@ pub enum RowWrite {
     Changed(Tid, Vec<Value>),
     /// A committed transaction deleted it.
     Gone,
-}
-
-/// Commit settings.
-#[derive(Clone, Copy, Debug)]
-pub struct CommitSettings {
-    /// Wait for the commit record to be durable.
-    pub synchronous: bool,
-    /// Group commit settings.
-    pub flush: FlushOpts,
 }
 
 /// One transaction.
@@ -495,19 +486,32 @@ impl Txn {
         self.write_loop(info, tid, None)
     }
 
-    /// Commits: commit record, flush (group commit) if synchronous, then visibility.
+    /// Commits (PostgreSQL's `RecordTransactionCommit`; DESIGN.md, "Commit protocol"):
+    /// 1. check that the WAL has room for the commit record (a full disk fails here, before the
+    ///    record, and the transaction aborts);
+    /// 2. under `commit_lock` (shared), insert the commit record and mark the xid COMMITTING;
+    /// 3. unless `synchronous_commit = off`, wait for the record to be durable
+    ///    ([`walnut_wal::Wal::flush_commit`], group commit);
+    /// 4. publish: the xid becomes visible to new snapshots and its waiters wake;
+    /// 5. work after the commit: remove the files of dropped relations, reload the catalog
+    ///    cache if the transaction changed it.
+    ///
+    /// Step 5 cannot undo the commit, so it never fails it (PostgreSQL reports the same as
+    /// WARNINGs): a file that cannot be removed is logged and left to the next checkpoint,
+    /// which retries; a catalog cache that cannot be reloaded is marked stale and reloaded by
+    /// the next transaction. Each such failure is in [`CommitOutcome::warnings`].
     ///
     /// # Errors
-    /// I/O errors from the WAL; 53100 if the disk is too full for the commit record (the
-    /// transaction is then rolled back).
-    pub fn commit(mut self, s: CommitSettings) -> Result<()> {
+    /// 53100 if the WAL disk is full (step 1; nothing was committed); a flush request beyond
+    /// the insert position (a bug). A failed WAL write or fsync is a PANIC.
+    pub fn commit(mut self, opts: &CommitOpts) -> Result<CommitOutcome> {
         if self.xid.is_valid() {
             // On a full disk the commit fails here, before its record, and `Drop` aborts.
             self.st.wal().check_space(COMMIT_WAL_BOUND)?;
         }
         self.finished = true;
         if !self.xid.is_valid() {
-            return Ok(());
+            return Ok(CommitOutcome::read_only());
         }
         let xid = self.xid;
         let st = self.st.clone();
@@ -525,17 +529,31 @@ impl Txn {
             st.xact.mark_committing(xid);
             end
         };
-        if s.synchronous {
-            st.wal().flush(end, s.flush)?;
+        let durable = opts.synchronous_commit.waits_for_flush();
+        if durable {
+            st.wal().flush_commit(end, opts, st.xact.active_count())?;
         }
         st.xact.publish_commit(xid);
+        let mut warnings = Vec::new();
         for rel in self.drop_at_commit.drain(..) {
-            st.remove_relation(rel)?;
+            if let Err(e) = st.remove_relation(rel) {
+                tracing::warn!("{e}; the next checkpoint removes the file");
+                st.remove_relation_later(rel);
+                warnings.push(e);
+            }
         }
         if !self.overlay.is_empty() {
-            st.catalog.reload(&st)?;
+            if let Err(e) = st.catalog.reload(&st) {
+                tracing::warn!("could not reload the catalog after a commit: {e}");
+                st.catalog.invalidate();
+                warnings.push(e);
+            }
         }
-        Ok(())
+        Ok(CommitOutcome {
+            lsn: end,
+            durable,
+            warnings,
+        })
     }
 
     /// Rolls back.

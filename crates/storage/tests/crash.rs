@@ -59,8 +59,9 @@ use walnut_io::fault::{CrashKind, FaultConfig, FaultVfs};
 use walnut_io::Vfs;
 use walnut_storage::control::DbState;
 use walnut_storage::page::{self, PageBuf, PageKind};
-use walnut_storage::txn::{CommitSettings, RowWrite, Txn};
+use walnut_storage::txn::{RowWrite, Txn};
 use walnut_storage::{btree, Storage, StorageConfig};
+use walnut_wal::{CommitOpts, SessionId};
 
 const ACCOUNTS: i32 = 50;
 const INITIAL: i64 = 1000;
@@ -108,13 +109,11 @@ fn col(name: &str, ty: DataType) -> ColumnDef {
 }
 
 fn commit(t: Txn) -> walnut_common::Result<()> {
-    t.commit(CommitSettings {
-        synchronous: true,
-        flush: walnut_wal::FlushOpts {
-            commit: true,
-            ..Default::default()
-        },
-    })
+    // Each worker thread stands for one session.
+    thread_local! {
+        static SESSION: SessionId = SessionId::next();
+    }
+    t.commit(&CommitOpts::new(SESSION.with(|s| *s))).map(|_| ())
 }
 
 /// One acknowledged transfer.

@@ -12,8 +12,9 @@ use walnut_common::value::encode_key;
 use walnut_common::{
     BlockNumber, ColumnDef, DataType, RelFileId, SqlState, TableDef, Tid, Value, Xid,
 };
-use walnut_storage::txn::{CommitSettings, RowWrite, Txn};
+use walnut_storage::txn::{RowWrite, Txn};
 use walnut_storage::{btree, Storage, StorageConfig};
+use walnut_wal::{CommitOpts, SessionId};
 
 fn config(pages: usize) -> StorageConfig {
     StorageConfig {
@@ -29,11 +30,7 @@ fn fresh(dir: &Path, pages: usize) -> Arc<Storage> {
 }
 
 fn commit(t: Txn) {
-    t.commit(CommitSettings {
-        synchronous: true,
-        flush: Default::default(),
-    })
-    .unwrap();
+    t.commit(&CommitOpts::new(SessionId::next())).unwrap();
 }
 
 fn accounts() -> TableDef {
@@ -386,7 +383,7 @@ proptest! {
         }
         // Everything is still there after redo from a crash copy (once the WAL is flushed, as
         // the commit of the transaction that did this would have).
-        st.wal().flush(st.wal().insert_lsn(), Default::default()).unwrap();
+        st.wal().flush(st.wal().insert_lsn()).unwrap();
         let copy = tmp.path().join("copy");
         crash_copy(&tmp.path().join("d"), &copy);
         let st2 = Storage::open(Arc::new(walnut_io::RealVfs), &copy, config(64)).unwrap();

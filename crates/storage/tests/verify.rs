@@ -12,9 +12,10 @@ use walnut_io::fault::{FaultConfig, FaultVfs};
 use walnut_io::{OpenMode, Vfs};
 use walnut_storage::btree;
 use walnut_storage::page::{self, PageBuf};
-use walnut_storage::txn::{CommitSettings, Txn};
+use walnut_storage::txn::Txn;
 use walnut_storage::verify::{verify, Problem, Report};
 use walnut_storage::{Storage, StorageConfig};
+use walnut_wal::{CommitOpts, SessionId};
 
 const DIR: &str = "/data";
 
@@ -56,11 +57,7 @@ fn database(rows: i32) -> (FaultVfs, PathBuf, PathBuf) {
         )
         .unwrap();
     }
-    t.commit(CommitSettings {
-        synchronous: true,
-        flush: Default::default(),
-    })
-    .unwrap();
+    t.commit(&CommitOpts::new(SessionId::next())).unwrap();
     let (heap, index) = (info.relfile, info.index.unwrap());
     st.shutdown().unwrap();
     drop(st);

@@ -31,9 +31,23 @@ pub(crate) trait FlushDevice {
     /// Writes and syncs everything before `target`. Called with no lock held, possibly by two
     /// leaders at once for consecutive targets. Must panic (PANIC) on an I/O failure.
     fn write_and_sync(&self, target: u64);
-    /// Transactions currently holding an xid (PostgreSQL's `MinimumActiveBackends`), for
-    /// `commit_siblings`.
-    fn active_transactions(&self) -> usize;
+}
+
+/// A flush request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Request {
+    /// A commit waiting to be acknowledged: its session (which the adaptive controller tracks)
+    /// and how a leader it becomes keeps its group open.
+    Commit {
+        /// The committing session.
+        session: u64,
+        /// The leader's policy.
+        wait: LeaderWait,
+    },
+    /// A flush that acknowledges no commit (the WAL rule before a page write, the WAL writer,
+    /// a checkpoint): not counted as a commit, its caller not tracked as a session (its flushes
+    /// do count in the controller's flush latency and rate), and as a leader it never waits.
+    Background,
 }
 
 /// How the leader of a group decides how long to keep it open.
@@ -41,13 +55,25 @@ pub(crate) trait FlushDevice {
 pub(crate) enum LeaderWait {
     /// The adaptive controller decides (see `adaptive/`).
     Adaptive,
-    /// PostgreSQL: sleep `delay_us` if at least `siblings` other transactions are active.
+    /// PostgreSQL: sleep `delay_us` if at least `siblings` other transactions are active
+    /// (`others`, counted by the committer: PostgreSQL's `MinimumActiveBackends`).
     Fixed {
         /// `commit_delay`, µs.
         delay_us: u32,
         /// `commit_siblings`.
         siblings: u32,
+        /// Other transactions holding an xid when the commit asked to be flushed.
+        others: u32,
     },
+}
+
+impl LeaderWait {
+    /// Close the group at once.
+    pub(crate) const NONE: LeaderWait = LeaderWait::Fixed {
+        delay_us: 0,
+        siblings: 0,
+        others: 0,
+    };
 }
 
 /// When a second flush may be issued while one is in flight.
@@ -211,36 +237,20 @@ impl GroupCommit {
     }
 
     /// Returns once everything before `lsn` is durable, leading a flush or following one.
-    /// `session` identifies the caller's backend for the adaptive controller. `commit` is false
-    /// for flushes that acknowledge no commit (the WAL rule before a page write, the WAL
-    /// writer, a checkpoint): they are not counted as commits, their callers are not tracked as
-    /// sessions by the controller (their flushes do count in its flush latency and rate), and
-    /// they never wait as leaders.
     ///
     /// # Panics
     /// If this or an earlier flush failed (PANIC: never retried).
-    pub(crate) fn flush(
-        &self,
-        lsn: u64,
-        session: u64,
-        commit: bool,
-        wait: LeaderWait,
-        dev: &dyn FlushDevice,
-    ) {
+    pub(crate) fn flush(&self, lsn: u64, req: Request, dev: &dyn FlushDevice) {
+        let (commit, session, wait) = match req {
+            Request::Commit { session, wait } => (true, session, wait),
+            Request::Background => (false, 0, LeaderWait::NONE),
+        };
         if self.flushed() >= lsn {
             if commit {
                 self.fast_commits.fetch_add(1, Ordering::Relaxed);
             }
             return;
         }
-        let wait = if commit {
-            wait
-        } else {
-            LeaderWait::Fixed {
-                delay_us: 0,
-                siblings: 0,
-            }
-        };
         let mut st = self.state.lock();
         if commit {
             st.ctrl.on_arrival(now_us(), session, lsn);
@@ -321,13 +331,14 @@ impl GroupCommit {
             CloseCause::Background
         };
         match wait {
-            LeaderWait::Fixed { delay_us, siblings } => {
-                if delay_us > 0 {
+            LeaderWait::Fixed {
+                delay_us,
+                siblings,
+                others,
+            } => {
+                if delay_us > 0 && others >= siblings {
                     drop(st);
-                    let others = dev.active_transactions().saturating_sub(1);
-                    if others >= siblings as usize {
-                        sleep(Duration::from_micros(u64::from(delay_us)));
-                    }
+                    sleep(Duration::from_micros(u64::from(delay_us)));
                     st = self.state.lock();
                 }
             }
@@ -447,83 +458,5 @@ impl Drop for FailGuard<'_> {
         drop(st);
         self.gc.followers.notify_all();
         self.gc.leader.notify_all();
-    }
-}
-
-/// Tracks which WAL is synced when several leaders sync at once (two flights in flight, or an
-/// inserter that wrote WAL out because the buffers were full). Each leader takes, under the
-/// write lock, the list of segments written since the last take and registers a *batch*
-/// covering everything written so far (`upto`); after syncing its list it completes the batch.
-/// A batch's sync covers the bytes written before its take only together with every earlier
-/// batch (those bytes may sit in an earlier batch's list, whose sync may still be running), so
-/// the synced position advances over the completed prefix of batches only, and a leader returns
-/// from [`SyncBatches::wait_synced`] once that prefix covers its target. Without this, a leader
-/// whose bytes another leader wrote would find nothing to sync and publish before they were
-/// durable.
-pub(crate) struct SyncBatches {
-    st: Mutex<BatchState>,
-    cv: Condvar,
-    synced: AtomicU64,
-}
-
-struct BatchState {
-    next_id: u64,
-    /// (id, upto, done), in take order.
-    pending: VecDeque<(u64, u64, bool)>,
-}
-
-impl SyncBatches {
-    /// Everything before `start` is synced.
-    pub(crate) fn new(start: u64) -> SyncBatches {
-        SyncBatches {
-            st: Mutex::new(BatchState {
-                next_id: 0,
-                pending: VecDeque::new(),
-            }),
-            cv: Condvar::new(),
-            synced: AtomicU64::new(start),
-        }
-    }
-
-    /// Registers a batch covering everything before `upto`. Call under the writer's lock,
-    /// right after taking the list of files to sync, so that batches are in take order.
-    pub(crate) fn begin(&self, upto: u64) -> u64 {
-        let mut st = self.st.lock();
-        let id = st.next_id;
-        st.next_id += 1;
-        st.pending.push_back((id, upto, false));
-        id
-    }
-
-    /// Batch `id`'s syncs all returned `Ok`.
-    pub(crate) fn complete(&self, id: u64) {
-        let mut st = self.st.lock();
-        if let Some(b) = st.pending.iter_mut().find(|b| b.0 == id) {
-            b.2 = true;
-        }
-        let mut advanced = false;
-        while st.pending.front().is_some_and(|b| b.2) {
-            let (_, upto, _) = st.pending.pop_front().expect("front exists");
-            self.synced.fetch_max(upto, Ordering::AcqRel);
-            advanced = true;
-        }
-        drop(st);
-        if advanced {
-            self.cv.notify_all();
-        }
-    }
-
-    /// Waits until everything before `target` is synced. (A failed sync aborts the process,
-    /// so every registered batch completes.)
-    pub(crate) fn wait_synced(&self, target: u64) {
-        let mut st = self.st.lock();
-        while self.synced.load(Ordering::Acquire) < target {
-            st = self.cv.wait(st);
-        }
-    }
-
-    /// Everything before this is synced, bytes.
-    pub(crate) fn synced(&self) -> u64 {
-        self.synced.load(Ordering::Acquire)
     }
 }

@@ -10,6 +10,8 @@
 #![forbid(unsafe_code)]
 
 pub mod adaptive;
+mod commit;
+mod flush;
 mod group_commit;
 pub mod guc;
 mod probe;
@@ -22,6 +24,7 @@ mod sync;
 mod tests;
 mod wal;
 
+pub use commit::{CommitOpts, CommitOutcome, SessionId, SynchronousCommit};
 pub use guc::GUCS;
 pub use probe::{choose_sync_method, probe, probe_flush_rate, ProbeResult, ProbeSpec};
 pub use record::{
@@ -220,22 +223,6 @@ pub struct WalConfig {
     /// if not measured. The adaptive controller compares it with the flush rate in use to tell
     /// a busy device from one with spare capacity (DESIGN.md, "Adaptive group commit").
     pub flush_capacity: Option<f64>,
-}
-
-/// Per-call group commit settings (the committing session's GUCs; PostgreSQL applies the
-/// leader's `commit_delay`).
-#[derive(Clone, Copy, Debug, Default)]
-pub struct FlushOpts {
-    /// `commit_delay` in µs: the leader sleeps this long before flushing, if at least
-    /// `commit_siblings` other transactions are active. 0 = never.
-    pub commit_delay_us: u32,
-    /// `commit_siblings`: minimum number of other active transactions for the delay.
-    pub commit_siblings: u32,
-    /// The flush acknowledges a commit. Other flushes (the WAL rule before a page write, the
-    /// WAL writer, checkpoints) leave this false: they are not counted as commits, the
-    /// adaptive controller does not track their callers as sessions (their flushes count in
-    /// its flush latency and rate), and as leaders they never wait.
-    pub commit: bool,
 }
 
 /// Counters for `pg_stat_wal` and group-commit statistics. Times in µs.

@@ -50,12 +50,19 @@ impl Hooks for Counting {
     }
 }
 
-/// Flush options of a commit (with no commit_delay).
-const COMMIT: FlushOpts = FlushOpts {
-    commit_delay_us: 0,
-    commit_siblings: 0,
-    commit: true,
-};
+/// Flushes `lsn` as a commit of the calling thread's session (each test thread stands for one
+/// session), with no commit_delay.
+fn commit(wal: &Wal, lsn: Lsn) -> walnut_common::Result<()> {
+    thread_local! {
+        static SESSION: SessionId = SessionId::next();
+    }
+    let opts = CommitOpts {
+        commit_delay_us: 0,
+        commit_siblings: 0,
+        ..CommitOpts::new(SESSION.with(|s| *s))
+    };
+    wal.flush_commit(lsn, &opts, 1)
+}
 
 fn vfs() -> Arc<dyn Vfs> {
     Arc::new(RealVfs)
@@ -69,13 +76,9 @@ fn config(dir: &Path, wal_buffers_bytes: usize, prealloc_segments: u32) -> WalCo
     }
 }
 
-fn no_xacts() -> Arc<dyn Fn() -> usize + Send + Sync> {
-    Arc::new(|| 0)
-}
-
 fn create_open(vfs: Arc<dyn Vfs>, cfg: &WalConfig) -> Arc<Wal> {
     Wal::create(vfs.clone(), cfg).unwrap();
-    Wal::open(vfs, cfg.clone(), Lsn::FIRST, Lsn::FIRST, no_xacts()).unwrap()
+    Wal::open(vfs, cfg.clone(), Lsn::FIRST, Lsn::FIRST).unwrap()
 }
 
 /// A record tagged with (thread, seq) in its main data, optionally with a full-page image
@@ -239,7 +242,7 @@ fn concurrent_inserts_read_back_once_in_order_across_segments() {
                         .unwrap();
                     assert!(end > start);
                     if seq % 100 == 99 {
-                        wal.flush(end, FlushOpts::default()).unwrap();
+                        wal.flush(end).unwrap();
                     }
                     lsns.push(start);
                 }
@@ -258,7 +261,7 @@ fn concurrent_inserts_read_back_once_in_order_across_segments() {
         end.0 > WAL_SEGMENT_SIZE,
         "the test must cross a segment boundary"
     );
-    wal.flush(end, FlushOpts::default()).unwrap();
+    wal.flush(end).unwrap();
     assert!(wal.flush_lsn() >= end);
     let stats = wal.stats();
     // Flush marks (one per flush at most) count as records too.
@@ -333,7 +336,7 @@ fn record_larger_than_wal_buffers() {
     }
     small.join().unwrap();
     let end = wal.insert_lsn();
-    wal.flush(end, FlushOpts::default()).unwrap();
+    wal.flush(end).unwrap();
     let end = wal.insert_lsn(); // and the flush mark after it
     drop(wal);
     let (recs, read_end) = read_all(vfs(), cfg.dir.clone(), Lsn::FIRST);
@@ -386,7 +389,7 @@ fn group_commit_flushes_before_ack_monotonic_and_groups() {
                 for seq in 0..COMMITS {
                     let rec = tagged_record(t, seq, false);
                     let (start, end) = wal.insert(&mut |_| rec.clone()).unwrap();
-                    wal.flush(end, COMMIT).unwrap();
+                    commit(&wal, end).unwrap();
                     assert!(wal.flush_lsn() >= end, "acknowledged before flushed");
                     // Written: a fresh reader finds the record.
                     let mut r = WalReader::open(vfs.clone(), dir.clone(), start).unwrap();
@@ -423,60 +426,57 @@ fn group_commit_flushes_before_ack_monotonic_and_groups() {
 }
 
 #[test]
-fn commit_delay_uses_active_xacts_minus_self() {
+fn commit_delay_counts_the_active_transactions_other_than_the_committer() {
+    use crate::group_commit::LeaderWait;
+    let opts = |delay, siblings| CommitOpts {
+        commit_delay_us: delay,
+        commit_siblings: siblings,
+        ..CommitOpts::new(SessionId::next())
+    };
+    let fixed = crate::GroupCommitMode::Fixed;
+    // The committer itself is one of the active transactions: 3 active are 2 others.
+    assert_eq!(
+        crate::wal::leader_wait(fixed, &opts(10, 1), 3),
+        LeaderWait::Fixed {
+            delay_us: 10,
+            siblings: 1,
+            others: 2
+        }
+    );
+    assert_eq!(
+        crate::wal::leader_wait(fixed, &opts(10, 1), 0),
+        LeaderWait::Fixed {
+            delay_us: 10,
+            siblings: 1,
+            others: 0
+        }
+    );
+    assert_eq!(
+        crate::wal::leader_wait(crate::GroupCommitMode::Adaptive, &opts(10, 1), 3),
+        LeaderWait::Adaptive
+    );
+
     let tmp = tempfile::tempdir().unwrap();
     let cfg = WalConfig {
-        group_commit: crate::GroupCommitMode::Fixed,
+        group_commit: fixed,
         ..config(tmp.path(), 1 << 20, 1)
     };
     Wal::create(vfs(), &cfg).unwrap();
-    let calls = Arc::new(AtomicU64::new(0));
-    let c = calls.clone();
-    let active: Arc<dyn Fn() -> usize + Send + Sync> = Arc::new(move || {
-        c.fetch_add(1, Ordering::SeqCst);
-        1
-    });
-    let wal = Wal::open(vfs(), cfg, Lsn::FIRST, Lsn::FIRST, active).unwrap();
+    let wal = Wal::open(vfs(), cfg, Lsn::FIRST, Lsn::FIRST).unwrap();
     let (_, end) = wal.insert(&mut |_| tagged_record(0, 0, false)).unwrap();
-    // Only ourselves active: 0 others < 1 sibling, no delay, but the callback is consulted.
-    wal.flush(
-        end,
-        FlushOpts {
-            commit_delay_us: 10,
-            commit_siblings: 1,
-            commit: true,
-        },
-    )
-    .unwrap();
-    assert_eq!(calls.load(Ordering::SeqCst), 1);
-    // Already flushed: returns at once without consulting anything.
-    wal.flush(
-        end,
-        FlushOpts {
-            commit_delay_us: 10,
-            commit_siblings: 0,
-            commit: true,
-        },
-    )
-    .unwrap();
-    assert_eq!(calls.load(Ordering::SeqCst), 1);
+    // Only ourselves active: no delay.
+    wal.flush_commit(end, &opts(10, 1), 1).unwrap();
+    // Already flushed: returns at once.
+    wal.flush_commit(end, &opts(10, 0), 1).unwrap();
     let (_, end) = wal.insert(&mut |_| tagged_record(0, 1, false)).unwrap();
-    wal.flush(
-        end,
-        FlushOpts {
-            commit_delay_us: 10,
-            commit_siblings: 0,
-            commit: true,
-        },
-    )
-    .unwrap();
+    // Enough siblings: the leader sleeps 10 µs, then flushes.
+    wal.flush_commit(end, &opts(10, 0), 1).unwrap();
     assert!(
         wal.flush_lsn() >= end,
         "flushed through the record (and its flush mark)"
     );
     assert!(
-        wal.flush(Lsn(wal.insert_lsn().0 + 8), FlushOpts::default())
-            .is_err(),
+        wal.flush(Lsn(wal.insert_lsn().0 + 8)).is_err(),
         "beyond the insert position"
     );
 }
@@ -495,7 +495,7 @@ fn torn_tail_ends_wal_at_previous_record_and_reopen_continues() {
                     .unwrap(),
             );
         }
-        wal.flush(wal.insert_lsn(), FlushOpts::default()).unwrap();
+        wal.flush(wal.insert_lsn()).unwrap();
         drop(wal);
         let (last_start, last_end) = ranges[9];
         let f = vfs()
@@ -516,10 +516,10 @@ fn torn_tail_ends_wal_at_previous_record_and_reopen_continues() {
         assert_eq!(end, last_start, "{damage}");
 
         // Recovery continues the WAL where the valid part ends.
-        let wal = Wal::open(vfs(), cfg.clone(), end, Lsn::FIRST, no_xacts()).unwrap();
+        let wal = Wal::open(vfs(), cfg.clone(), end, Lsn::FIRST).unwrap();
         let (s, e) = wal.insert(&mut |_| tagged_record(0, 100, false)).unwrap();
         assert_eq!(s, last_start);
-        wal.flush(e, FlushOpts::default()).unwrap();
+        wal.flush(e).unwrap();
         let fin = wal.insert_lsn();
         drop(wal);
         let (recs, end) = read_all(vfs(), cfg.dir.clone(), Lsn::FIRST);
@@ -549,7 +549,7 @@ fn open_scrubs_stale_records_a_crashed_run_left_after_end() {
     let (_, a_end) = wal.insert(&mut |_| rec(1, 24)).unwrap();
     let (b_start, _) = wal.insert(&mut |_| rec(2, 24 + 40)).unwrap();
     let (c_start, _) = wal.insert(&mut |_| rec(3, 24)).unwrap();
-    wal.flush(wal.insert_lsn(), FlushOpts::default()).unwrap();
+    wal.flush(wal.insert_lsn()).unwrap();
     drop(wal);
     let f = vfs()
         .open(&cfg.dir.join(segment_file_name(0)), OpenMode::default())
@@ -557,10 +557,10 @@ fn open_scrubs_stale_records_a_crashed_run_left_after_end() {
     f.write_at(&[0xFF; 4], b_start.0 + 20).unwrap(); // tear B
     let (recs, end) = read_all(vfs(), cfg.dir.clone(), Lsn::FIRST);
     assert_eq!((recs.len(), end), (1, a_end));
-    let wal = Wal::open(vfs(), cfg.clone(), end, Lsn::FIRST, no_xacts()).unwrap();
+    let wal = Wal::open(vfs(), cfg.clone(), end, Lsn::FIRST).unwrap();
     let (s, e) = wal.insert(&mut |_| rec(4, 24)).unwrap();
     assert_eq!(s, b_start);
-    wal.flush(e, FlushOpts::default()).unwrap();
+    wal.flush(e).unwrap();
     let fin = wal.insert_lsn(); // after the new flush's mark
     assert_eq!(
         fin, c_start,
@@ -587,7 +587,7 @@ fn recycled_segment_stale_records_end_the_wal() {
             wal.insert(&mut |_| tagged_record(0, seq, true)).unwrap();
             seq += 1;
         }
-        wal.flush(wal.insert_lsn(), FlushOpts::default()).unwrap();
+        wal.flush(wal.insert_lsn()).unwrap();
     };
     // Into segment 1.
     fill_to(&wal, WAL_SEGMENT_SIZE + 100_000);
@@ -614,7 +614,7 @@ fn recycled_segment_stale_records_end_the_wal() {
     assert!(!recs.is_empty());
     // Reopen the writer at the end and write a little into the recycled segment 3, much less
     // than the stale content it holds.
-    let wal = Wal::open(vfs(), cfg.clone(), end, redo, no_xacts()).unwrap();
+    let wal = Wal::open(vfs(), cfg.clone(), end, redo).unwrap();
     fill_to(&wal, 3 * WAL_SEGMENT_SIZE + 50_000);
     let new_end = wal.insert_lsn();
     drop(wal);
@@ -747,7 +747,7 @@ fn create_preallocates_and_open_keeps_segments_ahead() {
         .open(&cfg.dir.join(segment_file_name(0)), OpenMode::default())
         .unwrap();
     assert_eq!(seg0.len().unwrap(), WAL_SEGMENT_SIZE);
-    let _wal = Wal::open(vfs(), cfg.clone(), Lsn::FIRST, Lsn::FIRST, no_xacts()).unwrap();
+    let _wal = Wal::open(vfs(), cfg.clone(), Lsn::FIRST, Lsn::FIRST).unwrap();
     for n in 0..=2 {
         let f = vfs()
             .open(&cfg.dir.join(segment_file_name(n)), OpenMode::default())
@@ -811,7 +811,7 @@ fn every_sync_method_and_direct_io_round_trip_and_reopen_mid_block() {
                     let (_, e) = wal
                         .insert(&mut |_| tagged_record(1, seq, seq % 50 == 7))
                         .unwrap();
-                    wal.flush(e, FlushOpts::default()).unwrap();
+                    wal.flush(e).unwrap();
                     ends.push(e);
                 }
                 assert!(
@@ -826,10 +826,10 @@ fn every_sync_method_and_direct_io_round_trip_and_reopen_mid_block() {
 
                 // Reopen at the (mid-block) end and go on: the first direct write rewrites the
                 // partial block read back from disk.
-                let wal = Wal::open(vfs(), cfg.clone(), end, Lsn::FIRST, no_xacts()).unwrap();
+                let wal = Wal::open(vfs(), cfg.clone(), end, Lsn::FIRST).unwrap();
                 for seq in 300..310u32 {
                     let (_, e) = wal.insert(&mut |_| tagged_record(1, seq, false)).unwrap();
-                    wal.flush(e, FlushOpts::default()).unwrap();
+                    wal.flush(e).unwrap();
                 }
                 drop(wal);
                 let (recs, _) = read_all(vfs(), cfg.dir.clone(), Lsn::FIRST);
@@ -869,7 +869,7 @@ fn adaptive_group_commit_groups_concurrent_commits() {
             s.spawn(move || {
                 for seq in 0..per_thread {
                     let (_, e) = wal.insert(&mut |_| tagged_record(t, seq, false)).unwrap();
-                    wal.flush(e, COMMIT).unwrap();
+                    commit(&wal, e).unwrap();
                     assert!(wal.flush_lsn() >= e, "acknowledged before durable");
                 }
             });
@@ -906,7 +906,7 @@ fn adaptive_group_commit_groups_concurrent_commits() {
     // A flush for no commit (the WAL writer's, a page write's) is counted in bucket 0 and as
     // closed for the background, and never as a commit.
     let (_, e) = wal.insert(&mut |_| tagged_record(99, 0, false)).unwrap();
-    wal.flush(e, FlushOpts::default()).unwrap();
+    wal.flush(e).unwrap();
     let after = wal.stats();
     assert_eq!(after.group_histogram[0], (0, st.group_histogram[0].1 + 1));
     assert_eq!(after.group_commits, st.group_commits);
@@ -997,7 +997,7 @@ fn sync_range_writes_back_each_segment_then_flushes_the_cache_once() {
     for seq in 0..2200u32 {
         log.lock().unwrap().clear();
         let (_, e) = wal.insert(&mut |_| tagged_record(1, seq, true)).unwrap();
-        wal.flush(e, COMMIT).unwrap();
+        commit(&wal, e).unwrap();
         let ops = log.lock().unwrap().clone();
         // Every flush: one write-back per segment written, then exactly one cache flush, and
         // never an fdatasync of a segment.
@@ -1034,7 +1034,7 @@ fn sync_range_falls_back_to_fdatasync_where_it_is_not_safe() {
     assert!(wal.sync_range_in_use());
     let (_, e) = wal.insert(&mut |_| tagged_record(1, 0, false)).unwrap();
     log.lock().unwrap().clear();
-    wal.flush(e, COMMIT).unwrap();
+    commit(&wal, e).unwrap();
     assert_eq!(*log.lock().unwrap(), vec!["fdatasync"]);
     drop(wal);
     // wal_init_zero = off, another sync method, or wal_sync_range = off: never the range path.
@@ -1066,7 +1066,7 @@ fn sync_range_falls_back_to_fdatasync_where_it_is_not_safe() {
         assert!(!wal.sync_range_in_use(), "{name}");
         let (_, e) = wal.insert(&mut |_| tagged_record(1, 0, false)).unwrap();
         log.lock().unwrap().clear();
-        wal.flush(e, COMMIT).unwrap();
+        commit(&wal, e).unwrap();
         let ops = log.lock().unwrap().clone();
         assert!(
             !ops.contains(&"write_back") && !ops.contains(&"cache_flush"),
@@ -1083,7 +1083,7 @@ fn corrupt_durable_wal_before_a_flush_mark_is_an_error_naming_its_lsn() {
     let mut ranges = Vec::new();
     for seq in 0..40u32 {
         let r = wal.insert(&mut |_| tagged_record(0, seq, false)).unwrap();
-        wal.flush(r.1, COMMIT).unwrap();
+        commit(&wal, r.1).unwrap();
         ranges.push(r);
     }
     drop(wal);
@@ -1148,7 +1148,7 @@ fn power_loss_images_never_look_corrupt() {
                     let (_, e) = wal
                         .insert(&mut |_| tagged_record(t, seq, seq % 7 == 0))
                         .unwrap();
-                    wal.flush(e, COMMIT).unwrap();
+                    commit(&wal, e).unwrap();
                     let at = fv.seq();
                     acked.lock().unwrap().push((t, seq, at));
                 }
@@ -1201,7 +1201,7 @@ fn full_disk_fails_check_space_with_53100_and_never_panics() {
                 let (_, e) = wal
                     .insert(&mut |_| tagged_record(0, written, true))
                     .unwrap();
-                wal.flush(e, COMMIT).unwrap();
+                commit(&wal, e).unwrap();
                 written += 1;
                 assert!(written < 10_000, "the disk never filled");
             }
@@ -1219,7 +1219,7 @@ fn full_disk_fails_check_space_with_53100_and_never_panics() {
     let (_, e) = wal
         .insert(&mut |_| tagged_record(0, written, false))
         .unwrap();
-    wal.flush(e, COMMIT).unwrap();
+    commit(&wal, e).unwrap();
     drop(wal);
     let (recs, _) = read_all(Arc::new(fv.clone()), dir, Lsn::FIRST);
     assert_eq!(recs.len() as u32, written + 1);

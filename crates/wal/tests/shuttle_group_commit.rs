@@ -1,7 +1,14 @@
-//! Model-checked tests of the group-commit core (`src/group_commit.rs`) under shuttle's
-//! randomized and PCT schedulers. The core is compiled here against shuttle's primitives
-//! through a `sync` module of the same shape as `src/sync.rs`; a timed wait is modelled as
-//! "may time out at any point" (release, yield, reacquire).
+//! Model-checked tests of the group-commit core (`src/group_commit.rs`), the adaptive
+//! controller (`src/adaptive/`) and the write-and-sync path (`src/flush.rs`) under shuttle's
+//! randomized and PCT schedulers: the WAL's own code, compiled here against shuttle's
+//! primitives through a `sync` module of the same shape as `src/sync.rs`. Only the files are a
+//! mock ([`MockFiles`]: a write records bytes, a sync makes what was written before it
+//! durable, as `fdatasync`).
+//!
+//! Time is logical: every clock read advances it by 1 µs and every sleep or timed wait by its
+//! duration, all per test thread (shuttle runs an execution's threads on one OS thread), so a
+//! failing schedule replays exactly (`shuttle::replay` with the printed schedule). A timed
+//! wait is modelled as "may time out at any point" (release, yield, reacquire).
 //!
 //! Properties, for every explored schedule:
 //! - no commit is acknowledged before its LSN is durable on the mock device;
@@ -67,8 +74,9 @@ mod sync {
         pub(crate) fn wait_timeout<'a, T>(
             &self,
             mut g: MutexGuard<'a, T>,
-            _d: Duration,
+            d: Duration,
         ) -> (MutexGuard<'a, T>, bool) {
+            advance(d.as_micros() as u64);
             drop(g.inner.take());
             shuttle::thread::yield_now();
             g.inner = Some(g.mutex.0.lock().unwrap_or_else(|e| e.into_inner()));
@@ -84,45 +92,88 @@ mod sync {
         }
     }
 
-    pub(crate) fn sleep(_d: Duration) {
+    std::thread_local! {
+        /// The logical clock, µs; reset at the start of each execution.
+        static NOW_US: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+    }
+
+    /// Starts the logical clock of a new execution.
+    pub(crate) fn reset_clock() {
+        NOW_US.with(|c| c.set(0));
+    }
+
+    fn advance(us: u64) -> u64 {
+        NOW_US.with(|c| {
+            let t = c.get() + us;
+            c.set(t);
+            t
+        })
+    }
+
+    pub(crate) fn sleep(d: Duration) {
+        advance(d.as_micros() as u64);
         shuttle::thread::yield_now();
     }
 
     pub(crate) fn now_us() -> u64 {
-        static START: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
-        START
-            .get_or_init(std::time::Instant::now)
-            .elapsed()
-            .as_micros() as u64
+        advance(1)
     }
 }
 
 #[path = "../src/adaptive/mod.rs"]
 mod adaptive;
+#[path = "../src/flush.rs"]
+mod flush;
 #[path = "../src/group_commit.rs"]
 mod group_commit;
 
-use group_commit::{FlushDevice, GroupCommit, LeaderWait, Pipelining, SyncBatches};
+use flush::{Files, WritePath};
+use group_commit::{FlushDevice, GroupCommit, LeaderWait, Pipelining, Request};
 use shuttle::sync::atomic::{AtomicU64, Ordering};
 use shuttle::sync::{Arc, Mutex};
 
-/// The WAL's write path over one file with fdatasync semantics (a sync makes durable what
-/// was written before it started), as `Wal::write_and_sync` does it: under the write lock,
-/// write up to the target if not yet written, take the "written since the last take" list
-/// and register a sync batch; sync only if the list was not empty; then wait for the batches
-/// before. A leader whose bytes another leader wrote finds nothing to sync: without
-/// `SyncBatches::wait_synced` it would return before they are durable.
-struct MockDevice {
-    /// Insert position: each commit inserts one unit.
-    inserted: AtomicU64,
-    /// (written up to, written since the last take, every flush target issued)
-    io: Mutex<(u64, bool, Vec<u64>)>,
-    batches: SyncBatches,
+/// The WAL's files, mocked: one file with `fdatasync` semantics (a sync makes durable what
+/// was written before it started). The write lock, the list of what to sync and the sync
+/// batches are the real [`WritePath`].
+struct MockFiles {
+    /// Every range `[from, to)` handed to `write`, in order.
+    writes: Mutex<Vec<(u64, u64)>>,
+    /// Everything before this is durable.
     durable: AtomicU64,
-    active: AtomicU64,
 }
 
-impl FlushDevice for MockDevice {
+impl Files for MockFiles {
+    type State = ();
+    /// Written up to (a sync of it makes everything before durable).
+    type Pending = u64;
+
+    fn wait_insertions(&self, _target: u64) {}
+
+    fn write(&self, _state: &mut (), from: u64, to: u64, pending: &mut Vec<u64>) {
+        self.writes.lock().unwrap().push((from, to));
+        pending.push(to);
+    }
+
+    fn sync(&self, pending: Vec<u64>) {
+        if let Some(&upto) = pending.iter().max() {
+            shuttle::thread::yield_now(); // the sync takes a while
+            self.durable.fetch_max(upto, Ordering::SeqCst);
+        }
+    }
+}
+
+/// A WAL for the group-commit core: an insert position, and the real write path over the mock
+/// files.
+struct MockWal {
+    /// Insert position: each commit inserts one unit.
+    inserted: AtomicU64,
+    files: MockFiles,
+    path: WritePath<MockFiles>,
+    /// Every flush target a leader issued.
+    targets: Mutex<Vec<u64>>,
+}
+
+impl FlushDevice for MockWal {
     fn inserted(&self) -> u64 {
         self.inserted.load(Ordering::SeqCst)
     }
@@ -130,50 +181,45 @@ impl FlushDevice for MockDevice {
     fn mark(&self, _durable: u64) {}
 
     fn write_and_sync(&self, target: u64) {
-        let (took, upto, batch) = {
-            let mut io = self.io.lock().unwrap();
-            io.2.push(target);
-            if io.0 < target {
-                io.0 = target;
-                io.1 = true;
-            }
-            let took = std::mem::take(&mut io.1);
-            (took, io.0, self.batches.begin(io.0))
-        };
-        if took {
-            shuttle::thread::yield_now(); // the sync takes a while
-            self.durable.fetch_max(upto, Ordering::SeqCst);
-        }
-        self.batches.complete(batch);
-        self.batches.wait_synced(target);
-    }
-
-    fn active_transactions(&self) -> usize {
-        self.active.load(Ordering::SeqCst) as usize
+        self.targets.lock().unwrap().push(target);
+        self.path.write_and_sync(&self.files, target);
     }
 }
 
+/// An inserter that finds the WAL buffers full writes WAL out itself, without syncing, while
+/// leaders flush (the path on which a leader finds its bytes already written).
+fn buffers_full(wal: &MockWal) {
+    let upto = wal.inserted.load(Ordering::SeqCst);
+    wal.path.write_out(&wal.files, upto);
+}
+
 fn scenario(threads: u64, commits: u64, wait: LeaderWait, pipelining: Pipelining) {
+    sync::reset_clock();
     let gc = Arc::new(GroupCommit::new(0, 2, pipelining, None));
-    let dev = Arc::new(MockDevice {
+    let wal = Arc::new(MockWal {
         inserted: AtomicU64::new(0),
-        io: Mutex::new((0, false, Vec::new())),
-        batches: SyncBatches::new(0),
-        durable: AtomicU64::new(0),
-        active: AtomicU64::new(threads),
+        files: MockFiles {
+            writes: Mutex::new(Vec::new()),
+            durable: AtomicU64::new(0),
+        },
+        path: WritePath::new(0, ()),
+        targets: Mutex::new(Vec::new()),
     });
     let handles: Vec<_> = (0..threads)
         .map(|t| {
             let gc = gc.clone();
-            let dev = dev.clone();
+            let wal = wal.clone();
             shuttle::thread::spawn(move || {
                 let mut last_seen = 0;
-                for _ in 0..commits {
-                    let lsn = dev.inserted.fetch_add(1, Ordering::SeqCst) + 1;
-                    gc.flush(lsn, t, true, wait, dev.as_ref());
+                for i in 0..commits {
+                    let lsn = wal.inserted.fetch_add(1, Ordering::SeqCst) + 1;
+                    if t == 0 && i == 0 {
+                        buffers_full(&wal);
+                    }
+                    gc.flush(lsn, Request::Commit { session: t, wait }, wal.as_ref());
                     // flushed first: durable only grows, so flushed <= durable must hold.
                     let flushed = gc.flushed();
-                    let durable = dev.durable.load(Ordering::SeqCst);
+                    let durable = wal.files.durable.load(Ordering::SeqCst);
                     assert!(
                         durable >= lsn,
                         "commit {lsn} acknowledged, durable only {durable}"
@@ -186,25 +232,31 @@ fn scenario(threads: u64, commits: u64, wait: LeaderWait, pipelining: Pipelining
                     assert!(flushed >= last_seen, "flushed LSN moved backwards");
                     last_seen = flushed;
                 }
-                dev.active.fetch_sub(1, Ordering::SeqCst);
             })
         })
         .collect();
     for h in handles {
         h.join().unwrap();
     }
-    let io = dev.io.lock().unwrap();
-    let mut targets = io.2.clone();
+    let mut targets = wal.targets.lock().unwrap().clone();
     let n = targets.len();
     targets.sort_unstable();
     targets.dedup();
     assert_eq!(
         targets.len(),
         n,
-        "a WAL range was flushed twice: {:?}",
-        io.2
+        "a WAL range was flushed twice: {targets:?}"
     );
     assert!(n as u64 <= threads * commits);
+    // The write path wrote every byte exactly once, in order.
+    let writes = wal.files.writes.lock().unwrap().clone();
+    let mut end = 0;
+    for (from, to) in &writes {
+        assert_eq!(*from, end, "a write left a gap or overlapped: {writes:?}");
+        assert!(to > from);
+        end = *to;
+    }
+    assert_eq!(end, threads * commits);
     assert_eq!(gc.flushed(), threads * commits);
     assert_eq!(gc.stats().commits, threads * commits);
 }
@@ -214,6 +266,7 @@ const ITERATIONS: usize = 3000;
 const NO_DELAY: LeaderWait = LeaderWait::Fixed {
     delay_us: 0,
     siblings: 5,
+    others: 2,
 };
 
 #[test]
@@ -229,6 +282,7 @@ fn fixed_with_delay() {
     let wait = LeaderWait::Fixed {
         delay_us: 100,
         siblings: 1,
+        others: 2,
     };
     shuttle::check_pct(
         move || scenario(3, 2, wait, Pipelining::WhenNotBatching),

@@ -144,10 +144,15 @@ impl TxnBlock {
     pub(crate) fn commit(&mut self, gucs: &mut Gucs, notices: &mut Vec<Notice>) -> Result<()> {
         self.state = Block::Idle;
         let r = match self.txn.take() {
-            Some(t) => t.commit(gucs.commit),
+            Some(t) => t.commit(&gucs.commit).map(|outcome| {
+                notices.extend(outcome.warnings.into_iter().map(|e| Notice {
+                    severity: "WARNING",
+                    sqlstate: e.sqlstate,
+                    message: e.message,
+                }));
+            }),
             None => Ok(()),
         };
-        let _ = notices;
         gucs.end_txn(r.is_ok());
         r
     }

@@ -18,6 +18,7 @@ use std::sync::Arc;
 use walnut_common::config::Config;
 use walnut_common::guc::{Context, GucDef, Registry, Settings, Source, Val};
 use walnut_common::{Error, Result, SqlState};
+use walnut_wal::{SessionId, SynchronousCommit};
 
 /// Startup-packet keys that are not parameters.
 const NON_GUC_STARTUP_KEYS: &[&str] = &["user", "database", "replication", "options"];
@@ -34,6 +35,8 @@ fn level(name: &str) -> usize {
 
 /// A session's parameter values.
 pub(crate) struct Gucs {
+    /// The session's identity in its commits.
+    id: SessionId,
     config: Arc<Config>,
     settings: Arc<Settings>,
     generation: u64,
@@ -76,6 +79,7 @@ impl Gucs {
             startup.insert(def.name, def.parse(value)?);
         }
         let mut g = Gucs {
+            id: SessionId::next(),
             generation: config.generation(),
             config,
             settings,
@@ -83,7 +87,7 @@ impl Gucs {
             session: HashMap::new(),
             local: HashMap::new(),
             saved: None,
-            commit: CommitOpts::default(),
+            commit: CommitOpts::new(SessionId(0)),
             statement_timeout_ms: 0,
             min_level: 0,
         };
@@ -200,7 +204,8 @@ impl Gucs {
             _ => 0,
         };
         self.commit = CommitOpts {
-            synchronous: self.value(&SYNCHRONOUS_COMMIT) != Val::Enum("off"),
+            session: self.id,
+            synchronous_commit: SynchronousCommit::from_val(&self.value(&SYNCHRONOUS_COMMIT)),
             commit_delay_us: int(self, &COMMIT_DELAY) as u32,
             commit_siblings: int(self, &COMMIT_SIBLINGS) as u32,
         };

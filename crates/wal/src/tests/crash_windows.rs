@@ -159,7 +159,7 @@ fn check_creation_image(img: &walnut_io::fault::FaultVfs, cfg: &WalConfig, start
     for (i, r) in recs.iter().enumerate() {
         assert_eq!(tag_of(&r.record), (0, i as u32), "commits in order");
     }
-    let wal = Wal::open(v.clone(), cfg.clone(), end, start, no_xacts()).unwrap();
+    let wal = Wal::open(v.clone(), cfg.clone(), end, start).unwrap();
     let temps: Vec<String> = v
         .list_dir(dir)
         .unwrap()
@@ -170,7 +170,7 @@ fn check_creation_image(img: &walnut_io::fault::FaultVfs, cfg: &WalConfig, start
     let mut seq = recs.len() as u32;
     while wal.insert_lsn().0 < WAL_SEGMENT_SIZE + 4096 {
         let (_, e) = wal.insert(&mut |_| tagged_record(0, seq, false)).unwrap();
-        wal.flush(e, COMMIT).unwrap();
+        commit(&wal, e).unwrap();
         seq += 1;
     }
     for segno in 0..=1 + u64::from(cfg.prealloc_segments) {
@@ -336,13 +336,13 @@ fn segment_creation_crashes(
     };
     let v = CrashPoints::over(&fv, hook);
     Wal::create(v.clone(), &cfg).unwrap();
-    let wal = Wal::open(v, cfg.clone(), start, start, no_xacts()).unwrap();
+    let wal = Wal::open(v, cfg.clone(), start, start).unwrap();
     armed.store(true, Ordering::SeqCst);
     let mut seq = 0u32;
     let mut in_segment_1 = 0;
     while wal.insert_lsn().0 < WAL_SEGMENT_SIZE + 8192 {
         let (_, e) = wal.insert(&mut |_| tagged_record(0, seq, false)).unwrap();
-        wal.flush(e, COMMIT).unwrap();
+        commit(&wal, e).unwrap();
         seq += 1;
         acked.store(seq, Ordering::SeqCst);
         if after_acks && e.0 > WAL_SEGMENT_SIZE && in_segment_1 < 3 {
@@ -520,13 +520,13 @@ fn scrub_crashes(test: &str, kinds: &'static [walnut_io::fault::CrashKind]) {
     let start = Lsn(WAL_SEGMENT_SIZE - 8192);
     let plain: Arc<dyn Vfs> = Arc::new(fv.clone());
     Wal::create(plain.clone(), &cfg).unwrap();
-    let wal = Wal::open(plain.clone(), cfg.clone(), start, start, no_xacts()).unwrap();
+    let wal = Wal::open(plain.clone(), cfg.clone(), start, start).unwrap();
     let (_, a_end) = wal.insert(&mut |_| tagged_record(0, 0, false)).unwrap();
     let (b_start, _) = wal.insert(&mut |_| tagged_record(0, 1, false)).unwrap();
     for i in 0..250 {
         wal.insert(&mut |_| tagged_record(1, i, true)).unwrap();
     }
-    wal.flush(wal.insert_lsn(), FlushOpts::default()).unwrap();
+    wal.flush(wal.insert_lsn()).unwrap();
     assert!(
         wal.insert_lsn().0 > WAL_SEGMENT_SIZE + (3 << 19),
         "C crosses 1.5 MiB into segment 1"
@@ -550,9 +550,9 @@ fn scrub_crashes(test: &str, kinds: &'static [walnut_io::fault::CrashKind]) {
             let v: Arc<dyn Vfs> = Arc::new(img.clone());
             let (recs, end) = read_all(v.clone(), dir.clone(), start);
             assert_eq!((recs.len(), end), (1, a_end), "recovery ends after A again");
-            let wal = Wal::open(v, cfg.clone(), end, start, no_xacts()).unwrap();
+            let wal = Wal::open(v, cfg.clone(), end, start).unwrap();
             let (_, e) = wal.insert(&mut |_| tagged_record(0, 1, false)).unwrap();
-            wal.flush(e, COMMIT).unwrap();
+            commit(&wal, e).unwrap();
             let fin = wal.insert_lsn();
             durable_and_scrubbed(img, &dir, start, fin);
         }
@@ -595,11 +595,11 @@ fn scrub_crashes(test: &str, kinds: &'static [walnut_io::fault::CrashKind]) {
     };
     let v = CrashPoints::over(&fv, hook);
     armed.store(true, Ordering::SeqCst);
-    let wal = Wal::open(v, cfg.clone(), end, start, no_xacts()).unwrap();
+    let wal = Wal::open(v, cfg.clone(), end, start).unwrap();
     armed.store(false, Ordering::SeqCst);
     // The run goes on: once its first commit is acknowledged, the scrub is durable.
     let (_, e) = wal.insert(&mut |_| tagged_record(0, 1, false)).unwrap();
-    wal.flush(e, COMMIT).unwrap();
+    commit(&wal, e).unwrap();
     let fin = wal.insert_lsn();
     durable_and_scrubbed(&fv, &dir, start, fin);
     drop(wal);
@@ -665,14 +665,14 @@ fn crash_while_recycling_or_removing_old_segments_keeps_what_redo_needs() {
                 let tags: Vec<_> = recs.iter().map(|r| tag_of(&r.record)).collect();
                 let want: Vec<_> = (0..acked).map(|i| (1, i)).collect();
                 assert_eq!(tags, want, "the commits after the redo point");
-                let wal = Wal::open(v.clone(), cfg.clone(), end, redo, no_xacts()).unwrap();
+                let wal = Wal::open(v.clone(), cfg.clone(), end, redo).unwrap();
                 wal.remove_old_segments(redo).unwrap();
                 assert!(
                     !v.exists(&seg(0)),
                     "segment 0 was recycled or removed again"
                 );
                 let (_, e) = wal.insert(&mut |_| tagged_record(1, acked, false)).unwrap();
-                wal.flush(e, COMMIT).unwrap();
+                commit(&wal, e).unwrap();
                 let fin = wal.insert_lsn();
                 drop(wal);
                 let (recs, end) = read_all(v, dir.clone(), redo);
@@ -711,19 +711,19 @@ fn crash_while_recycling_or_removing_old_segments_keeps_what_redo_needs() {
         };
         let v = CrashPoints::over(&fv, hook);
         Wal::create(v.clone(), &cfg).unwrap();
-        let wal = Wal::open(v, cfg.clone(), start, start, no_xacts()).unwrap();
+        let wal = Wal::open(v, cfg.clone(), start, start).unwrap();
         // Into segment 1 (segment 2 is preallocated after the flush that enters it), a
         // checkpoint there, and commits after its redo point.
         let mut seq = 0;
         while wal.insert_lsn().0 < WAL_SEGMENT_SIZE + 4096 {
             let (_, e) = wal.insert(&mut |_| tagged_record(0, seq, false)).unwrap();
-            wal.flush(e, COMMIT).unwrap();
+            commit(&wal, e).unwrap();
             seq += 1;
         }
         let redo = wal.begin_checkpoint();
         for i in 0..5 {
             let (_, e) = wal.insert(&mut |_| tagged_record(1, i, false)).unwrap();
-            wal.flush(e, COMMIT).unwrap();
+            commit(&wal, e).unwrap();
         }
         *after_redo.lock().unwrap() = (redo, 5);
         assert!(fv.exists(&seg(2)) && !fv.exists(&seg(3)));
@@ -788,10 +788,10 @@ fn power_loss_during_a_direct_rewrite_of_the_partial_block_keeps_its_records() {
             for (i, r) in recs.iter().enumerate() {
                 assert_eq!(r.record, tagged_record(2, i as u32, false), "record {i}");
             }
-            let wal = Wal::open(v.clone(), cfg.clone(), end, Lsn::FIRST, no_xacts()).unwrap();
+            let wal = Wal::open(v.clone(), cfg.clone(), end, Lsn::FIRST).unwrap();
             let n = recs.len() as u32;
             let (_, e) = wal.insert(&mut |_| tagged_record(2, n, false)).unwrap();
-            wal.flush(e, COMMIT).unwrap();
+            commit(&wal, e).unwrap();
             let fin = wal.insert_lsn();
             drop(wal);
             let (recs, end) = read_all(v, dir.clone(), Lsn::FIRST);
@@ -840,7 +840,7 @@ fn power_loss_during_a_direct_rewrite_of_the_partial_block_keeps_its_records() {
     let mut mid_block = 0;
     for seq in 0..24u32 {
         let (_, e) = wal.insert(&mut |_| tagged_record(2, seq, false)).unwrap();
-        wal.flush(e, COMMIT).unwrap();
+        commit(&wal, e).unwrap();
         acked.store(seq + 1, Ordering::SeqCst);
         mid_block += u32::from(wal.insert_lsn().0 & 4095 != 0);
     }

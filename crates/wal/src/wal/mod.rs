@@ -15,24 +15,30 @@
 //!
 //! See DESIGN.md for the numbered protocols and the crash windows.
 
+mod files;
+mod writer;
+
+use crate::flush::WritePath;
 use crate::group_commit::{
-    CloseCause, FlushDevice, GroupCommit, LeaderWait, Pipelining, SyncBatches, HISTOGRAM_BOUNDS,
+    CloseCause, FlushDevice, GroupCommit, LeaderWait, Pipelining, Request, HISTOGRAM_BOUNDS,
 };
 use crate::reader::ReaderState;
 use crate::record;
 use crate::ring::Ring;
 use crate::segment::{self, segment_file_name, segment_of, InitOpts, WAL_SEGMENT_SIZE};
-use crate::{DecodedRecord, FlushOpts, GroupCommitMode, Record, WalConfig, WalStats};
+use crate::{CommitOpts, DecodedRecord, GroupCommitMode, Record, WalConfig, WalStats};
 use crossbeam::utils::CachePadded;
-use parking_lot::{Condvar, Mutex};
+use files::{range_sync_flusher, read_partial_block, WriteState};
+use parking_lot::Mutex;
 use std::cell::{Cell, RefCell};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Weak};
+use std::sync::Arc;
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 use walnut_common::{Error, Lsn, Result, SqlState};
-use walnut_io::{AlignedBuf, CacheFlush, FileIo, Vfs, DIRECT_IO_ALIGN};
+use walnut_io::{AlignedBuf, CacheFlush, Vfs, DIRECT_IO_ALIGN};
+use writer::WriterCtl;
 
 /// Number of insertion slots (PostgreSQL's `NUM_XLOGINSERT_LOCKS`).
 pub const NUM_INSERT_SLOTS: usize = 8;
@@ -53,22 +59,28 @@ thread_local! {
     /// Per-thread encode buffer, reused across inserts so that the insert path allocates only
     /// what `assemble` allocates.
     static ENCODE_BUF: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
-    /// The slot this thread tries first (PostgreSQL's `MyLockNo`).
+    /// The slot this thread tries first (PostgreSQL's `MyLockNo`); only a hint, to spread
+    /// inserters over the slots.
     static SLOT_HINT: Cell<usize> = const { Cell::new(usize::MAX) };
-    /// This thread's session id for the adaptive group-commit controller (each backend is
-    /// one thread).
-    static SESSION_ID: Cell<u64> = const { Cell::new(0) };
 }
 static NEXT_SLOT_HINT: AtomicUsize = AtomicUsize::new(0);
-static NEXT_SESSION_ID: AtomicU64 = AtomicU64::new(1);
 
-fn session_id() -> u64 {
-    SESSION_ID.with(|s| {
-        if s.get() == 0 {
-            s.set(NEXT_SESSION_ID.fetch_add(1, Ordering::Relaxed));
-        }
-        s.get()
-    })
+/// How the leader of a commit's group waits: the adaptive controller decides, or PostgreSQL's
+/// `commit_delay` rule with the committer's count of the other transactions holding an xid
+/// (`active_xacts` includes the committer).
+pub(crate) fn leader_wait(
+    mode: GroupCommitMode,
+    opts: &CommitOpts,
+    active_xacts: usize,
+) -> LeaderWait {
+    match mode {
+        GroupCommitMode::Adaptive => LeaderWait::Adaptive,
+        GroupCommitMode::Fixed => LeaderWait::Fixed {
+            delay_us: opts.commit_delay_us,
+            siblings: opts.commit_siblings,
+            others: u32::try_from(active_xacts.saturating_sub(1)).unwrap_or(u32::MAX),
+        },
+    }
 }
 
 /// Room kept in reserve beyond every [`Wal::check_space`], bytes: records inserted without a
@@ -115,45 +127,6 @@ struct Counters {
     sync_time_us: AtomicU64,
 }
 
-/// A segment file open for writing.
-#[derive(Clone)]
-struct SegFile {
-    segno: u64,
-    file: Arc<dyn FileIo>,
-    /// Under `wal_sync_range`: the segment is fully allocated (`allocated_bytes` covers all
-    /// 16 MiB), so its writes change no metadata but timestamps and may be made durable by
-    /// write-back plus a cache flush.
-    range_ok: bool,
-}
-
-/// A segment written since the last sync, with the byte range (offsets in the segment) the
-/// writes covered.
-struct Unsynced {
-    seg: SegFile,
-    lo: u64,
-    hi: u64,
-}
-
-/// State of the writer, behind the write lock (PostgreSQL's `WALWriteLock`).
-struct WriteState {
-    /// Segment files open for writing.
-    files: Vec<SegFile>,
-    /// Segments written since the last sync; the next flush leader syncs them.
-    unsynced: Vec<Unsynced>,
-    /// Bytes copied out of the ring for one `write_at` (4096-aligned for O_DIRECT).
-    staging: AlignedBuf,
-    /// With O_DIRECT: the bytes of the partial block that ends at `write_lsn` (from the block's
-    /// start), rewritten in front of the next write; empty when `write_lsn` is block-aligned.
-    tail: Vec<u8>,
-}
-
-struct WriterCtl {
-    stop: Mutex<bool>,
-    cv: Condvar,
-    /// `wal_writer_delay`, ms; a reload may change it.
-    delay_ms: AtomicU64,
-}
-
 /// The `sighup` parameters the WAL reads while running; [`Wal::apply_settings`] updates them.
 struct Live {
     /// `wal_init_zero`.
@@ -169,7 +142,6 @@ struct Live {
 pub struct Wal {
     vfs: Arc<dyn Vfs>,
     cfg: WalConfig,
-    active_xacts: Arc<dyn Fn() -> usize + Send + Sync>,
     /// Next free byte (`XLogCtl->Insert.CurrBytePos`), advanced by one fetch_add per record.
     insert_pos: CachePadded<AtomicU64>,
     /// Insertion slots (`WALInsertLocks[i].insertingAt`).
@@ -177,13 +149,11 @@ pub struct Wal {
     /// Redo point of the current checkpoint (`RedoRecPtr`).
     redo_lsn: CachePadded<AtomicU64>,
     ring: Ring,
-    /// Everything before this has been handed to `write_at` (`LogwrtResult.Write`).
-    write_lsn: CachePadded<AtomicU64>,
-    write: Mutex<WriteState>,
+    /// The write position (`LogwrtResult.Write`), the write lock with the open segments, and
+    /// the sync batches (`crate::flush`).
+    path: WritePath<Wal>,
     /// Group commit; everything before `gc.flushed()` is durable (`LogwrtResult.Flush`).
     gc: GroupCommit,
-    /// Which written WAL is synced, when several leaders sync at once.
-    batches: SyncBatches,
     /// `wal_sync_range` in force: the device cache flusher of the WAL's file system.
     flusher: Option<Arc<dyn CacheFlush>>,
     /// Serializes creating, recycling and removing segment files.
@@ -250,8 +220,7 @@ impl Wal {
     /// Makes sure the segment holding `end_lsn` exists, zero-fills stale records that a crashed
     /// run may have left at or after `end_lsn` (they could otherwise validate again once new
     /// records end exactly where one starts), and preallocates `prealloc_segments` segments
-    /// ahead. `redo_lsn` is the redo point of the last checkpoint. `active_xacts` returns the
-    /// number of transactions with an xid, for `commit_siblings`.
+    /// ahead. `redo_lsn` is the redo point of the last checkpoint.
     /// Source: xlog.c `StartupXLOG` (end of recovery), `PreallocXlogFiles`.
     ///
     /// # Errors
@@ -262,7 +231,6 @@ impl Wal {
         cfg: WalConfig,
         end_lsn: Lsn,
         redo_lsn: Lsn,
-        active_xacts: Arc<dyn Fn() -> usize + Send + Sync>,
     ) -> Result<Arc<Wal>> {
         if !cfg.wal_buffers_bytes.is_power_of_two() || cfg.wal_buffers_bytes < MIN_WAL_BUFFERS_BYTES
         {
@@ -301,35 +269,30 @@ impl Wal {
             ring: Ring::new(cfg.wal_buffers_bytes),
             vfs,
             cfg,
-            active_xacts,
             insert_pos: CachePadded::new(AtomicU64::new(end)),
             slots: std::array::from_fn(|_| CachePadded::new(AtomicU64::new(SLOT_FREE))),
             redo_lsn: CachePadded::new(AtomicU64::new(redo_lsn.0)),
-            write_lsn: CachePadded::new(AtomicU64::new(end)),
-            write: Mutex::new(WriteState {
-                files: Vec::new(),
-                unsynced: Vec::new(),
-                staging: AlignedBuf::zeroed(DIRECT_IO_ALIGN),
-                tail,
-            }),
+            path: WritePath::new(
+                end,
+                WriteState {
+                    files: Vec::new(),
+                    staging: AlignedBuf::zeroed(DIRECT_IO_ALIGN),
+                    tail,
+                },
+            ),
             gc: GroupCommit::new(
                 end,
                 MAX_FLUSHES_IN_FLIGHT,
                 Pipelining::WhenNotBatching,
                 flush_capacity,
             ),
-            batches: SyncBatches::new(end),
             segments: Mutex::new(()),
             prealloc_checked_seg: AtomicU64::new(u64::MAX),
             last_mark: AtomicU64::new(0),
             space_end: AtomicU64::new(segment_of(end) * WAL_SEGMENT_SIZE),
             stats: Counters::default(),
             writer: Mutex::new(None),
-            writer_ctl: Arc::new(WriterCtl {
-                stop: Mutex::new(false),
-                cv: Condvar::new(),
-                delay_ms: AtomicU64::new(0),
-            }),
+            writer_ctl: Arc::new(WriterCtl::new()),
             live: Live {
                 init_zero: AtomicBool::new(init_zero),
                 recycle: AtomicBool::new(recycle),
@@ -460,7 +423,7 @@ impl Wal {
             let n = (buf.len() - off).min(max_chunk);
             let pos = start + off as u64;
             let need = (pos + n as u64).saturating_sub(ring_bytes);
-            if self.write_lsn.load(Ordering::Acquire) < need {
+            if self.path.write_lsn() < need {
                 self.slots[slot].store(pos, Ordering::SeqCst);
                 self.make_room(need);
             }
@@ -473,11 +436,7 @@ impl Wal {
     /// least `need`, so it never waits for itself.
     fn make_room(&self, need: u64) {
         self.stats.buffers_full.fetch_add(1, Ordering::Relaxed);
-        self.wait_insertions(need);
-        let mut w = self.write.lock();
-        if self.write_lsn.load(Ordering::Acquire) < need {
-            self.write_locked(&mut w, need);
-        }
+        self.path.write_out(self, need);
     }
 
     /// Waits until no insertion below `target` is in progress: every slot is free, held by a
@@ -492,143 +451,11 @@ impl Wal {
         }
     }
 
-    /// Writes ring bytes `[write_lsn, upto)` to the segment files, one `write_at` per segment
-    /// touched (`XLogWrite`). The caller holds the write lock and has waited for insertions
-    /// up to `upto`. With O_DIRECT (`io_direct = wal`) each write is widened to whole 4096-byte
-    /// blocks: it starts with the saved bytes of the partial block that the previous write
-    /// ended in (rewritten in place) and ends with zeros up to the block boundary, which the
-    /// next write overwrites (PostgreSQL rewrites its partial last WAL page the same way).
-    ///
-    /// # Panics
-    /// A failed write: PANIC, never retried.
-    fn write_locked(&self, w: &mut WriteState, upto: u64) {
-        let mut from = self.write_lsn.load(Ordering::Acquire);
-        assert!(
-            upto - from <= self.ring.len_bytes(),
-            "unwritten WAL cannot exceed the WAL buffers"
-        );
-        while from < upto {
-            let segno = segment_of(from);
-            let to = upto.min((segno + 1) * WAL_SEGMENT_SIZE);
-            let file = self.segment_for_write(w, segno);
-            let io = file.file.clone();
-            let (start, n) = if self.cfg.direct {
-                let align = DIRECT_IO_ALIGN as u64;
-                let start = from & !(align - 1);
-                let pre = (from - start) as usize;
-                assert_eq!(
-                    w.tail.len(),
-                    pre,
-                    "saved partial block does not end at write_lsn"
-                );
-                let body = (to - from) as usize;
-                let n = (pre + body).div_ceil(DIRECT_IO_ALIGN) * DIRECT_IO_ALIGN;
-                if w.staging.len() < n {
-                    w.staging = AlignedBuf::zeroed(n.next_power_of_two());
-                }
-                let buf = w.staging.as_mut_slice();
-                buf[..pre].copy_from_slice(&w.tail);
-                self.ring.copy_out(from, &mut buf[pre..pre + body]);
-                buf[pre + body..n].fill(0);
-                let end_block = ((to & !(align - 1)) - start) as usize;
-                w.tail.clear();
-                w.tail.extend_from_slice(&buf[end_block..pre + body]);
-                (start, n)
-            } else {
-                let n = (to - from) as usize;
-                if w.staging.len() < n {
-                    w.staging = AlignedBuf::zeroed(n.next_power_of_two());
-                }
-                self.ring.copy_out(from, &mut w.staging.as_mut_slice()[..n]);
-                (from, n)
-            };
-            let t = Instant::now();
-            if let Err(e) = io.write_at(&w.staging.as_slice()[..n], start % WAL_SEGMENT_SIZE) {
-                walnut_common::panic_fatal(&format!(
-                    "could not write to WAL segment {} at offset {}, length {n}: {e}",
-                    segment_file_name(segno),
-                    start % WAL_SEGMENT_SIZE
-                ));
-            }
-            self.stats
-                .write_time_us
-                .fetch_add(elapsed_us(t), Ordering::Relaxed);
-            self.stats.write.fetch_add(1, Ordering::Relaxed);
-            let (lo, hi) = (
-                start % WAL_SEGMENT_SIZE,
-                start % WAL_SEGMENT_SIZE + n as u64,
-            );
-            match w.unsynced.iter_mut().find(|u| u.seg.segno == segno) {
-                Some(u) => {
-                    u.lo = u.lo.min(lo);
-                    u.hi = u.hi.max(hi);
-                }
-                None => w.unsynced.push(Unsynced { seg: file, lo, hi }),
-            }
-            from = to;
-            self.write_lsn.store(from, Ordering::Release);
-        }
-    }
-
-    /// The open file of segment `segno`, creating (preallocating) it if it does not exist yet.
-    fn segment_for_write(&self, w: &mut WriteState, segno: u64) -> SegFile {
-        if let Some(f) = w.files.iter().find(|f| f.segno == segno) {
-            return f.clone();
-        }
-        let opened = self.open_or_create_segment(segno).and_then(|file| {
-            // A segment with fewer bytes allocated than its size has holes (made with
-            // wal_init_zero = off): writing into them allocates blocks, so only fdatasync
-            // makes them durable.
-            let range_ok = self.flusher.is_some() && file.allocated_bytes()? >= WAL_SEGMENT_SIZE;
-            Ok(SegFile {
-                segno,
-                file,
-                range_ok,
-            })
-        });
-        let seg = match opened {
-            Ok(f) => f,
-            Err(e) => walnut_common::panic_fatal(&format!(
-                "could not open WAL segment {}: {e}",
-                segment_file_name(segno)
-            )),
-        };
-        if self.flusher.is_some() && !seg.range_ok {
-            tracing::info!(segment = %segment_file_name(segno), "WAL segment is not fully allocated; syncing it with fdatasync");
-        }
-        w.files.retain(|f| f.segno + 1 >= segno);
-        w.files.push(seg.clone());
-        seg
-    }
-
-    fn open_or_create_segment(&self, segno: u64) -> std::io::Result<Arc<dyn FileIo>> {
-        let mode = self.cfg.sync_method.open_mode(self.cfg.direct);
-        let open = || segment::open_existing_with(self.vfs.as_ref(), &self.cfg.dir, segno, mode);
-        if let Some(f) = open()? {
-            return Ok(f);
-        }
-        let _g = self.segments.lock();
-        if let Some(f) = open()? {
-            return Ok(f);
-        }
-        tracing::warn!(segment = %segment_file_name(segno), "WAL segment was not preallocated ahead of time");
-        segment::preallocate(self.vfs.as_ref(), &self.cfg.dir, segno, self.init_opts())?;
-        open()?.ok_or_else(|| {
-            std::io::Error::new(
-                std::io::ErrorKind::NotFound,
-                "segment vanished after creation",
-            )
-        })
-    }
-
-    /// Waits until all WAL up to `lsn` is durable, by group commit (PostgreSQL 9.3+'s
-    /// `XLogFlush`): one leader writes and syncs everything inserted so far; followers wait and
-    /// never sync again what is already synced. Returns at once if `lsn <= flush_lsn()`.
-    /// How long the leader keeps its group open depends on `group_commit` (see
-    /// [`GroupCommitMode`]): in `fixed` mode it sleeps `opts.commit_delay_us` µs first if at
-    /// least `opts.commit_siblings` other transactions are active (PostgreSQL's rule); in
-    /// `adaptive` mode the controller in `adaptive.rs` decides and `opts` is ignored. Blocks the
-    /// calling OS thread: never call it from an async task.
+    /// Waits until all WAL up to `lsn` is durable, for no commit: the WAL rule before a page
+    /// write, the WAL writer, a checkpoint (PostgreSQL's `XLogFlush`). One leader writes and
+    /// syncs everything inserted so far; followers wait and never sync again what is already
+    /// synced. Returns at once if `lsn <= flush_lsn()`. A leader for no commit never keeps its
+    /// group open. Blocks the calling OS thread: never call it from an async task.
     ///
     /// # Errors
     /// `lsn` beyond the insert position (a bug in the caller; PostgreSQL's "xlog flush request
@@ -636,7 +463,33 @@ impl Wal {
     ///
     /// # Panics
     /// A failed write or sync is fatal: the implementation panics (PANIC) rather than retry.
-    pub fn flush(&self, lsn: Lsn, opts: FlushOpts) -> Result<()> {
+    pub fn flush(&self, lsn: Lsn) -> Result<()> {
+        self.flush_for(lsn, Request::Background)
+    }
+
+    /// Waits until the commit record ending at `lsn` is durable, by group commit: as
+    /// [`Wal::flush`], but counted as a commit, and a leader keeps its group open as
+    /// `group_commit` says (see [`GroupCommitMode`]): in `fixed` mode it sleeps
+    /// `opts.commit_delay_us` µs first if at least `opts.commit_siblings` of the other
+    /// `active_xacts - 1` transactions holding an xid are active (PostgreSQL's rule; the
+    /// committer is one of `active_xacts`); in `adaptive` mode the controller in `adaptive/`
+    /// decides, knowing `opts.session`. `opts.synchronous_commit` is the caller's to honour:
+    /// this always waits.
+    ///
+    /// # Errors
+    /// As [`Wal::flush`].
+    ///
+    /// # Panics
+    /// As [`Wal::flush`].
+    pub fn flush_commit(&self, lsn: Lsn, opts: &CommitOpts, active_xacts: usize) -> Result<()> {
+        let req = Request::Commit {
+            session: opts.session.0,
+            wait: leader_wait(self.cfg.group_commit, opts, active_xacts),
+        };
+        self.flush_for(lsn, req)
+    }
+
+    fn flush_for(&self, lsn: Lsn, req: Request) -> Result<()> {
         let insert = self.insert_pos.load(Ordering::SeqCst);
         if lsn.0 > insert {
             return Err(Error::internal(format!(
@@ -644,14 +497,7 @@ impl Wal {
                 Lsn(insert)
             )));
         }
-        let wait = match self.cfg.group_commit {
-            GroupCommitMode::Adaptive => LeaderWait::Adaptive,
-            GroupCommitMode::Fixed => LeaderWait::Fixed {
-                delay_us: opts.commit_delay_us,
-                siblings: opts.commit_siblings,
-            },
-        };
-        self.gc.flush(lsn.0, session_id(), opts.commit, wait, self);
+        self.gc.flush(lsn.0, req, self);
         self.preallocate_ahead_quietly();
         Ok(())
     }
@@ -739,7 +585,7 @@ impl Wal {
 
     /// Everything before this has been written (not necessarily synced), bytes.
     pub fn write_lsn(&self) -> Lsn {
-        Lsn(self.write_lsn.load(Ordering::Acquire))
+        Lsn(self.path.write_lsn())
     }
 
     /// Everything before this is durable, bytes.
@@ -843,59 +689,13 @@ impl Wal {
         Ok(())
     }
 
-    /// Starts the background WAL writer thread (for `synchronous_commit = off`; PostgreSQL's
-    /// `walwriter.c`): every `delay_ms` milliseconds (`wal_writer_delay`, which
-    /// [`Wal::apply_settings`] may change) it flushes what was inserted. Stops when the
-    /// `Wal` is dropped or `shutdown` is called. A second call while one runs does nothing.
-    pub fn start_wal_writer(self: &Arc<Self>, delay_ms: u64) {
-        let mut slot = self.writer.lock();
-        if slot.is_some() {
-            return;
-        }
-        *self.writer_ctl.stop.lock() = false;
-        self.writer_ctl
-            .delay_ms
-            .store(delay_ms.max(1), Ordering::Relaxed);
-        let weak: Weak<Wal> = Arc::downgrade(self);
-        let ctl = self.writer_ctl.clone();
-        let handle = std::thread::Builder::new()
-            .name("walnut-walwriter".into())
-            .spawn(move || loop {
-                {
-                    let mut stop = ctl.stop.lock();
-                    if !*stop {
-                        let delay = Duration::from_millis(ctl.delay_ms.load(Ordering::Relaxed));
-                        ctl.cv.wait_for(&mut stop, delay);
-                    }
-                    if *stop {
-                        return;
-                    }
-                }
-                let Some(wal) = weak.upgrade() else { return };
-                let _ = wal.flush(wal.insert_lsn(), FlushOpts::default());
-            })
-            .expect("spawn WAL writer thread");
-        *slot = Some(handle);
-    }
-
-    fn stop_wal_writer(&self) {
-        *self.writer_ctl.stop.lock() = true;
-        self.writer_ctl.cv.notify_all();
-        let handle = self.writer.lock().take();
-        if let Some(h) = handle {
-            if h.thread().id() != std::thread::current().id() {
-                let _ = h.join();
-            }
-        }
-    }
-
     /// Flushes everything inserted and stops background threads.
     ///
     /// # Panics
     /// As [`Wal::flush`], on a failed write or sync.
     pub fn shutdown(&self) {
         self.stop_wal_writer();
-        let _ = self.flush(self.insert_lsn(), FlushOpts::default());
+        let _ = self.flush(self.insert_lsn());
     }
 
     /// A snapshot of the counters (times in µs).
@@ -957,126 +757,10 @@ impl FlushDevice for Wal {
         });
     }
 
-    /// The leader's work (`XLogWrite` + `issue_xlog_fsync`): waits for insertions below
-    /// `target`; under the write lock writes `[write_lsn, target)`, takes the segments written
-    /// since the last take and registers a sync batch; outside it syncs them (nothing for the
-    /// `open_*` methods, whose writes are already durable); then waits until every earlier
-    /// batch has completed too (see [`SyncBatches`]), since bytes below `target` may have been
-    /// written, and be synced, by another leader.
+    /// The leader's work: [`WritePath::write_and_sync`] over this WAL's files.
     fn write_and_sync(&self, target: u64) {
-        self.wait_insertions(target);
-        let (files, batch) = {
-            let mut w = self.write.lock();
-            if self.write_lsn.load(Ordering::Acquire) < target {
-                self.write_locked(&mut w, target);
-            }
-            let files = std::mem::take(&mut w.unsynced);
-            let batch = self.batches.begin(self.write_lsn.load(Ordering::Acquire));
-            (files, batch)
-        };
-        if !self.cfg.sync_method.syncs_on_write() {
-            self.sync_segments(files);
-        }
-        self.batches.complete(batch);
-        self.batches.wait_synced(target);
-        debug_assert!(self.batches.synced() >= target);
+        self.path.write_and_sync(self, target);
     }
-
-    fn active_transactions(&self) -> usize {
-        (self.active_xacts)()
-    }
-}
-
-impl Wal {
-    /// Makes the listed segments' writes durable (`issue_xlog_fsync`): `fdatasync`/`fsync` of
-    /// each, or under `wal_sync_range` a write-back of each fully allocated segment's written
-    /// range and then one device cache flush. Counts `wal_sync` and `wal_sync_time`.
-    ///
-    /// # Panics
-    /// A failed sync, write-back or cache flush: PANIC, never retried.
-    fn sync_segments(&self, files: Vec<Unsynced>) {
-        let fail = |what: &str, segno: Option<u64>, e: std::io::Error| -> ! {
-            let name = segno.map_or_else(String::new, |s| {
-                format!(" of WAL segment {}", segment_file_name(s))
-            });
-            walnut_common::panic_fatal(&format!("could not {what}{name}: {e}"))
-        };
-        let t = Instant::now();
-        let mut syncs = 0u64;
-        let mut written_back = false;
-        for u in &files {
-            let segno = u.seg.segno;
-            if u.seg.range_ok {
-                if let Err(e) = u.seg.file.write_back(u.lo, u.hi - u.lo) {
-                    fail("write back", Some(segno), e);
-                }
-                written_back = true;
-                continue;
-            }
-            let r = match self.cfg.sync_method {
-                crate::SyncMethod::Fsync => u.seg.file.sync_all(),
-                _ => u.seg.file.sync_data(),
-            };
-            if let Err(e) = r {
-                fail(self.cfg.sync_method.name(), Some(segno), e);
-            }
-            syncs += 1;
-        }
-        if written_back {
-            let flusher = self.flusher.as_ref().expect("range_ok implies a flusher");
-            if let Err(e) = flusher.flush() {
-                fail(
-                    &format!("flush the disk cache ({})", flusher.describe()),
-                    None,
-                    e,
-                );
-            }
-            syncs += 1;
-        }
-        self.stats
-            .sync_time_us
-            .fetch_add(elapsed_us(t), Ordering::Relaxed);
-        self.stats.sync.fetch_add(syncs, Ordering::Relaxed);
-    }
-
-    /// True if flushes use `wal_sync_range` (write-back plus a device cache flush).
-    pub fn sync_range_in_use(&self) -> bool {
-        self.flusher.is_some()
-    }
-}
-
-/// The cache flusher for `wal_sync_range`, if the configuration and the file system allow it
-/// (logged either way when the setting asks for it).
-fn range_sync_flusher(vfs: &dyn Vfs, cfg: &WalConfig) -> Option<Arc<dyn CacheFlush>> {
-    if !cfg.sync_range {
-        return None;
-    }
-    let why_not = if cfg.sync_method != crate::SyncMethod::Fdatasync {
-        Some(format!("wal_sync_method is {}", cfg.sync_method))
-    } else if !cfg.init_zero {
-        Some("wal_init_zero is off".to_string())
-    } else {
-        match vfs.cache_flusher(&cfg.dir) {
-            Ok(Some(f)) => {
-                tracing::info!(
-                    "wal_sync_range: WAL flushes write back the written range, then flush the disk cache with {}",
-                    f.describe()
-                );
-                return Some(f);
-            }
-            Ok(None) => {
-                Some("the file system is not one where it is known to be durable".to_string())
-            }
-            Err(e) => Some(format!("could not inspect the file system: {e}")),
-        }
-    };
-    if let Some(why) = why_not {
-        tracing::debug!(
-            "wal_sync_range not used: {why}; WAL flushes use {}",
-            cfg.sync_method
-        );
-    }
-    None
 }
 
 impl Wal {
@@ -1114,25 +798,6 @@ fn init_opts(cfg: &WalConfig) -> InitOpts {
         zero: cfg.init_zero,
         direct: cfg.direct_init,
     }
-}
-
-/// The bytes of the block holding `end` that lie before `end` (empty if `end` is
-/// block-aligned), read from the segment file: the first O_DIRECT write rewrites them.
-fn read_partial_block(vfs: &dyn Vfs, dir: &std::path::Path, end: u64) -> Result<Vec<u8>> {
-    let align = DIRECT_IO_ALIGN as u64;
-    let start = end & !(align - 1);
-    let mut buf = vec![0u8; (end - start) as usize];
-    if buf.is_empty() {
-        return Ok(buf);
-    }
-    let segno = segment_of(start);
-    let ctx = || format!("could not read WAL segment {}", segment_file_name(segno));
-    let file = segment::open_existing(vfs, dir, segno)
-        .map_err(io_err(ctx()))?
-        .ok_or_else(|| Error::corruption(format!("{}: missing", ctx())))?;
-    file.read_exact_at(&mut buf, start % WAL_SEGMENT_SIZE)
-        .map_err(io_err(ctx()))?;
-    Ok(buf)
 }
 
 /// Syncs the segments holding `[from, end)`: after a process crash, what recovery read may
