@@ -152,6 +152,12 @@ impl Error {
         }
     }
 
+    /// A transaction lost a race with another (40001 serialization failure, 40P01 deadlock);
+    /// retrying may succeed.
+    pub fn conflict(sqlstate: SqlState, message: impl Into<String>) -> Error {
+        Error::new(ErrorKind::Conflict, sqlstate, message)
+    }
+
     /// 42601 syntax error.
     pub fn syntax(message: impl Into<String>) -> Error {
         Error::user(SqlState::SYNTAX_ERROR, message)
@@ -244,6 +250,8 @@ mod tests {
         assert_eq!(Error::terminated().sqlstate, SqlState::ADMIN_SHUTDOWN);
         assert_eq!(Error::corruption("crc").kind, ErrorKind::Corruption);
         assert_eq!(Error::syntax("x").kind, ErrorKind::BadInput);
+        let c = Error::conflict(SqlState::SERIALIZATION_FAILURE, "changed concurrently");
+        assert_eq!(c.kind, ErrorKind::Conflict);
         let full = Error::io("write", std::io::Error::from_raw_os_error(28));
         assert_eq!(
             (full.kind, full.sqlstate),
@@ -254,5 +262,30 @@ mod tests {
             (eio.kind, eio.sqlstate),
             (ErrorKind::Io, SqlState::IO_ERROR)
         );
+    }
+
+    /// Every SQLSTATE in walnut's sources is one of the named constants: no code is spelled
+    /// out anywhere but in the list above.
+    #[test]
+    fn no_sqlstate_is_spelled_out_in_the_sources() {
+        let crates = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+        let mut offenders = Vec::new();
+        let mut stack = vec![crates];
+        while let Some(dir) = stack.pop() {
+            for entry in std::fs::read_dir(&dir).unwrap() {
+                let path = entry.unwrap().path();
+                if path.is_dir() {
+                    stack.push(path);
+                } else if path.extension().is_some_and(|e| e == "rs")
+                    && !path.ends_with("common/src/error.rs")
+                {
+                    let text = std::fs::read_to_string(&path).unwrap();
+                    if text.contains(concat!("SqlState", "(\"")) {
+                        offenders.push(path.display().to_string());
+                    }
+                }
+            }
+        }
+        assert!(offenders.is_empty(), "SQLSTATE literals in {offenders:?}");
     }
 }

@@ -81,7 +81,7 @@ impl Backend {
     /// Runs `f` with the session, on this (the connection's own) thread, and returns its result.
     ///
     /// # Errors
-    /// XX000 if the session is gone (terminated).
+    /// 57P01 (cancellation) if the session is gone: the server terminated it.
     pub async fn call<R, F>(&self, f: F) -> Result<R>
     where
         F: FnOnce(&mut Session) -> R + Send + 'static,
@@ -91,11 +91,7 @@ impl Backend {
         let mut guard = self.session.lock();
         let result = match guard.as_mut() {
             Some(session) => Ok(f(session)),
-            None => Err(Error::new(
-                ErrorKind::Io,
-                SqlState::INTERNAL_ERROR,
-                "session already terminated",
-            )),
+            None => Err(Error::terminated()),
         };
         drop(guard);
         self.slot.finish();

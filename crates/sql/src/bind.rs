@@ -546,7 +546,7 @@ impl Binder<'_> {
             Expr::Regclass(Box::new(x))
         } else {
             return Err(Error::user(
-                SqlState("42846"),
+                SqlState::CANNOT_COERCE,
                 format!("cannot cast type {} to regclass", t.name()),
             ));
         };

@@ -243,7 +243,7 @@ fn unescape(raw: &[u8]) -> Result<String> {
     };
     String::from_utf8(bytes).map_err(|_| {
         Error::user(
-            SqlState("22021"),
+            SqlState::CHARACTER_NOT_IN_REPERTOIRE,
             "invalid byte sequence for encoding \"UTF8\"",
         )
     })

@@ -437,7 +437,7 @@ pub(crate) fn regclass(env: &dyn Env, text: &str) -> Result<i64> {
     }
     let parts = name_parts(text).ok_or_else(|| {
         Error::user(
-            SqlState("42602"),
+            SqlState::INVALID_NAME,
             format!("invalid name syntax: \"{text}\""),
         )
     })?;
@@ -452,7 +452,7 @@ pub(crate) fn regclass(env: &dyn Env, text: &str) -> Result<i64> {
         [s, r] if s == "public" || s == "pg_catalog" => r,
         [_, _] => {
             return Err(Error::user(
-                SqlState("3F000"),
+                SqlState::INVALID_SCHEMA_NAME,
                 format!("schema \"{}\" does not exist", parts[0]),
             ))
         }

@@ -405,7 +405,7 @@ impl Planner<'_> {
                                 ) => e.clone(),
                                 _ => {
                                     return Err(Error::user(
-                                        SqlState("42P10"),
+                                        SqlState::INVALID_COLUMN_REFERENCE,
                                         format!("GROUP BY position {idx} is not in select list"),
                                     ))
                                 }
@@ -499,7 +499,7 @@ impl Planner<'_> {
                     let idx: usize = n.parse().unwrap_or(0);
                     outputs.get(idx.wrapping_sub(1)).cloned().ok_or_else(|| {
                         Error::user(
-                            SqlState("42P10"),
+                            SqlState::INVALID_COLUMN_REFERENCE,
                             format!("ORDER BY position {n} is not in select list"),
                         )
                     })?
@@ -820,7 +820,7 @@ fn plan_create_table(ct: &ast::CreateTable) -> Result<Plan> {
         let cname = ident(&c.name);
         if columns.iter().any(|x| x.name == cname) {
             return Err(Error::user(
-                SqlState("42701"),
+                SqlState::DUPLICATE_COLUMN,
                 format!("column \"{cname}\" specified more than once"),
             ));
         }

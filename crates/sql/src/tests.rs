@@ -606,7 +606,10 @@ fn transaction_states() {
     assert_eq!(s.txn_status(), TxnStatus::Idle);
     assert_eq!(one(&mut s, "select count(*) from t"), "0");
     assert_eq!(tag(&mut s, "commit"), "COMMIT");
-    assert_eq!(s.take_notices()[0].sqlstate, SqlState("25P01"));
+    assert_eq!(
+        s.take_notices()[0].sqlstate,
+        SqlState::NO_ACTIVE_SQL_TRANSACTION
+    );
     assert_eq!(tag(&mut s, "rollback"), "ROLLBACK");
 
     // Multi-statement strings are one implicit transaction.
@@ -1432,9 +1435,12 @@ fn regclass_and_pg_catalog() {
     );
     assert_eq!(
         err(&mut s, "select 'other.plain'::regclass"),
-        SqlState("3F000")
+        SqlState::INVALID_SCHEMA_NAME
     );
-    assert_eq!(err(&mut s, "select true::regclass"), SqlState("42846"));
+    assert_eq!(
+        err(&mut s, "select true::regclass"),
+        SqlState::CANNOT_COERCE
+    );
 
     // Schema qualification: public.* is tables only, pg_catalog.* views only.
     assert_eq!(

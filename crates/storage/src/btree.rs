@@ -414,7 +414,7 @@ pub fn insert_unique(
 ) -> Result<InsertOutcome> {
     if key.len() > MAX_KEY_SIZE {
         return Err(Error::user(
-            SqlState("54000"),
+            SqlState::PROGRAM_LIMIT_EXCEEDED,
             format!(
                 "index row size {} exceeds maximum {MAX_KEY_SIZE} for index \"{index_name}\"",
                 key.len()
@@ -1015,7 +1015,7 @@ pub fn build(st: &Storage, rel: &Relation, xid: Xid, entries: &[(Vec<u8>, Tid)])
     // on items of at most MAX_ITEM_SIZE bytes.)
     if let Some((k, _)) = entries.iter().find(|(k, _)| k.len() > MAX_KEY_SIZE) {
         return Err(Error::user(
-            SqlState("54000"),
+            SqlState::PROGRAM_LIMIT_EXCEEDED,
             format!(
                 "index row size {} exceeds maximum {MAX_KEY_SIZE} for an index",
                 k.len()

@@ -302,7 +302,7 @@ impl BufferPool {
         }
         Err(Error::new(
             ErrorKind::Resource,
-            SqlState("53400"),
+            SqlState::CONFIGURATION_LIMIT_EXCEEDED,
             "no unpinned buffers available",
         ))
     }

@@ -169,7 +169,7 @@ impl ControlFile {
         match read_all(vfs, &path)? {
             Some(b) => ControlFile::decode(&b),
             None => Err(Error::user(
-                walnut_common::SqlState("58P01"),
+                walnut_common::SqlState::UNDEFINED_FILE,
                 format!(
                     "\"{}\" is not a walnut data directory: {} is missing",
                     datadir.display(),

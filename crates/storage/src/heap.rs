@@ -334,7 +334,7 @@ pub fn insert(
     let tuple = build_tuple(xid, prev, data);
     if tuple.len() > MAX_TUPLE_SIZE {
         return Err(Error::user(
-            walnut_common::SqlState("54000"),
+            walnut_common::SqlState::PROGRAM_LIMIT_EXCEEDED,
             format!(
                 "row is too big: size {}, maximum size {}",
                 tuple.len(),
@@ -506,7 +506,7 @@ pub fn update(st: &Storage, rel: &Relation, old: Tid, xid: Xid, data: &[u8]) -> 
     let tuple = build_tuple(xid, old, data);
     if tuple.len() > MAX_TUPLE_SIZE {
         return Err(Error::user(
-            walnut_common::SqlState("54000"),
+            walnut_common::SqlState::PROGRAM_LIMIT_EXCEEDED,
             format!(
                 "row is too big: size {}, maximum size {}",
                 tuple.len(),

@@ -214,7 +214,7 @@ impl Storage {
                 .unwrap_or(false)
         {
             return Err(Error::user(
-                walnut_common::SqlState("42P04"),
+                walnut_common::SqlState::DUPLICATE_DATABASE,
                 format!("directory \"{}\" exists but is not empty", dir.display()),
             ));
         }

@@ -124,7 +124,7 @@ impl Txn {
                     WriteCheck::Done(t) => break t,
                     WriteCheck::WaitFor(x) => self.st.xact.wait_for(xid, x, &self.cancel)?,
                     _ => {
-                        return Err(Error::user(
+                        return Err(Error::conflict(
                             SqlState::SERIALIZATION_FAILURE,
                             format!("table \"{}\" was changed concurrently", info.def.name),
                         ))

@@ -245,7 +245,7 @@ impl ExtendedQueryHandler for Conn {
         let stmt = self.lookup_statement(stmt_name)?;
         if !portal_name.is_empty() && self.portals.lock().contains_key(&portal_name) {
             return Err(user_error(&Error::user(
-                SqlState("42P03"),
+                SqlState::DUPLICATE_CURSOR,
                 format!("portal \"{portal_name}\" already exists"),
             )));
         }

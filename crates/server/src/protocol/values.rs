@@ -13,11 +13,6 @@ use std::fmt::Write as _;
 use walnut_common::{DataType, Error, Result, SqlState, Value};
 use walnut_sql::session::ColumnDesc;
 
-/// SQLSTATE 22P03: binary parameter of the wrong length or content.
-const INVALID_BINARY_REPRESENTATION: SqlState = SqlState("22P03");
-/// SQLSTATE 22021: bytes that are not valid UTF-8.
-const CHARACTER_NOT_IN_REPERTOIRE: SqlState = SqlState("22021");
-
 /// Expands a Bind message's format-code list to one code per item: no codes means all text,
 /// one code applies to all, otherwise one per item.
 ///
@@ -66,7 +61,7 @@ pub fn decode_param(
     }
     let bad = || {
         Error::user(
-            INVALID_BINARY_REPRESENTATION,
+            SqlState::INVALID_BINARY_REPRESENTATION,
             format!(
                 "incorrect binary data format in bind parameter {}",
                 index + 1
@@ -94,7 +89,7 @@ pub fn decode_param(
 fn utf8(bytes: &[u8]) -> Result<&str> {
     std::str::from_utf8(bytes).map_err(|_| {
         Error::user(
-            CHARACTER_NOT_IN_REPERTOIRE,
+            SqlState::CHARACTER_NOT_IN_REPERTOIRE,
             "invalid byte sequence for encoding \"UTF8\"",
         )
     })
@@ -262,7 +257,7 @@ mod tests {
         let err = decode_param(&DataType::Int2, 0, Some(b"70000"), 0).unwrap_err();
         assert_eq!(err.sqlstate, SqlState::NUMERIC_VALUE_OUT_OF_RANGE);
         let err = decode_param(&DataType::Text, 0, Some(&[0xff, 0xfe]), 0).unwrap_err();
-        assert_eq!(err.sqlstate, CHARACTER_NOT_IN_REPERTOIRE);
+        assert_eq!(err.sqlstate, SqlState::CHARACTER_NOT_IN_REPERTOIRE);
     }
 
     #[test]
@@ -297,7 +292,7 @@ mod tests {
         );
         // An int8 where int4 is expected is malformed, as in PostgreSQL's int4recv.
         let err = decode_param(&DataType::Int4, 1, Some(&1i64.to_be_bytes()), 2).unwrap_err();
-        assert_eq!(err.sqlstate, INVALID_BINARY_REPRESENTATION);
+        assert_eq!(err.sqlstate, SqlState::INVALID_BINARY_REPRESENTATION);
         assert!(err.message.contains("parameter 3"));
         let err = decode_param(&DataType::Varchar(Some(1)), 1, Some(b"toolong"), 0).unwrap_err();
         assert_eq!(err.sqlstate, SqlState::STRING_DATA_RIGHT_TRUNCATION);
