@@ -232,6 +232,49 @@ fn rows_survive_redo_of_every_record_type() {
     st.shutdown().unwrap();
 }
 
+/// `max_wal_size` is a `sighup` parameter: a reload reaches the running checkpointer.
+#[test]
+fn a_reloaded_max_wal_size_reaches_the_checkpointer() {
+    use walnut_common::guc::{Registry, Settings, Source};
+    let tmp = tempfile::tempdir().unwrap();
+    let st = fresh(&tmp.path().join("d"), 256);
+    let cancel = Arc::new(AtomicBool::new(false));
+    let mut t = Txn::begin(st.clone(), cancel.clone());
+    t.create_table(accounts()).unwrap();
+    commit(t);
+    let mut s = Settings::defaults(Arc::new(Registry::new(&[
+        walnut_storage::GUCS,
+        walnut_wal::GUCS,
+    ])));
+    s.set("max_wal_size", "2MB", Source::CommandLine).unwrap();
+    st.apply_settings(&s);
+    let before = st.checkpoints_done();
+    // A checkpoint is due once 1 MB of WAL was written since the last redo point.
+    let mut aid = 0;
+    while st.wal().insert_lsn().0 - st.wal().redo_lsn().0 < 2 << 20 {
+        let mut t = Txn::begin(st.clone(), cancel.clone());
+        let info = t.table("accounts").unwrap();
+        for _ in 0..100 {
+            aid += 1;
+            t.insert(&info, &row(aid, 0)).unwrap();
+        }
+        commit(t);
+        if st.checkpoints_done() > before {
+            break;
+        }
+    }
+    let t0 = std::time::Instant::now();
+    while st.checkpoints_done() == before {
+        assert!(
+            t0.elapsed() < std::time::Duration::from_secs(60),
+            "no checkpoint after {} bytes of WAL",
+            st.wal().insert_lsn().0 - st.wal().redo_lsn().0
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    st.shutdown().unwrap();
+}
+
 #[test]
 fn unique_violation_and_waits() {
     let tmp = tempfile::tempdir().unwrap();
