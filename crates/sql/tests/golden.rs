@@ -32,7 +32,8 @@
 //!   `NULL`; a string that would be ambiguous (`"NULL"`, `""`, trailing blanks, `|`, control
 //!   characters) prints quoted with Rust escapes. When the session was or is in a transaction
 //!   block, a last line `[txn: T]`, `[txn: E]` or `[txn: I]` gives the status after it (the
-//!   ReadyForQuery letter).
+//!   ReadyForQuery letter). Rows are compared in the order printed, so a query that returns
+//!   several rows needs an ORDER BY that fixes it.
 //! - `# engine: real` or `# engine: mem` limits the statements of its paragraph (up to the next
 //!   blank line) to one engine. Use it only where the engines legitimately differ, and say why.
 //!

@@ -3,9 +3,12 @@
 
 #![allow(dead_code)] // each test binary uses its own part
 
+use std::io;
+use std::path::Path;
 use std::sync::Arc;
 use walnut_common::config::Config;
 use walnut_common::{Error, Value};
+use walnut_io::{FileIo, OpenMode, RealVfs, Vfs};
 use walnut_sql::engine::StorageEngine;
 use walnut_sql::session::{Notice, Output, Session, TxnStatus};
 use walnut_sql::storage::Engine;
@@ -39,6 +42,80 @@ impl EngineKind {
     }
 }
 
+/// The real engine's configuration in tests: the defaults, but a smaller buffer pool and new
+/// WAL segments neither zero-filled nor preallocated, which makes opening a data directory
+/// cheaper and changes nothing a statement can see.
+pub fn storage_config() -> StorageConfig {
+    let defaults = StorageConfig::default();
+    let mut wal = defaults.wal.clone();
+    wal.init_zero = false;
+    wal.prealloc_segments = 0;
+    StorageConfig {
+        shared_buffers_pages: 1024,
+        wal,
+        ..defaults
+    }
+}
+
+/// The real file system without durability: every sync returns at once. Tests never crash
+/// the engine, so nothing they check depends on a sync; skipping them makes a data directory
+/// cheap to create, open and shut down (walnut refuses `fsync = off`, so this is done here, one
+/// layer down, through the I/O trait).
+pub struct NoSyncVfs;
+
+struct NoSyncFile(Arc<dyn FileIo>);
+
+impl FileIo for NoSyncFile {
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+        self.0.read_at(buf, offset)
+    }
+    fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
+        self.0.write_at(buf, offset)
+    }
+    fn sync_data(&self) -> io::Result<()> {
+        Ok(())
+    }
+    fn sync_all(&self) -> io::Result<()> {
+        Ok(())
+    }
+    fn len(&self) -> io::Result<u64> {
+        self.0.len()
+    }
+    fn set_len(&self, len: u64) -> io::Result<()> {
+        self.0.set_len(len)
+    }
+}
+
+impl Vfs for NoSyncVfs {
+    fn open(&self, path: &Path, mode: OpenMode) -> io::Result<Arc<dyn FileIo>> {
+        let mode = OpenMode {
+            direct: false,
+            dsync: false,
+            sync: false,
+            ..mode
+        };
+        Ok(Arc::new(NoSyncFile(RealVfs.open(path, mode)?)))
+    }
+    fn remove(&self, path: &Path) -> io::Result<()> {
+        RealVfs.remove(path)
+    }
+    fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
+        RealVfs.rename(from, to)
+    }
+    fn sync_dir(&self, _dir: &Path) -> io::Result<()> {
+        Ok(())
+    }
+    fn create_dir_all(&self, dir: &Path) -> io::Result<()> {
+        RealVfs.create_dir_all(dir)
+    }
+    fn list_dir(&self, dir: &Path) -> io::Result<Vec<String>> {
+        RealVfs.list_dir(dir)
+    }
+    fn exists(&self, path: &Path) -> bool {
+        RealVfs.exists(path)
+    }
+}
+
 /// An open engine of either kind. A real one lives in a temporary directory, removed when this
 /// is dropped; call [`Db::shutdown`] at the end of a test that did not fail.
 pub struct Db {
@@ -48,25 +125,21 @@ pub struct Db {
 }
 
 impl Db {
-    /// A fresh, empty database.
+    /// A fresh, empty database; a real one in a new temporary directory.
     pub fn open(kind: EngineKind) -> Db {
-        match kind {
-            EngineKind::Mem => Db {
+        if kind == EngineKind::Mem {
+            return Db {
                 engine: Arc::new(MemEngine::new()),
                 real: None,
-            },
-            EngineKind::Real => {
-                let tmp = tempfile::tempdir().expect("temporary directory");
-                let dir = tmp.path().join("data");
-                let vfs = Arc::new(walnut_io::RealVfs);
-                Storage::initdb(vfs.clone(), &dir).expect("initdb");
-                let storage =
-                    Storage::open(vfs, &dir, StorageConfig::default()).expect("open storage");
-                Db {
-                    engine: StorageEngine::new(storage.clone()),
-                    real: Some((storage, tmp)),
-                }
-            }
+            };
+        }
+        let tmp = tempfile::tempdir().expect("temporary directory");
+        let dir = tmp.path().join("data");
+        Storage::initdb(Arc::new(NoSyncVfs), &dir).expect("initdb");
+        let storage = Storage::open(Arc::new(NoSyncVfs), &dir, storage_config()).expect("open");
+        Db {
+            engine: StorageEngine::new(storage.clone()),
+            real: Some((storage, tmp)),
         }
     }
 
