@@ -362,7 +362,9 @@ impl MemTxn {
             let t = state.tables.get_mut(table).expect("looked up above");
             if let Some(new) = &new {
                 if pk_key(&t.def, new) != pk_key(&t.def, &t.versions[idx].values) {
-                    return Err(Error::unsupported("updating a primary-key column"));
+                    return Err(Error::unsupported(
+                        "changing the primary key of a row with UPDATE",
+                    ));
                 }
             }
             t.versions[idx].xmax = self.xid;
@@ -473,6 +475,8 @@ impl Transaction for MemTxn {
         }
         def.primary_key = Some(columns.clone());
         let mut index: BTreeMap<Vec<u8>, Vec<usize>> = BTreeMap::new();
+        // Duplicated keys: encoded key → its values as text.
+        let mut dups: BTreeMap<Vec<u8>, Vec<String>> = BTreeMap::new();
         for (i, v) in t.versions.iter().enumerate() {
             let key = pk_key(&def, &v.values).expect("has a key");
             let live = st.status(v.xmin) != XStatus::Aborted
@@ -498,13 +502,30 @@ impl Transaction for MemTxn {
                     })
                 });
                 if dup {
-                    return Err(Error::user(
-                        SqlState::UNIQUE_VIOLATION,
-                        format!("could not create unique index \"{name}_pkey\""),
-                    ));
+                    let vals: Vec<String> = columns
+                        .iter()
+                        .map(|&c| v.values[c].to_text().unwrap_or_default())
+                        .collect();
+                    dups.insert(key.clone(), vals);
                 }
             }
             index.entry(key).or_default().push(i);
+        }
+        // As the real engine: NULLs first (above), then the smallest duplicated key.
+        if let Some((_, vals)) = dups.first_key_value() {
+            let names: Vec<&str> = columns
+                .iter()
+                .map(|&c| def.columns[c].name.as_str())
+                .collect();
+            return Err(Error::user(
+                SqlState::UNIQUE_VIOLATION,
+                format!("could not create unique index \"{name}_pkey\""),
+            )
+            .with_detail(format!(
+                "Key ({})=({}) is duplicated.",
+                names.join(", "),
+                vals.join(", ")
+            )));
         }
         let t = st.tables.get_mut(name).expect("looked up above");
         t.def = Arc::new(def);
