@@ -259,21 +259,11 @@ impl Txn {
         }
         entries.sort_by(|a, b| a.0.cmp(&b.0));
         if let Some(w) = entries.windows(2).find(|w| w[0].0 == w[1].0) {
-            let names: Vec<&str> = cols.iter().map(|&c| def.columns[c].name.as_str()).collect();
-            let vals: Vec<String> = w[0]
-                .2
-                .iter()
-                .map(|v| v.to_text().unwrap_or_default())
-                .collect();
             return Err(Error::user(
                 SqlState::UNIQUE_VIOLATION,
                 format!("could not create unique index \"{}\"", info.index_name()),
             )
-            .with_detail(format!(
-                "Key ({})=({}) is duplicated.",
-                names.join(", "),
-                vals.join(", ")
-            )));
+            .with_detail(format!("{} is duplicated.", key_text(&def, &cols, &w[0].2))));
         }
         let pairs: Vec<(Vec<u8>, Tid)> = entries.into_iter().map(|(k, t, _)| (k, t)).collect();
         let index = self.new_index(xid, &pairs)?;
@@ -328,7 +318,19 @@ impl Txn {
         loop {
             let mut check =
                 |existing: Tid| -> Result<Existing> { existing_state(&st, &rel, existing, xid) };
-            match btree::insert_unique(&st, &irel, xid, &key, tid, &mut check, &index_name)? {
+            let outcome = btree::insert_unique(&st, &irel, xid, &key, tid, &mut check, &index_name)
+                .map_err(|e| {
+                    if e.sqlstate != SqlState::UNIQUE_VIOLATION {
+                        return e;
+                    }
+                    let pk = info.def.primary_key.as_deref().unwrap_or_default();
+                    let values: Vec<Value> = pk.iter().map(|&c| row[c].clone()).collect();
+                    e.with_detail(format!(
+                        "{} already exists.",
+                        key_text(&info.def, pk, &values)
+                    ))
+                })?;
+            match outcome {
                 InsertOutcome::Done(_) => return Ok(()),
                 InsertOutcome::Wait(x) => st.xact.wait_for(xid, x, &self.cancel)?,
             }
@@ -594,6 +596,17 @@ impl Drop for Txn {
     fn drop(&mut self) {
         self.abort_inner();
     }
+}
+
+/// `Key (a, b)=(1, x)`: a key's columns and values as PostgreSQL's unique-violation details
+/// print them (`BuildIndexValueDescription`).
+fn key_text(def: &TableDef, cols: &[usize], values: &[Value]) -> String {
+    let names: Vec<&str> = cols.iter().map(|&c| def.columns[c].name.as_str()).collect();
+    let vals: Vec<String> = values
+        .iter()
+        .map(|v| v.to_text().unwrap_or_else(|| "null".into()))
+        .collect();
+    format!("Key ({})=({})", names.join(", "), vals.join(", "))
 }
 
 /// Uniqueness decision for an existing index entry pointing at `head`.

@@ -8,6 +8,7 @@ use std::path::Path;
 use std::sync::Arc;
 use walnut_common::config::Config;
 use walnut_common::{Error, Value};
+use walnut_io::hook::{FileRef, FlushRef, HookVfs, Hooks};
 use walnut_io::{FileIo, OpenMode, RealVfs, Vfs};
 use walnut_sql::engine::StorageEngine;
 use walnut_sql::session::{Notice, Output, Session, TxnStatus};
@@ -60,59 +61,39 @@ pub fn storage_config() -> StorageConfig {
 /// The real file system without durability: every sync returns at once. Tests never crash
 /// the engine, so nothing they check depends on a sync; skipping them makes a data directory
 /// cheap to create, open and shut down (walnut refuses `fsync = off`, so this is done here, one
-/// layer down, through the I/O trait).
-pub struct NoSyncVfs;
-
-struct NoSyncFile(Arc<dyn FileIo>);
-
-impl FileIo for NoSyncFile {
-    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
-        self.0.read_at(buf, offset)
-    }
-    fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
-        self.0.write_at(buf, offset)
-    }
-    fn sync_data(&self) -> io::Result<()> {
-        Ok(())
-    }
-    fn sync_all(&self) -> io::Result<()> {
-        Ok(())
-    }
-    fn len(&self) -> io::Result<u64> {
-        self.0.len()
-    }
-    fn set_len(&self, len: u64) -> io::Result<()> {
-        self.0.set_len(len)
-    }
+/// layer down, through the I/O hook: every other call takes production's path).
+pub fn no_sync_vfs() -> Arc<dyn Vfs> {
+    Arc::new(HookVfs::new(Arc::new(RealVfs), Arc::new(NoSync)))
 }
 
-impl Vfs for NoSyncVfs {
-    fn open(&self, path: &Path, mode: OpenMode) -> io::Result<Arc<dyn FileIo>> {
+/// [`Hooks`] that make every sync, write-back and cache flush return at once, and open files
+/// without O_DIRECT, O_DSYNC or O_SYNC.
+struct NoSync;
+
+impl Hooks for NoSync {
+    fn open(&self, vfs: &dyn Vfs, path: &Path, mode: OpenMode) -> io::Result<Arc<dyn FileIo>> {
         let mode = OpenMode {
             direct: false,
             dsync: false,
             sync: false,
             ..mode
         };
-        Ok(Arc::new(NoSyncFile(RealVfs.open(path, mode)?)))
+        vfs.open(path, mode)
     }
-    fn remove(&self, path: &Path) -> io::Result<()> {
-        RealVfs.remove(path)
-    }
-    fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
-        RealVfs.rename(from, to)
-    }
-    fn sync_dir(&self, _dir: &Path) -> io::Result<()> {
+    fn sync_dir(&self, _vfs: &dyn Vfs, _dir: &Path) -> io::Result<()> {
         Ok(())
     }
-    fn create_dir_all(&self, dir: &Path) -> io::Result<()> {
-        RealVfs.create_dir_all(dir)
+    fn sync_data(&self, _file: FileRef<'_>) -> io::Result<()> {
+        Ok(())
     }
-    fn list_dir(&self, dir: &Path) -> io::Result<Vec<String>> {
-        RealVfs.list_dir(dir)
+    fn sync_all(&self, _file: FileRef<'_>) -> io::Result<()> {
+        Ok(())
     }
-    fn exists(&self, path: &Path) -> bool {
-        RealVfs.exists(path)
+    fn write_back(&self, _file: FileRef<'_>, _offset: u64, _len: u64) -> io::Result<()> {
+        Ok(())
+    }
+    fn flush(&self, _flusher: FlushRef<'_>) -> io::Result<()> {
+        Ok(())
     }
 }
 
@@ -135,8 +116,8 @@ impl Db {
         }
         let tmp = tempfile::tempdir().expect("temporary directory");
         let dir = tmp.path().join("data");
-        Storage::initdb(Arc::new(NoSyncVfs), &dir).expect("initdb");
-        let storage = Storage::open(Arc::new(NoSyncVfs), &dir, storage_config()).expect("open");
+        Storage::initdb(no_sync_vfs(), &dir).expect("initdb");
+        let storage = Storage::open(no_sync_vfs(), &dir, storage_config()).expect("open");
         Db {
             engine: StorageEngine::new(storage.clone()),
             real: Some((storage, tmp)),
