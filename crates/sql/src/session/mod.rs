@@ -681,7 +681,8 @@ impl Session {
             engine: &*engine,
             gucs: &self.gucs,
         };
-        let plan: Arc<Plan> = match work {
+        let planned;
+        let plan: &Plan = match work {
             Work::Ast(stmt) => {
                 let mut planner = Planner {
                     txn: &mut *txn,
@@ -695,19 +696,14 @@ impl Session {
                         "there is no parameter $1",
                     ));
                 }
-                Arc::new(plan)
+                planned = Arc::new(plan);
+                &planned
             }
-            Work::Prepared(p, plan) => plan_cache::validated_plan(txn, &env, p, plan)?,
-            Work::Planned(plan) => {
-                let ec = ExecCtx {
-                    params,
-                    now: self.blk.start(),
-                    cancel: &self.cancel,
-                    env: &env,
-                    deadline: self.deadline,
-                };
-                return exec::execute(txn, plan, &ec, &mut self.notices);
+            Work::Prepared(p, plan) => {
+                planned = plan_cache::validated_plan(txn, &env, p, plan)?;
+                &planned
             }
+            Work::Planned(plan) => plan,
         };
         let ec = ExecCtx {
             params,
@@ -716,7 +712,7 @@ impl Session {
             env: &env,
             deadline: self.deadline,
         };
-        exec::execute(txn, &plan, &ec, &mut self.notices)
+        exec::execute(txn, plan, &ec, &mut self.notices)
     }
 }
 
