@@ -72,6 +72,8 @@ struct Inner {
     scans: AtomicU64,
     index_scans: AtomicU64,
     last_commit_opts: Mutex<Option<CommitOpts>>,
+    /// Warnings the next commit reports (as the real engine's failed work after a commit).
+    commit_warnings: Mutex<Vec<Error>>,
 }
 
 /// The in-memory engine. Cheap to clone (shared state).
@@ -103,6 +105,7 @@ impl MemEngine {
                 scans: AtomicU64::new(0),
                 index_scans: AtomicU64::new(0),
                 last_commit_opts: Mutex::new(None),
+                commit_warnings: Mutex::new(Vec::new()),
             }),
         }
     }
@@ -170,6 +173,12 @@ impl MemEngine {
     /// Options of the last commit.
     pub fn last_commit_opts(&self) -> Option<CommitOpts> {
         *self.inner.last_commit_opts.lock()
+    }
+
+    /// Makes the next commit report `warning` in its outcome, as the real engine does when
+    /// work after a durable commit fails (a dropped table's file that cannot be removed).
+    pub fn warn_at_next_commit(&self, warning: Error) {
+        self.inner.commit_warnings.lock().push(warning);
     }
 }
 
@@ -656,7 +665,7 @@ impl Transaction for MemTxn {
         Ok(CommitOutcome {
             lsn: walnut_common::Lsn::INVALID,
             durable: opts.synchronous_commit.waits_for_flush(),
-            warnings: Vec::new(),
+            warnings: std::mem::take(&mut *self.inner.commit_warnings.lock()),
         })
     }
 
