@@ -1,4 +1,4 @@
-//! Crash windows of DESIGN.md ("Crash windows") that the tests in `tests.rs` do not reach,
+//! Crash windows of DESIGN.md ("Crash windows") that the other tests in `tests/` do not reach,
 //! through the fault-injecting file system: a [`CrashPoints`] Vfs takes crash images just
 //! before a chosen call (a write, a sync, a rename, a directory fsync), and each image is
 //! recovered and checked on a thread of its own. Every test prints its seed;

@@ -1,0 +1,216 @@
+//! SELECT and DML: expressions, aggregates, ordering and limits, and which predicates use the
+//! primary-key index.
+
+use super::*;
+
+fn items(s: &mut Session) {
+    ok(
+        s,
+        "create table items (id int primary key, name varchar(20), price double precision, qty int, code char(4))",
+    );
+    ok(
+        s,
+        "insert into items values (1, 'apple', 1.5, 10, 'ab'), (2, 'pear', 2.25, NULL, 'cd'), (3, 'fig', NULL, 3, NULL), \
+         (4, 'Kiwi', 0.5, 7, 'ab'), (5, NULL, 9, 1, 'zz')",
+    );
+}
+
+#[test]
+fn select_features() {
+    let e = MemEngine::new();
+    let mut s = session(&e);
+    items(&mut s);
+    assert_eq!(
+        rows(
+            &mut s,
+            "select count(*), count(qty), sum(qty), min(price), max(name), avg(qty) from items"
+        ),
+        vec![vec!["5", "4", "21", "0.5", "pear", "5.25"]]
+    );
+    assert_eq!(
+        rows(&mut s, "select id from items order by qty desc"),
+        vec![vec!["2"], vec!["1"], vec!["4"], vec!["3"], vec!["5"]]
+    );
+    assert_eq!(
+        rows(
+            &mut s,
+            "select id from items order by qty nulls first limit 2"
+        ),
+        vec![vec!["2"], vec!["5"]]
+    );
+    assert_eq!(
+        rows(
+            &mut s,
+            "select id, qty * 2 as dbl from items where qty is not null order by dbl limit 2 offset 1"
+        ),
+        vec![vec!["3", "6"], vec!["4", "14"]]
+    );
+    assert_eq!(
+        rows(&mut s, "select name from items order by 1 limit 1"),
+        vec![vec!["Kiwi"]]
+    );
+    assert_eq!(
+        rows(
+            &mut s,
+            "select id from items where id between 2 and 4 and qty in (3, 7) order by id"
+        ),
+        vec![vec!["3"], vec!["4"]]
+    );
+    assert_eq!(
+        rows(&mut s, "select id from items where id > 3"),
+        vec![vec!["4"], vec!["5"]]
+    );
+    assert_eq!(
+        rows(&mut s, "select id from items where id >= 2 and id < 4"),
+        vec![vec!["2"], vec!["3"]]
+    );
+    assert_eq!(
+        rows(&mut s, "select id from items where 4 <= id"),
+        vec![vec!["4"], vec!["5"]]
+    );
+    assert_eq!(
+        rows(&mut s, "select id from items where id = 3.0"),
+        vec![vec!["3"]]
+    );
+    assert_eq!(
+        rows(&mut s, "select id from items where id = null"),
+        Vec::<Vec<String>>::new()
+    );
+    assert_eq!(
+        rows(
+            &mut s,
+            "select code, count(*) from items group by code order by code"
+        ),
+        vec![
+            vec!["ab  ", "2"],
+            vec!["cd  ", "1"],
+            vec!["zz  ", "1"],
+            vec!["NULL", "1"]
+        ]
+    );
+    assert_eq!(
+        rows(
+            &mut s,
+            "select code, sum(qty) from items group by 1 having count(*) > 1"
+        ),
+        vec![vec!["ab  ", "17"]]
+    );
+    assert_eq!(
+        rows(&mut s, "select count(*) from items where id > 100"),
+        vec![vec!["0"]]
+    );
+    assert_eq!(
+        rows(&mut s, "select sum(qty) from items where id > 100"),
+        vec![vec!["NULL"]]
+    );
+    assert_eq!(
+        rows(
+            &mut s,
+            "select lower(name), upper(name), length(name) from items where id = 4"
+        ),
+        vec![vec!["kiwi", "KIWI", "4"]]
+    );
+    assert_eq!(
+        one(
+            &mut s,
+            "select coalesce(name, 'none') from items where id = 5"
+        ),
+        "none"
+    );
+    assert_eq!(one(&mut s, "select id from items where code = 'zz'"), "5");
+    assert_eq!(
+        one(
+            &mut s,
+            "select count(*) from items where name like 'a%' or true"
+        ),
+        "5"
+    );
+    match ok(
+        &mut s,
+        "select *, 1, id + 1 as next from items where id = 1",
+    ) {
+        Output::Rows { columns, .. } => {
+            let names: Vec<&str> = columns.iter().map(|c| c.name.as_str()).collect();
+            assert_eq!(
+                names,
+                ["id", "name", "price", "qty", "code", "?column?", "next"]
+            );
+            assert_eq!(columns[4].ty, DataType::Char(4));
+        }
+        other => panic!("{other:?}"),
+    }
+    match ok(&mut s, "select count(*) from items") {
+        Output::Rows { columns, tag, .. } => {
+            assert_eq!(
+                (columns[0].name.as_str(), &columns[0].ty, tag.as_str()),
+                ("count", &DataType::Int8, "SELECT 1")
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(
+        tag(
+            &mut s,
+            "update items set qty = qty + 1 where qty is null or qty < 5"
+        ),
+        "UPDATE 3"
+    );
+    assert_eq!(
+        tag(&mut s, "delete from items where price is null"),
+        "DELETE 1"
+    );
+    assert_eq!(tag(&mut s, "delete from items where id = 42"), "DELETE 0");
+    assert_eq!(one(&mut s, "select count(*) from items"), "4");
+    assert_eq!(
+        tag(&mut s, "insert into items (id) values (9)"),
+        "INSERT 0 1"
+    );
+    assert_eq!(
+        one(
+            &mut s,
+            "select name is null and qty is null from items where id = 9"
+        ),
+        "t"
+    );
+}
+
+#[test]
+fn key_predicates_use_the_index() {
+    let e = MemEngine::new();
+    let mut s = session(&e);
+    ok(
+        &mut s,
+        "create table a (aid int primary key, bid int, abalance int)",
+    );
+    ok(
+        &mut s,
+        "insert into a select x, 1, 0 from generate_series(1, 100) as x",
+    );
+    let count = |e: &MemEngine| e.scan_counts();
+    let before = count(&e);
+    let upd = s
+        .prepare("UPDATE a SET abalance = abalance + $1 WHERE aid = $2", &[])
+        .unwrap();
+    let sel = s
+        .prepare("SELECT abalance FROM a WHERE aid = $1", &[])
+        .unwrap();
+    s.execute(&upd, vec![Value::Int4(3), Value::Int4(42)])
+        .unwrap();
+    s.execute(&sel, vec![Value::Int4(42)]).unwrap();
+    ok(&mut s, "select * from a where aid between 10 and 20");
+    ok(&mut s, "delete from a where aid = 99");
+    ok(&mut s, "select * from a where aid = 5 and bid = 1");
+    let after = count(&e);
+    assert_eq!((after.0 - before.0, after.1 - before.1), (0, 5));
+    // Non-key predicates, and comparisons the index cannot serve, scan the table.
+    ok(&mut s, "select * from a where bid = 1");
+    ok(&mut s, "select * from a where aid = 5 or aid = 6");
+    assert_eq!(one(&mut s, "select count(*) from a where aid = 5.5"), "0");
+    assert_eq!(
+        one(&mut s, "select count(*) from a where aid < 3000000000"),
+        "99"
+    );
+    // (The last one range-scans with an open upper bound: 3e9 does not fit the int4 key.)
+    assert_eq!(count(&e).0 - after.0, 3);
+    assert_eq!(one(&mut s, "select abalance from a where aid = 42"), "3");
+}
