@@ -1,29 +1,34 @@
 #!/usr/bin/env bash
 # walnut against PostgreSQL 18 on the same machine, same pgbench, same workloads, one sitting.
 #
-#   bench/pgbench_vs_pg18.sh [--seconds 30] [--scale 10] [--clients 10] [--runs 1]
+#   bench/pgbench_vs_pg18.sh [--seconds 30] [--scale 10] [--clients 10] [--runs 1] [--walnut BIN]
 #
-# Builds walnut (release), starts it and PostgreSQL 18 (../shared/bench/postgres18.sh, settings of
-# ../shared/anchors.md: shared_buffers=3GB, max_wal_size=100GB, checkpoint_timeout=15min,
-# synchronous_commit=on), loads both with pgbench -i -s SCALE, then runs for each workload
+# Builds walnut (release; --walnut BIN runs another build instead), starts it and PostgreSQL 18
+# (../shared/bench/postgres18.sh, settings of ../shared/anchors.md: shared_buffers=3GB,
+# max_wal_size=100GB, checkpoint_timeout=15min, synchronous_commit=on), loads both with pgbench -i -s SCALE, then runs for each workload
 # walnut, PostgreSQL, walnut, PostgreSQL ... (interleaved, to spread the machine's noise) and
 # prints each server's median tps and the ratio walnut/PostgreSQL:
 #   simple-update -M simple; simple-update -M prepared; select-only -M prepared (all -c 10 -j 2).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd); root=$(cd "$here/.." && pwd)
 shared=${WALNUT_SHARED:-$root/../shared}
-seconds=30; scale=10; clients=10; runs=1
+seconds=30; scale=10; clients=10; runs=1; walnut=""
 while [ $# -gt 0 ]; do
   case $1 in
     --seconds) seconds=$2;; --scale) scale=$2;; --clients) clients=$2;; --runs) runs=$2;;
+    --walnut) walnut=$2;;
     *) echo "unknown option $1" >&2; exit 2;;
   esac; shift 2
 done
 "$shared/bench/postgres18.sh" install >/dev/null
 PGBIN=$("$shared/bench/postgres18.sh" bin)
 PGBENCH=${PGBENCH:-$PGBIN/pgbench}; PSQL="$PGBIN/psql"
-(cd "$root" && cargo build --release -q)
-WALNUT="$root/target/release/walnut"
+if [ -n "$walnut" ]; then
+  WALNUT=$walnut   # another build, say an older commit's, for a before/after comparison
+else
+  (cd "$root" && cargo build --release -q)
+  WALNUT="${CARGO_TARGET_DIR:-$root/target}/release/walnut"
+fi
 work=$(mktemp -d /var/tmp/walnut-bench.XXXXXX); chmod 755 "$work"
 wport=5433; pport=5432
 cleanup() {
