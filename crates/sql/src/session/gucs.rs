@@ -186,7 +186,12 @@ impl Gucs {
     }
 
     /// Ends a transaction: SET LOCAL values go; on rollback, SETs made in it are undone.
+    /// Nothing to do, and no recomputation, for a transaction that set nothing (the common
+    /// case: this runs at every commit).
     pub(crate) fn end_txn(&mut self, committed: bool) {
+        if self.saved.is_none() && self.local.is_empty() {
+            return;
+        }
         if let Some(saved) = self.saved.take() {
             if !committed {
                 self.session = saved;
