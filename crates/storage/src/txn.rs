@@ -504,8 +504,8 @@ impl Txn {
     /// the next transaction. Each such failure is in [`CommitOutcome::warnings`].
     ///
     /// # Errors
-    /// 53100 if the WAL disk is full (step 1; nothing was committed); a flush request beyond
-    /// the insert position (a bug). A failed WAL write or fsync is a PANIC.
+    /// 53100 if the WAL disk is full (step 1; nothing was committed). Once the record is
+    /// inserted nothing fails the commit: a failed WAL write or fsync is a PANIC.
     pub fn commit(mut self, opts: &CommitOpts) -> Result<CommitOutcome> {
         if self.xid.is_valid() {
             // On a full disk the commit fails here, before its record, and `Drop` aborts.
@@ -533,7 +533,16 @@ impl Txn {
         };
         let durable = opts.synchronous_commit.waits_for_flush();
         if durable {
-            st.wal().flush_commit(end, opts, st.xact.active_count())?;
+            // The record is in the WAL and the xid COMMITTING: from here the commit cannot be
+            // taken back, so a failure is a PANIC (PostgreSQL's critical section). The only
+            // error `flush_commit` returns, a flush beyond the insert position, cannot happen
+            // for a record just inserted.
+            if let Err(e) = st.wal().flush_commit(end, opts, st.xact.active_count()) {
+                crate::panic_fatal(&format!(
+                    "could not flush the commit record of transaction {}: {e}",
+                    xid.0
+                ));
+            }
         }
         st.xact.publish_commit(xid);
         let mut warnings = Vec::new();
