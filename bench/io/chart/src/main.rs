@@ -158,7 +158,9 @@ fn draw(series: &[Series], checkpoints: &[(String, f64)], title: &str, path: &Pa
                 "{} (mean {mean:.0} tps, {n_ckpt} checkpoints completed)",
                 s.server
             ))
-            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2)));
+            .legend(move |(x, y)| {
+                PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
+            });
         chart.draw_series(DashedLineSeries::new(
             vec![(0.0, mean / 4.0), (x_max + 1.0, mean / 4.0)],
             8,
