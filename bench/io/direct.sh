@@ -94,7 +94,7 @@ for server in pg18 walnut; do
 done
 
 # table.md
-get() { awk -F'\t' -v s="$1" -v m="$2" -v w="$3" '$1 == s && $2 == m && $3 == w {print ($4 == "ok") ? $5 : $4}' "$out/results.tsv"; }
+get() { awk -F'\t' -v s="$1" -v m="$2" -v w="$3" '$1 == s && $2 == m && $3 == w {print ($4 == "ok") ? $5 : ($4 ~ /^refused/ ? "refused" : "failed")}' "$out/results.tsv"; }
 ratio() { # A B: A / B if both are numbers
   if [[ $1 =~ ^[0-9.]+$ ]] && [[ $2 =~ ^[0-9.]+$ ]] && [ "$(echo "$2 > 0" | bc -l)" = 1 ]; then
     printf '%.2f' "$(echo "$1 / $2" | bc -l)"; else echo "–"; fi; }
@@ -109,6 +109,7 @@ ratio() { # A B: A / B if both are numbers
       echo "| $w | $s | ${b:-–} | ${d:-–} | $(ratio "$d" "$b") |"
     done
   done
+  awk -F'\t' '$4 !~ /^(ok|status)$/ {print $1 " " $2 " " $3 ": " $4}' "$out/results.tsv" | sort -u | sed 's/^/\n/'
   echo
   echo "| workload | walnut ÷ pg18, buffered | walnut ÷ pg18, direct |"
   echo "|---|---:|---:|"

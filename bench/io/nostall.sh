@@ -245,7 +245,7 @@ fi
 
 # tps.csv: second,pg18,walnut (an empty cell where a server did not run).
 { echo "second,pg18,walnut"
-  awk 'FILENAME ~ /pg18/ {p[$1] = $2} FILENAME ~ /walnut/ {w[$1] = $2}
+  awk 'FILENAME ~ /\/pg18\.persec$/ {p[$1] = $2} FILENAME ~ /\/walnut\.persec$/ {w[$1] = $2}
        {if ($1 > n) n = $1}
        END {for (i = 1; i <= n; i++) print i "," p[i] "," w[i]}' \
     $(ls "$work"/pg18.persec "$work"/walnut.persec 2>/dev/null)
