@@ -187,6 +187,14 @@ pub trait Hooks: Send + Sync {
         file.io.write_back(offset, len)
     }
 
+    /// [`FileIo::flush_range`].
+    ///
+    /// # Errors
+    /// The inner file's, by default.
+    fn flush_range(&self, file: FileRef<'_>, offset: u64, len: u64) -> io::Result<()> {
+        file.io.flush_range(offset, len)
+    }
+
     /// [`FileIo::allocated_bytes`]: by default the inner file's own.
     ///
     /// # Errors
@@ -329,6 +337,10 @@ impl FileIo for HookFile {
 
     fn write_back(&self, offset: u64, len: u64) -> io::Result<()> {
         self.hooks.write_back(self.at(), offset, len)
+    }
+
+    fn flush_range(&self, offset: u64, len: u64) -> io::Result<()> {
+        self.hooks.flush_range(self.at(), offset, len)
     }
 
     fn allocated_bytes(&self) -> io::Result<u64> {

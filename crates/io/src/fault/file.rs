@@ -165,6 +165,17 @@ impl FileIo for FaultFile {
         Ok(())
     }
 
+    /// Modelled as [`FileIo::write_back`]: the range's bytes reach the device, still to be made
+    /// durable by a cache flush or a sync.
+    fn flush_range(&self, offset: u64, len: u64) -> io::Result<()> {
+        let len = if len == 0 {
+            self.len()?.saturating_sub(offset)
+        } else {
+            len
+        };
+        self.write_back(offset, len)
+    }
+
     fn allocated_bytes(&self) -> io::Result<u64> {
         let st = self.vfs.lock();
         Ok(st.inodes[&self.ino].allocated.len() as u64 * 4096)

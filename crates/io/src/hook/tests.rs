@@ -110,6 +110,13 @@ impl FileIo for TracerFile {
         );
         Ok(())
     }
+    fn flush_range(&self, offset: u64, len: u64) -> io::Result<()> {
+        note(
+            &self.log,
+            format!("flush_range {} {offset} {len}", self.path.display()),
+        );
+        Ok(())
+    }
     fn allocated_bytes(&self) -> io::Result<u64> {
         note(
             &self.log,
@@ -194,6 +201,10 @@ fn exercise(v: &dyn Vfs, log: &Log) {
     result("set_len", format!("{:?}", f.set_len(12).is_ok()));
     result("write_back", format!("{:?}", f.write_back(13, 14).is_ok()));
     result(
+        "flush_range",
+        format!("{:?}", f.flush_range(15, 16).is_ok()),
+    );
+    result(
         "allocated_bytes",
         format!("{:?}", f.allocated_bytes().unwrap()),
     );
@@ -206,7 +217,7 @@ fn exercise(v: &dyn Vfs, log: &Log) {
 }
 
 /// The calls [`exercise`] makes, by the name of their hook.
-const CALLS: [&str; 18] = [
+const CALLS: [&str; 19] = [
     "open",
     "remove",
     "rename",
@@ -222,6 +233,7 @@ const CALLS: [&str; 18] = [
     "len",
     "set_len",
     "write_back",
+    "flush_range",
     "allocated_bytes",
     "cache_flusher",
     "flush",
@@ -335,6 +347,10 @@ impl Hooks for Naming {
     fn write_back(&self, file: FileRef<'_>, offset: u64, len: u64) -> io::Result<()> {
         self.saw("write_back");
         file.io.write_back(offset, len)
+    }
+    fn flush_range(&self, file: FileRef<'_>, offset: u64, len: u64) -> io::Result<()> {
+        self.saw("flush_range");
+        file.io.flush_range(offset, len)
     }
     fn allocated_bytes(&self, file: FileRef<'_>) -> io::Result<u64> {
         self.saw("allocated_bytes");
