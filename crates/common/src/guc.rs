@@ -576,6 +576,17 @@ impl Settings {
         }
     }
 
+    /// The value of floating-point parameter `def`.
+    ///
+    /// # Panics
+    /// If `def` is not a real (a bug in the caller).
+    pub fn real(&self, def: &'static GucDef) -> f64 {
+        match self.get(def) {
+            Val::Real(v) => v,
+            other => panic!("parameter \"{}\" is not a real: {other:?}", def.name),
+        }
+    }
+
     /// The value of string or enum parameter `def`.
     ///
     /// # Panics

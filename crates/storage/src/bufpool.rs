@@ -13,6 +13,8 @@
 
 use crate::page::{self, PageBuf};
 use crate::smgr::{Relation, Smgr};
+use crate::stats::IoOp;
+use crate::writeback;
 use parking_lot::{Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
@@ -175,6 +177,7 @@ impl BufferPool {
                     let f = &self.frames[i];
                     f.pins.fetch_add(1, Ordering::AcqRel);
                     drop(map);
+                    self.smgr.stats.add(IoOp::Hit, 1, 0);
                     if f.usage.load(Ordering::Relaxed) < USAGE_MAX {
                         f.usage.fetch_add(1, Ordering::Relaxed);
                     }
@@ -195,6 +198,10 @@ impl BufferPool {
                 }
             }
             let v = self.find_victim()?;
+            self.smgr
+                .stats
+                .buffers_alloc
+                .fetch_add(1, Ordering::Relaxed);
             let f = &self.frames[v];
             let mut map = self.shard(tag).lock();
             if map.contains_key(&tag) {
@@ -284,9 +291,13 @@ impl BufferPool {
                 }
             }
             if f.dirty.load(Ordering::Acquire) {
-                if let Err(e) = self.write_frame(i, tag) {
-                    f.pins.fetch_sub(1, Ordering::AcqRel);
-                    return Err(e);
+                match self.write_frame(i, tag) {
+                    Ok(true) => writeback::backend_wrote(&self.smgr, tag),
+                    Ok(false) => {}
+                    Err(e) => {
+                        f.pins.fetch_sub(1, Ordering::AcqRel);
+                        return Err(e);
+                    }
                 }
             }
             let mut map = self.shard(tag).lock();
@@ -298,6 +309,8 @@ impl BufferPool {
             map.remove(&tag);
             f.tag.store(NO_TAG, Ordering::Release);
             f.valid.store(false, Ordering::Release);
+            drop(map);
+            self.smgr.stats.add(IoOp::Eviction, 1, 0);
             return Ok(i);
         }
         Err(Error::new(
@@ -311,8 +324,9 @@ impl BufferPool {
     /// frame at a time (its `io` lock): a checkpoint that finds a write-out in progress waits
     /// for it, so it never counts as written a page that is not yet in the file (a crash after
     /// the checkpoint could otherwise lose the page, whose WAL is before the redo point). A
-    /// page changed while it is being written stays dirty.
-    fn write_frame(&self, i: usize, tag: BufTag) -> Result<()> {
+    /// page changed while it is being written stays dirty. Returns whether this call wrote the
+    /// page (false: it was clean by the time the write-out lock was ours).
+    fn write_frame(&self, i: usize, tag: BufTag) -> Result<bool> {
         let f = &self.frames[i];
         let _io = f.io.lock();
         let mut copy: Box<PageBuf> = vec![0u8; BLCKSZ]
@@ -322,7 +336,7 @@ impl BufferPool {
         {
             let page = f.page.read();
             if !f.dirty.load(Ordering::SeqCst) {
-                return Ok(()); // written meanwhile by someone else
+                return Ok(false); // written meanwhile by someone else
             }
             f.write_pending.store(true, Ordering::SeqCst);
             f.dirty.store(false, Ordering::SeqCst);
@@ -333,7 +347,7 @@ impl BufferPool {
             f.dirty.store(true, Ordering::SeqCst);
         }
         f.write_pending.store(false, Ordering::SeqCst);
-        r
+        r.map(|()| true)
     }
 
     /// The WAL rule, the checksum and the write of a frame's copy.
@@ -355,43 +369,116 @@ impl BufferPool {
         self.smgr.write(&rel, tag.block, &copy[..])
     }
 
-    /// Writes out every dirty page (checkpoint step 2). Returns the number written.
+    /// The frames whose pages must be written for a checkpoint whose redo point is already
+    /// fixed: every frame dirty now, or with a write-out in progress (which must end before
+    /// the page counts as written), sorted by relation file and block so that the writes go
+    /// out in file order and adjacent blocks can be combined (PostgreSQL's `BufferSync`, which
+    /// sorts by `CkptSortItem`). A page dirtied after this call has its changes after the redo
+    /// point and need not be written.
+    pub fn checkpoint_snapshot(&self) -> Vec<(usize, BufTag)> {
+        let mut v: Vec<(usize, BufTag)> = self
+            .frames
+            .iter()
+            .enumerate()
+            .filter_map(|(i, f)| {
+                // In this order: a write-out sets `write_pending` before it clears `dirty`.
+                let dirty = f.dirty.load(Ordering::SeqCst);
+                if !dirty && !f.write_pending.load(Ordering::SeqCst) {
+                    return None;
+                }
+                BufTag::unpack(f.tag.load(Ordering::Acquire)).map(|t| (i, t))
+            })
+            .collect();
+        v.sort_unstable_by_key(|&(_, t)| (t.rel.0, t.block.0));
+        v
+    }
+
+    /// Writes frame `i` if it still holds `tag` and is dirty, first waiting for a write-out of
+    /// it in progress. Returns whether this call wrote it. A frame that now holds another page
+    /// was evicted, which wrote the page first.
+    ///
+    /// # Errors
+    /// I/O errors from the write (the page stays dirty).
+    pub fn write_if_dirty(&self, i: usize, tag: BufTag) -> Result<bool> {
+        let f = &self.frames[i];
+        {
+            let map = self.shard(tag).lock();
+            if map.get(&tag) != Some(&i) {
+                return Ok(false);
+            }
+            f.pins.fetch_add(1, Ordering::AcqRel);
+        }
+        let pinned = Pinned {
+            pool: self,
+            idx: i,
+            tag,
+        };
+        // write_frame waits for a write-out in progress, then writes only if still dirty.
+        let r = if f.valid.load(Ordering::Acquire) {
+            self.write_frame(i, tag)
+        } else {
+            Ok(false)
+        };
+        drop(pinned);
+        r
+    }
+
+    /// Writes out every dirty page now, unpaced (tests and tools). Returns the number written.
     ///
     /// # Errors
     /// The first I/O error.
     pub fn flush_all(&self) -> Result<usize> {
         let mut written = 0;
-        for (i, f) in self.frames.iter().enumerate() {
-            // In this order: a write-out sets `write_pending` before it clears `dirty`.
-            let dirty = f.dirty.load(Ordering::SeqCst);
-            if !dirty && !f.write_pending.load(Ordering::SeqCst) {
+        for (i, tag) in self.checkpoint_snapshot() {
+            written += self.write_if_dirty(i, tag)? as usize;
+        }
+        Ok(written)
+    }
+
+    /// The background writer's cleaning scan (PostgreSQL's `BgBufferSync`, simplified):
+    /// looks at up to `scan` frames ahead of the clock hand, the ones the next evictions will
+    /// reach, and writes the dirty ones that are unpinned and have no usage count left, until
+    /// `reusable` clean candidates are ahead of the hand or `max_writes` pages were written.
+    /// Each page written is passed to `wrote`. Returns (pages written, whether it stopped at
+    /// `max_writes`).
+    ///
+    /// # Errors
+    /// The first I/O error.
+    pub fn clean_ahead(
+        &self,
+        scan: usize,
+        reusable: usize,
+        max_writes: usize,
+        wrote: &mut dyn FnMut(BufTag),
+    ) -> Result<(usize, bool)> {
+        let n = self.frames.len();
+        let hand = self.clock.load(Ordering::Relaxed);
+        let (mut written, mut clean) = (0, 0);
+        for k in 0..scan.min(n) {
+            if clean >= reusable {
+                break;
+            }
+            if written >= max_writes {
+                return Ok((written, true));
+            }
+            let i = (hand + k) % n;
+            let f = &self.frames[i];
+            if f.pins.load(Ordering::Acquire) > 0 || f.usage.load(Ordering::Relaxed) > 0 {
+                continue;
+            }
+            clean += 1;
+            if !f.dirty.load(Ordering::Acquire) {
                 continue;
             }
             let Some(tag) = BufTag::unpack(f.tag.load(Ordering::Acquire)) else {
                 continue;
             };
-            {
-                let map = self.shard(tag).lock();
-                if map.get(&tag) != Some(&i) {
-                    continue;
-                }
-                f.pins.fetch_add(1, Ordering::AcqRel);
+            if self.write_if_dirty(i, tag)? {
+                written += 1;
+                wrote(tag);
             }
-            let pinned = Pinned {
-                pool: self,
-                idx: i,
-                tag,
-            };
-            // write_frame waits for a write-out in progress, then writes only if still dirty.
-            let r = if f.valid.load(Ordering::Acquire) {
-                self.write_frame(i, tag).map(|()| written += 1)
-            } else {
-                Ok(())
-            };
-            drop(pinned);
-            r?;
         }
-        Ok(written)
+        Ok((written, false))
     }
 
     /// Forgets every page of `rel` without writing it (DROP/TRUNCATE at commit, or redo of them).
@@ -424,7 +511,7 @@ impl BufferPool {
         self.frames.is_empty()
     }
 
-    /// The lowest page LSN among dirty pages, for diagnostics.
+    /// The number of dirty pages, for diagnostics.
     pub fn dirty_count(&self) -> usize {
         self.frames
             .iter()

@@ -37,6 +37,18 @@ pub static MAX_WAL_SIZE: GucDef = GucDef {
     check: None,
 };
 
+/// `min_wal_size`, MB: a checkpoint keeps at least this much WAL in recycled segments for
+/// reuse, even when the checkpoints' distance is shorter.
+pub static MIN_WAL_SIZE: GucDef = GucDef {
+    name: "min_wal_size",
+    kind: int(2, INT_MAX, Unit::Mb),
+    default: "80MB",
+    context: Context::Sighup,
+    category: "Write-Ahead Log / Checkpoints",
+    description: "Sets the minimum size to shrink the WAL to.",
+    check: None,
+};
+
 /// `full_page_writes`: log a page's image at its first change after a checkpoint.
 pub static FULL_PAGE_WRITES: GucDef = GucDef {
     name: "full_page_writes",
@@ -70,13 +82,133 @@ pub static FSYNC: GucDef = GucDef {
     check: Some(check_fsync),
 };
 
+/// `checkpoint_completion_target`: the fraction of the checkpoint interval (by time and by WAL)
+/// over which a checkpoint spreads its writes (PostgreSQL's `IsCheckpointOnSchedule`).
+pub static CHECKPOINT_COMPLETION_TARGET: GucDef = GucDef {
+    name: "checkpoint_completion_target",
+    kind: Kind::Real { min: 0.0, max: 1.0 },
+    default: "0.9",
+    context: Context::Sighup,
+    category: "Write-Ahead Log / Checkpoints",
+    description:
+        "Time spent flushing dirty buffers during checkpoint, as fraction of checkpoint interval.",
+    check: None,
+};
+
+/// `checkpoint_flush_after`, 8 kB pages: after this many pages written by the checkpointer,
+/// ask the kernel to write them back (`sync_file_range`), so the final fsync finds little.
+/// Also the chunk size of the background writer's page-cache sweep. 0 disables both.
+pub static CHECKPOINT_FLUSH_AFTER: GucDef = GucDef {
+    name: "checkpoint_flush_after",
+    kind: int(0, 256, Unit::Blocks),
+    default: "256kB",
+    context: Context::Sighup,
+    category: "Write-Ahead Log / Checkpoints",
+    description: "Number of pages after which previously performed writes are flushed to disk.",
+    check: None,
+};
+
+/// `checkpoint_warning`, seconds: log a hint when checkpoints caused by WAL volume come closer
+/// together than this. 0 disables it.
+pub static CHECKPOINT_WARNING: GucDef = GucDef {
+    name: "checkpoint_warning",
+    kind: int(0, INT_MAX, Unit::S),
+    default: "30s",
+    context: Context::Sighup,
+    category: "Write-Ahead Log / Checkpoints",
+    description: "Sets the maximum time before warning if checkpoints triggered by WAL volume happen too frequently.",
+    check: None,
+};
+
+/// `log_checkpoints`: log each checkpoint's start and completion with PostgreSQL's line.
+pub static LOG_CHECKPOINTS: GucDef = GucDef {
+    name: "log_checkpoints",
+    kind: Kind::Bool,
+    default: "on",
+    context: Context::Sighup,
+    category: "Reporting and Logging / What to Log",
+    description: "Logs each checkpoint.",
+    check: None,
+};
+
+/// `bgwriter_delay`, ms: the background writer's sleep between rounds.
+pub static BGWRITER_DELAY: GucDef = GucDef {
+    name: "bgwriter_delay",
+    kind: int(10, 10000, Unit::Ms),
+    default: "200ms",
+    context: Context::Sighup,
+    category: "Resource Usage / Background Writer",
+    description: "Background writer sleep time between rounds.",
+    check: None,
+};
+
+/// `bgwriter_lru_maxpages`: the most buffers the background writer cleans per round (0
+/// disables its cleaning).
+pub static BGWRITER_LRU_MAXPAGES: GucDef = GucDef {
+    name: "bgwriter_lru_maxpages",
+    kind: int(0, INT_MAX / 2, Unit::None),
+    default: "100",
+    context: Context::Sighup,
+    category: "Resource Usage / Background Writer",
+    description: "Background writer maximum number of LRU pages to flush per round.",
+    check: None,
+};
+
+/// `bgwriter_lru_multiplier`: clean this many times the recent buffer allocations per round.
+pub static BGWRITER_LRU_MULTIPLIER: GucDef = GucDef {
+    name: "bgwriter_lru_multiplier",
+    kind: Kind::Real {
+        min: 0.0,
+        max: 10.0,
+    },
+    default: "2",
+    context: Context::Sighup,
+    category: "Resource Usage / Background Writer",
+    description: "Multiple of the average buffer usage to free per round.",
+    check: None,
+};
+
+/// `bgwriter_flush_after`, 8 kB pages: write-back batch of the background writer's writes.
+pub static BGWRITER_FLUSH_AFTER: GucDef = GucDef {
+    name: "bgwriter_flush_after",
+    kind: int(0, 256, Unit::Blocks),
+    default: "512kB",
+    context: Context::Sighup,
+    category: "Resource Usage / Background Writer",
+    description: "Number of pages after which previously performed writes are flushed to disk.",
+    check: None,
+};
+
+/// `backend_flush_after`, 8 kB pages: write-back batch of the pages sessions write themselves
+/// (evictions). 0, the default, leaves them to the background writer's sweep. walnut reads it
+/// server-wide (PostgreSQL lets each session set it).
+pub static BACKEND_FLUSH_AFTER: GucDef = GucDef {
+    name: "backend_flush_after",
+    kind: int(0, 256, Unit::Blocks),
+    default: "0",
+    context: Context::Sighup,
+    category: "Resource Usage / I/O",
+    description: "Number of pages after which previously performed writes are flushed to disk.",
+    check: None,
+};
+
 /// Every parameter of this crate.
 pub static GUCS: &[&GucDef] = &[
+    &BACKEND_FLUSH_AFTER,
+    &BGWRITER_DELAY,
+    &BGWRITER_FLUSH_AFTER,
+    &BGWRITER_LRU_MAXPAGES,
+    &BGWRITER_LRU_MULTIPLIER,
+    &CHECKPOINT_COMPLETION_TARGET,
+    &CHECKPOINT_FLUSH_AFTER,
     &CHECKPOINT_TIMEOUT,
+    &CHECKPOINT_WARNING,
     &FSYNC,
     &FULL_PAGE_WRITES,
     &IO_DIRECT,
+    &LOG_CHECKPOINTS,
     &MAX_WAL_SIZE,
+    &MIN_WAL_SIZE,
     &SHARED_BUFFERS,
 ];
 

@@ -6,27 +6,31 @@
 //! [`txn::Txn`]s.
 #![forbid(unsafe_code)]
 
+pub mod bgwriter;
 pub mod btree;
 pub mod bufpool;
 pub mod catalog;
+pub mod checkpointer;
 pub mod control;
 pub mod guc;
 pub mod heap;
 pub mod page;
 pub mod recovery;
 pub mod smgr;
+pub mod stats;
 pub mod txn;
 pub mod verify;
+pub mod writeback;
 pub mod xact;
 
 use bufpool::BufferPool;
+pub use checkpointer::{Cause, WriteSettings};
 use control::{ControlFile, DbState};
-use parking_lot::{Condvar, Mutex};
+use parking_lot::{Condvar, Mutex, RwLock};
 use smgr::Smgr;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
-use std::time::{Duration, Instant};
 use walnut_common::guc::Settings;
 use walnut_common::{Error, Lsn, RelFileId, Result, Xid};
 use walnut_io::Vfs;
@@ -67,6 +71,8 @@ pub struct StorageConfig {
     pub wal_writer_delay_ms: u64,
     /// `io_direct`.
     pub io_direct: IoDirect,
+    /// Checkpoint pacing and background writing (reloadable).
+    pub write: WriteSettings,
     /// The WAL's configuration (`wal_sync_method`, `wal_buffers`, `group_commit`, ...); its
     /// `dir` is replaced by the data directory's `wal` at open.
     pub wal: WalConfig,
@@ -89,6 +95,7 @@ impl StorageConfig {
             max_wal_size_mb: s.int(&guc::MAX_WAL_SIZE) as u64,
             wal_writer_delay_ms: s.int(&walnut_wal::guc::WAL_WRITER_DELAY) as u64,
             io_direct,
+            write: WriteSettings::from_settings(s),
             wal,
         }
     }
@@ -131,6 +138,8 @@ pub struct Storage {
     ckpt: Mutex<CheckpointState>,
     ckpt_cond: Condvar,
     ckpt_running: Mutex<()>,
+    /// Immediate checkpoints waiting for `ckpt_running`: a spread checkpoint then hurries.
+    ckpt_hurry: AtomicUsize,
     last_redo: AtomicU64,
     checkpoints_done: AtomicU64,
     stopping: AtomicBool,
@@ -141,6 +150,13 @@ pub struct Storage {
     /// Files of dropped relations whose removal failed after their commit, for the next
     /// checkpoint to retry.
     unlink_later: Mutex<Vec<RelFileId>>,
+    /// Checkpoint pacing and background writing, as reloaded.
+    write_settings: RwLock<WriteSettings>,
+    /// PostgreSQL's `CheckPointDistanceEstimate`, kB: a decaying average of the WAL between
+    /// checkpoints' redo points.
+    distance_estimate_kb: Mutex<u64>,
+    /// The checkpointer's view of the WAL's flush latency, kept across checkpoints.
+    ckpt_pressure: Mutex<checkpointer::WalPressure>,
 }
 
 pub use walnut_common::panic_fatal;
@@ -161,6 +177,10 @@ impl Storage {
             .store(c.checkpoint_timeout_s, Ordering::Relaxed);
         self.max_wal_size_mb
             .store(c.max_wal_size_mb, Ordering::Relaxed);
+        self.smgr
+            .backend_flush_after
+            .store(c.write.backend_flush_after as u32, Ordering::Relaxed);
+        *self.write_settings.write() = c.write;
         if let Some(wal) = self.wal.get() {
             wal.apply_settings(s);
         }
@@ -262,6 +282,8 @@ impl Storage {
         xact_status: &[u8],
     ) -> Storage {
         let smgr = Arc::new(Smgr::new(vfs.clone(), dir.join("base")));
+        smgr.backend_flush_after
+            .store(config.write.backend_flush_after as u32, Ordering::Relaxed);
         Storage {
             dir: dir.to_path_buf(),
             vfs,
@@ -276,12 +298,16 @@ impl Storage {
             ckpt: Mutex::new(CheckpointState::default()),
             ckpt_cond: Condvar::new(),
             ckpt_running: Mutex::new(()),
+            ckpt_hurry: AtomicUsize::new(0),
             last_redo: AtomicU64::new(ctl.redo_lsn.0),
             checkpoints_done: AtomicU64::new(0),
             stopping: AtomicBool::new(false),
             checkpoint_timeout_s: AtomicU64::new(config.checkpoint_timeout_s),
             max_wal_size_mb: AtomicU64::new(config.max_wal_size_mb),
             unlink_later: Mutex::new(Vec::new()),
+            write_settings: RwLock::new(config.write.clone()),
+            distance_estimate_kb: Mutex::new(0),
+            ckpt_pressure: Mutex::new(checkpointer::WalPressure::default()),
         }
     }
 
@@ -303,7 +329,10 @@ impl Storage {
             &ctl,
             &status,
         ));
-        let end = recovery::redo(&st, &ctl)?;
+        stats::set_backend_type(stats::BackendType::Startup);
+        let end = recovery::redo(&st, &ctl);
+        stats::set_backend_type(stats::BackendType::ClientBackend);
+        let end = end?;
         let wal = Wal::open(vfs, wal_config(dir, &config), end.end_lsn, ctl.redo_lsn)?;
         st.pool.attach_wal(wal.clone());
         let _ = st.wal.set(wal);
@@ -317,8 +346,13 @@ impl Storage {
         let weak = Arc::downgrade(&st);
         std::thread::Builder::new()
             .name("checkpointer".into())
-            .spawn(move || checkpointer(weak))
+            .spawn(move || checkpointer::checkpointer(weak))
             .map_err(|e| Error::io("could not start checkpointer", e))?;
+        let weak = Arc::downgrade(&st);
+        std::thread::Builder::new()
+            .name("bgwriter".into())
+            .spawn(move || bgwriter::bgwriter(weak))
+            .map_err(|e| Error::io("could not start background writer", e))?;
         Ok(st)
     }
 
@@ -379,81 +413,6 @@ impl Storage {
                 tracing::warn!("{e}; the next checkpoint tries again");
                 self.remove_relation_later(rel);
             }
-        }
-    }
-
-    /// Runs a checkpoint now (PostgreSQL's `CreateCheckPoint`), serialized with any other:
-    /// 1. with commits held off (`commit_lock`) and all WAL insertion excluded, fix the redo
-    ///    point at the insert position;
-    /// 2. write every dirty buffer (each after flushing WAL to its page LSN);
-    /// 3. fsync every relation file written;
-    /// 4. flush WAL to the insert position, write the transaction status file;
-    /// 5. insert the checkpoint record and flush it;
-    /// 6. replace the control file (checkpoint LSN, redo point);
-    /// 7. recycle WAL segments before the redo point;
-    /// 8. retry removing the files of dropped relations whose removal failed after commit.
-    ///
-    /// # Errors
-    /// I/O errors. A failed fsync aborts the process (PANIC).
-    pub fn checkpoint_now(&self, state: DbState) -> Result<()> {
-        let _running = self.ckpt_running.lock();
-        let wal = self.wal();
-        let redo = {
-            let _c = self.xact.commit_lock.write();
-            wal.begin_checkpoint()
-        };
-        self.pool.flush_all()?;
-        if let Err(e) = self.smgr.sync_all() {
-            panic_fatal(&format!("checkpoint: {e}"));
-        }
-        let status = self.xact.durable_snapshot();
-        wal.flush(wal.insert_lsn())?;
-        control::write_xact_status(&*self.vfs, &self.dir, &status)?;
-        let next_xid = self.xact.next_xid();
-        let next_relfile = self.next_relfile.load(Ordering::Acquire);
-        let mut main = Vec::with_capacity(20);
-        main.extend_from_slice(&redo.0.to_le_bytes());
-        main.extend_from_slice(&next_xid.0.to_le_bytes());
-        main.extend_from_slice(&next_relfile.to_le_bytes());
-        let (start, end) = wal.insert(&mut |_| Record {
-            rmgr: RM_XLOG,
-            info: XLOG_CHECKPOINT,
-            xid: Xid::INVALID,
-            flags: 0,
-            blocks: vec![],
-            main_data: main.clone(),
-        })?;
-        wal.flush(end)?;
-        ControlFile {
-            state,
-            checkpoint_lsn: start,
-            redo_lsn: redo,
-            next_xid,
-            next_relfile,
-        }
-        .write(&*self.vfs, &self.dir)?;
-        wal.remove_old_segments(redo)?;
-        self.retry_removals();
-        self.last_redo.store(redo.0, Ordering::Release);
-        self.checkpoints_done.fetch_add(1, Ordering::AcqRel);
-        Ok(())
-    }
-
-    /// Requests a checkpoint from the checkpointer and waits for it (the CHECKPOINT command).
-    ///
-    /// # Errors
-    /// The checkpoint's error.
-    pub fn request_checkpoint(&self) -> Result<()> {
-        let mut s = self.ckpt.lock();
-        s.requested += 1;
-        let want = s.requested;
-        self.ckpt_cond.notify_all();
-        while s.completed < want && !s.shutdown {
-            self.ckpt_cond.wait(&mut s);
-        }
-        match s.last_error.take() {
-            Some(e) => Err(Error::internal(format!("checkpoint failed: {e}"))),
-            None => Ok(()),
         }
     }
 
@@ -521,46 +480,5 @@ fn wal_config(dir: &Path, c: &StorageConfig) -> WalConfig {
     WalConfig {
         dir: dir.join("wal"),
         ..c.wal.clone()
-    }
-}
-
-fn checkpointer(weak: std::sync::Weak<Storage>) {
-    let mut last = Instant::now();
-    loop {
-        let Some(st) = weak.upgrade() else { return };
-        let timeout = Duration::from_secs(st.checkpoint_timeout_s.load(Ordering::Relaxed).max(1));
-        let wal_limit = st.max_wal_size_mb.load(Ordering::Relaxed).max(2) * (1 << 20) / 2;
-        let requested = {
-            let mut s = st.ckpt.lock();
-            if s.shutdown {
-                return;
-            }
-            if s.requested == s.completed {
-                st.ckpt_cond.wait_for(&mut s, Duration::from_millis(200));
-            }
-            if s.shutdown {
-                return;
-            }
-            s.requested
-        };
-        let wal_since = st
-            .wal()
-            .insert_lsn()
-            .0
-            .saturating_sub(st.last_redo.load(Ordering::Acquire));
-        let due = requested > st.ckpt.lock().completed
-            || last.elapsed() >= timeout
-            || wal_since >= wal_limit;
-        if due {
-            let r = st.checkpoint_now(DbState::InProduction);
-            last = Instant::now();
-            let mut s = st.ckpt.lock();
-            if let Err(e) = &r {
-                tracing::error!("checkpoint failed: {e}");
-                s.last_error = Some(e.to_string());
-            }
-            s.completed = requested;
-            st.ckpt_cond.notify_all();
-        }
     }
 }

@@ -7,11 +7,13 @@
 //! reading a block at or past the file's end yields an all-zero ("new") page, which redo then
 //! initializes from a WAL record with `will_init` or a full-page image.
 
+use crate::stats::{IoOp, IoStats};
 use parking_lot::{Mutex, RwLock};
 use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 use walnut_common::{panic_fatal, BlockNumber, Error, RelFileId, Result, BLCKSZ};
 use walnut_io::{FileIo, OpenMode, Vfs};
 
@@ -44,6 +46,21 @@ pub struct Smgr {
     /// False for `walnut verify`, which must change nothing: a partial block at a file's end
     /// is then left alone (and reported) instead of cut off.
     writable: bool,
+    /// I/O counters (`pg_stat_io`).
+    pub stats: Arc<IoStats>,
+    /// `backend_flush_after`, pages (reloadable).
+    pub backend_flush_after: AtomicU32,
+}
+
+/// What a checkpoint's sync phase did (for the `log_checkpoints` line).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct SyncReport {
+    /// Files fsynced.
+    pub files: usize,
+    /// The longest fsync.
+    pub longest: Duration,
+    /// All the fsyncs together.
+    pub total: Duration,
 }
 
 impl Smgr {
@@ -55,6 +72,8 @@ impl Smgr {
             rels: RwLock::new(HashMap::new()),
             dirty: Mutex::new(HashSet::new()),
             writable: true,
+            stats: Arc::default(),
+            backend_flush_after: AtomicU32::new(0),
         }
     }
 
@@ -135,6 +154,11 @@ impl Smgr {
         Ok(rel)
     }
 
+    /// The relation `id` if its file is open already (never opens it).
+    pub fn open_if_cached(&self, id: RelFileId) -> Option<Arc<Relation>> {
+        self.rels.read().get(&id).cloned()
+    }
+
     /// True if the relation's file exists.
     pub fn exists(&self, id: RelFileId) -> bool {
         self.rels.read().contains_key(&id) || self.vfs.exists(&self.path(id))
@@ -146,6 +170,7 @@ impl Smgr {
     /// I/O errors.
     pub fn read(&self, rel: &Relation, block: BlockNumber, buf: &mut [u8]) -> Result<()> {
         let off = block.0 as u64 * BLCKSZ as u64;
+        let start = Instant::now();
         let mut done = 0;
         while done < BLCKSZ {
             let n = rel
@@ -166,6 +191,7 @@ impl Smgr {
             }
             done += n;
         }
+        self.stats.add_since(IoOp::Read, 1, start);
         Ok(())
     }
 
@@ -177,6 +203,7 @@ impl Smgr {
     /// I/O errors (53100 for ENOSPC).
     pub fn write(&self, rel: &Relation, block: BlockNumber, buf: &[u8]) -> Result<()> {
         let off = block.0 as u64 * BLCKSZ as u64;
+        let start = Instant::now();
         rel.file.write_at(&buf[..BLCKSZ], off).map_err(|e| {
             // A write past the end that failed part way (ENOSPC after a short write) must not
             // leave a partial block: cut the file back to where the block starts. If even that
@@ -199,7 +226,34 @@ impl Smgr {
         // that drains the set in between syncs a write that is complete, never one still to
         // come.
         self.dirty.lock().insert(rel.id);
+        self.stats.add_since(IoOp::Write, 1, start);
         Ok(())
+    }
+
+    /// Asks the kernel to write the cached writes of blocks `first .. first + nblocks` of
+    /// `rel` to the device now, and waits for it ([`walnut_io::FileIo::flush_range`]); with
+    /// `nblocks` 0, from `first` to the end of the file. A pacing hint, not durability: the
+    /// checkpoint's fsync still makes them durable.
+    ///
+    /// # Panics
+    /// PANICs if it fails: a write-back error may not be reported to the next fsync.
+    pub fn flush_range(&self, rel: &Relation, first: BlockNumber, nblocks: u32) {
+        let start = Instant::now();
+        let off = first.0 as u64 * BLCKSZ as u64;
+        if let Err(e) = rel.file.flush_range(off, nblocks as u64 * BLCKSZ as u64) {
+            panic_fatal(&format!(
+                "could not flush dirty data in file \"base/{}\": {e}",
+                rel.id.0
+            ));
+        }
+        self.stats.add_since(IoOp::Writeback, nblocks as u64, start);
+    }
+
+    /// The relation files written since the last checkpoint's sync phase began.
+    pub fn dirty_files(&self) -> Vec<Arc<Relation>> {
+        let ids: Vec<RelFileId> = self.dirty.lock().iter().copied().collect();
+        let rels = self.rels.read();
+        ids.iter().filter_map(|id| rels.get(id).cloned()).collect()
     }
 
     /// Allocates the next block of `rel` and writes it to the file as zeros at once (the
@@ -234,6 +288,7 @@ impl Smgr {
             ));
         }
         rel.nblocks.store(block + 1, Ordering::Release);
+        self.stats.add(IoOp::Extend, 1, 0);
         Ok(BlockNumber(block))
     }
 
@@ -247,18 +302,25 @@ impl Smgr {
     ///
     /// # Errors
     /// The first I/O error.
-    pub fn sync_all(&self) -> Result<()> {
+    pub fn sync_all(&self) -> Result<SyncReport> {
         let ids: Vec<RelFileId> = self.dirty.lock().drain().collect();
+        let mut report = SyncReport::default();
         for id in ids {
             let rel = match self.rels.read().get(&id) {
                 Some(r) => r.clone(),
                 None => continue,
             };
+            let start = Instant::now();
             rel.file
                 .sync_data()
                 .map_err(|e| Error::io(format!("could not fsync file \"base/{}\"", id.0), e))?;
+            let took = start.elapsed();
+            self.stats.add(IoOp::Fsync, 1, took.as_micros() as u64);
+            report.files += 1;
+            report.longest = report.longest.max(took);
+            report.total += took;
         }
-        Ok(())
+        Ok(report)
     }
 
     /// Removes the relation's file (the caller already dropped its buffers). Missing files are

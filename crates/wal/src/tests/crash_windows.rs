@@ -666,7 +666,7 @@ fn crash_while_recycling_or_removing_old_segments_keeps_what_redo_needs() {
                 let want: Vec<_> = (0..acked).map(|i| (1, i)).collect();
                 assert_eq!(tags, want, "the commits after the redo point");
                 let wal = Wal::open(v.clone(), cfg.clone(), end, redo).unwrap();
-                wal.remove_old_segments(redo).unwrap();
+                wal.remove_old_segments(redo, 0).unwrap();
                 assert!(
                     !v.exists(&seg(0)),
                     "segment 0 was recycled or removed again"
@@ -728,7 +728,7 @@ fn crash_while_recycling_or_removing_old_segments_keeps_what_redo_needs() {
         *after_redo.lock().unwrap() = (redo, 5);
         assert!(fv.exists(&seg(2)) && !fv.exists(&seg(3)));
         armed.store(true, Ordering::SeqCst);
-        wal.remove_old_segments(redo).unwrap();
+        wal.remove_old_segments(redo, 0).unwrap();
         armed.store(false, Ordering::SeqCst);
         assert!(!fv.exists(&seg(0)));
         assert_eq!(

@@ -67,7 +67,7 @@ fn recycled_segment_stale_records_end_the_wal() {
         v
     };
     assert_eq!(names(&cfg.dir), vec![0, 1, 2]);
-    wal.remove_old_segments(redo).unwrap();
+    wal.remove_old_segments(redo, 0).unwrap();
     // Segment 0 was recycled as segment 3 (the first free name after the preallocated one).
     assert_eq!(names(&cfg.dir), vec![1, 2, 3]);
     // Into segment 2, then "crash" and recover.

@@ -628,11 +628,16 @@ impl Wal {
 
     /// Recycles or removes segments wholly before `lsn` (after a checkpoint whose redo point is
     /// `lsn`; never beyond `flush_lsn`). Each old segment is renamed to the first free segment
-    /// number after the insert position's segment, up to `2 * prealloc_segments` ahead (the
-    /// preallocated ones plus as many recycled), or removed if there is none; then the directory
-    /// is synced. Recycled files keep their stale records, whose header LSNs no longer match
-    /// their position. Source: xlog.c `RemoveOldXlogFiles`, `RemoveXlogFile`,
-    /// `InstallXLogFileSegment`.
+    /// number after the insert position's segment, up to the segment holding `lsn + keep`
+    /// (bytes), and at least `2 * prealloc_segments` ahead (the preallocated ones plus as many
+    /// recycled), or removed if there is none; then the directory is synced. The caller passes
+    /// as `keep` the WAL it expects from this redo point to the next (PostgreSQL's
+    /// `XLOGfileslop`: the checkpoint distance estimate, within `min_wal_size` and
+    /// `max_wal_size`), so that a busy server reuses its segments instead of creating and
+    /// zero-filling new ones. Recycled files keep their stale
+    /// records, whose header LSNs no longer match their position. Source: xlog.c
+    /// `RemoveOldXlogFiles`, `XLOGfileslop`, `RemoveXlogFile`, `InstallXLogFileSegment`.
+    /// Returns the segments (removed, recycled), for the `log_checkpoints` line.
     ///
     /// # Errors
     /// I/O errors listing, renaming or removing segments.
@@ -640,7 +645,7 @@ impl Wal {
     /// # Panics
     /// PANICs ([`walnut_common::panic_fatal`]) if the directory's fsync fails: it is never
     /// retried.
-    pub fn remove_old_segments(&self, lsn: Lsn) -> Result<()> {
+    pub fn remove_old_segments(&self, lsn: Lsn, keep: u64) -> Result<(usize, usize)> {
         let cutoff = segment_of(lsn.0.min(self.gc.flushed()));
         let dir = &self.cfg.dir;
         let _g = self.segments.lock();
@@ -649,9 +654,11 @@ impl Wal {
             dir.display()
         )))?;
         let cur = segment_of(self.insert_pos.load(Ordering::SeqCst));
-        let max_recycled = cur + 2 * u64::from(self.cfg.prealloc_segments);
+        let max_recycled = (cur + 2 * u64::from(self.cfg.prealloc_segments))
+            .max(segment_of(lsn.0.saturating_add(keep)));
         let mut next_free = cur + 1;
         let mut changed = false;
+        let (mut removed, mut recycled) = (0, 0);
         for &old in existing.iter().filter(|&&s| s < cutoff) {
             let from = segment::segment_path(dir, old);
             while next_free <= max_recycled
@@ -668,12 +675,14 @@ impl Wal {
                 )))?;
                 tracing::debug!(from = %segment_file_name(old), to = %segment_file_name(next_free), "recycled WAL segment");
                 next_free += 1;
+                recycled += 1;
             } else {
                 self.vfs.remove(&from).map_err(io_err(format!(
                     "could not remove WAL segment {}",
                     segment_file_name(old)
                 )))?;
                 tracing::debug!(segment = %segment_file_name(old), "removed WAL segment");
+                removed += 1;
             }
             changed = true;
         }
@@ -686,7 +695,7 @@ impl Wal {
             }
             self.refresh_space_end();
         }
-        Ok(())
+        Ok((removed, recycled))
     }
 
     /// Flushes everything inserted and stops background threads.
@@ -696,6 +705,12 @@ impl Wal {
     pub fn shutdown(&self) {
         self.stop_wal_writer();
         let _ = self.flush(self.insert_lsn());
+    }
+
+    /// The group commit's EWMA of flush service time (write + sync), µs: how long a commit's
+    /// flush takes now. Data write-back watches it to leave the device to the WAL.
+    pub fn flush_latency_us(&self) -> u64 {
+        self.gc.stats().flush_latency_us
     }
 
     /// A snapshot of the counters (times in µs).
