@@ -1,6 +1,6 @@
 //! The real storage engine (`walnut_storage`) as the SQL layer sees it ([`Engine`],
 //! [`Transaction`]), and its system views (`pg_stat_wal`, `walnut_stat_group_commit`,
-//! `pg_class`).
+//! `pg_class`, and the I/O views of [`crate::stat_views`]).
 //!
 //! A statement's call goes session → this adapter → `walnut_storage::txn::Txn` → the WAL, one
 //! layer down at each step.
@@ -173,7 +173,7 @@ impl Engine for StorageEngine {
                     rows,
                 ))
             }
-            _ => None,
+            _ => crate::stat_views::view(&self.storage.smgr.stats, name),
         }
     }
 }

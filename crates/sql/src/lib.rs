@@ -27,6 +27,7 @@ mod plan;
 mod planner;
 mod preparse;
 pub mod session;
+mod stat_views;
 pub mod storage;
 pub mod testing;
 pub mod types;
