@@ -55,7 +55,7 @@ pub static IO_DIRECT: GucDef = GucDef {
     default: "",
     context: Context::Postmaster,
     category: "Resource Usage / I/O",
-    description: "Use direct I/O for file access: a list of wal and wal_init.",
+    description: "Use direct I/O for file access: a list of data, wal and wal_init.",
     check: Some(check_io_direct),
 };
 
@@ -97,6 +97,8 @@ fn check_fsync(v: Val) -> Result<Val> {
 /// What `io_direct` asks for.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct IoDirect {
+    /// `data`: relation files (`base/*`) are read and written with O_DIRECT.
+    pub data: bool,
     /// `wal`: WAL segments are written with O_DIRECT.
     pub wal: bool,
     /// `wal_init`: new WAL segments are zero-filled with O_DIRECT.
@@ -108,7 +110,7 @@ impl IoDirect {
     /// `wal` and `wal_init`, or empty.
     ///
     /// # Errors
-    /// 22023 for an unknown item; 0A000 for `data`, which walnut does not support yet.
+    /// 22023 for an unknown item.
     pub fn parse(v: &str) -> Result<IoDirect> {
         let mut r = IoDirect::default();
         let v = v.trim().trim_matches('\'');
@@ -116,12 +118,7 @@ impl IoDirect {
             match item.to_ascii_lowercase().as_str() {
                 "wal" => r.wal = true,
                 "wal_init" => r.wal_init = true,
-                "data" => {
-                    return Err(Error::user(
-                        SqlState::FEATURE_NOT_SUPPORTED,
-                        "io_direct = data is not supported yet; use wal, wal_init",
-                    ))
-                }
+                "data" => r.data = true,
                 _ => {
                     return Err(Error::user(
                         SqlState::INVALID_PARAMETER_VALUE,
@@ -158,14 +155,30 @@ mod tests {
         assert_eq!(
             IoDirect::parse("wal, wal_init").unwrap(),
             IoDirect {
+                data: false,
                 wal: true,
                 wal_init: true
             }
         );
-        assert_eq!(
-            IO_DIRECT.parse("data").unwrap_err().sqlstate,
-            SqlState::FEATURE_NOT_SUPPORTED
-        );
+        // `data` in any combination with the others.
+        for (v, data, wal, wal_init) in [
+            ("data", true, false, false),
+            ("'data,wal,wal_init'", true, true, true),
+            ("wal_init, DATA", true, false, true),
+            ("wal,data", true, true, false),
+            ("", false, false, false),
+        ] {
+            assert_eq!(
+                IoDirect::parse(v).unwrap(),
+                IoDirect {
+                    data,
+                    wal,
+                    wal_init
+                },
+                "{v}"
+            );
+            IO_DIRECT.parse(v).unwrap();
+        }
         assert_eq!(
             IO_DIRECT.parse("wal,bogus").unwrap_err().sqlstate,
             SqlState::INVALID_PARAMETER_VALUE

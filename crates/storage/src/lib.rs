@@ -73,7 +73,8 @@ pub struct StorageConfig {
 }
 
 impl StorageConfig {
-    /// The configuration the settings give (`io_direct`'s `wal` and `wal_init` go to the WAL).
+    /// The configuration the settings give (`io_direct`'s `wal` and `wal_init` go to the WAL,
+    /// `data` to the storage manager).
     pub fn from_settings(s: &Settings) -> StorageConfig {
         let shared_buffers_pages = s.int(&guc::SHARED_BUFFERS) as usize;
         let io_direct = IoDirect::parse(&s.text(&guc::IO_DIRECT))
@@ -261,7 +262,9 @@ impl Storage {
         ctl: &ControlFile,
         xact_status: &[u8],
     ) -> Storage {
-        let smgr = Arc::new(Smgr::new(vfs.clone(), dir.join("base")));
+        let smgr = Arc::new(
+            Smgr::new(vfs.clone(), dir.join("base")).with_direct_io(config.io_direct.data),
+        );
         Storage {
             dir: dir.to_path_buf(),
             vfs,
