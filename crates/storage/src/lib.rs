@@ -6,6 +6,7 @@
 //! [`txn::Txn`]s.
 #![forbid(unsafe_code)]
 
+pub mod aio;
 pub mod btree;
 pub mod bufpool;
 pub mod catalog;
@@ -67,6 +68,12 @@ pub struct StorageConfig {
     pub wal_writer_delay_ms: u64,
     /// `io_direct`.
     pub io_direct: IoDirect,
+    /// `io_method`.
+    pub io_method: aio::IoMethod,
+    /// `io_workers`: threads of `io_method = worker`.
+    pub io_workers: usize,
+    /// `effective_io_concurrency`: blocks a sequential scan reads ahead (`sighup`).
+    pub effective_io_concurrency: u32,
     /// The WAL's configuration (`wal_sync_method`, `wal_buffers`, `group_commit`, ...); its
     /// `dir` is replaced by the data directory's `wal` at open.
     pub wal: WalConfig,
@@ -90,6 +97,9 @@ impl StorageConfig {
             max_wal_size_mb: s.int(&guc::MAX_WAL_SIZE) as u64,
             wal_writer_delay_ms: s.int(&walnut_wal::guc::WAL_WRITER_DELAY) as u64,
             io_direct,
+            io_method: aio::IoMethod::parse(&s.text(&guc::IO_METHOD)),
+            io_workers: s.int(&guc::IO_WORKERS) as usize,
+            effective_io_concurrency: s.int(&guc::EFFECTIVE_IO_CONCURRENCY) as u32,
             wal,
         }
     }
@@ -142,6 +152,8 @@ pub struct Storage {
     /// Files of dropped relations whose removal failed after their commit, for the next
     /// checkpoint to retry.
     unlink_later: Mutex<Vec<RelFileId>>,
+    /// The I/O workers of `io_method = worker`, once the storage is open.
+    io_workers: OnceLock<Arc<aio::IoWorkers>>,
 }
 
 pub use walnut_common::panic_fatal;
@@ -162,6 +174,9 @@ impl Storage {
             .store(c.checkpoint_timeout_s, Ordering::Relaxed);
         self.max_wal_size_mb
             .store(c.max_wal_size_mb, Ordering::Relaxed);
+        if let Some(w) = self.io_workers.get() {
+            w.set_distance(c.effective_io_concurrency);
+        }
         if let Some(wal) = self.wal.get() {
             wal.apply_settings(s);
         }
@@ -285,7 +300,13 @@ impl Storage {
             checkpoint_timeout_s: AtomicU64::new(config.checkpoint_timeout_s),
             max_wal_size_mb: AtomicU64::new(config.max_wal_size_mb),
             unlink_later: Mutex::new(Vec::new()),
+            io_workers: OnceLock::new(),
         }
+    }
+
+    /// The I/O workers that read ahead of sequential scans (`io_method = worker`), if started.
+    pub fn io_workers(&self) -> Option<&Arc<aio::IoWorkers>> {
+        self.io_workers.get()
     }
 
     /// Opens a data directory: crash recovery (redo from the last checkpoint's redo point), an
@@ -317,6 +338,14 @@ impl Storage {
         st.checkpoint_now(DbState::InProduction)?;
         st.catalog.reload(&st)?;
         st.wal().start_wal_writer(config.wal_writer_delay_ms.max(1));
+        if config.io_method == aio::IoMethod::Worker {
+            let workers = aio::IoWorkers::start(
+                Arc::downgrade(&st),
+                config.io_workers,
+                config.effective_io_concurrency,
+            )?;
+            let _ = st.io_workers.set(Arc::new(workers));
+        }
         let weak = Arc::downgrade(&st);
         std::thread::Builder::new()
             .name("checkpointer".into())

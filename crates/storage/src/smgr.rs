@@ -41,6 +41,8 @@ thread_local! {
 }
 
 /// True if `buf` starts at a [`DIRECT_IO_ALIGN`] boundary.
+// `%` rather than `is_multiple_of`, which needs Rust 1.87 (the workspace says 1.80).
+#[allow(clippy::manual_is_multiple_of)]
 fn is_aligned(buf: &[u8]) -> bool {
     (buf.as_ptr() as usize) % DIRECT_IO_ALIGN == 0
 }
