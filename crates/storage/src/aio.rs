@@ -17,7 +17,8 @@
 //! (`io_combine_limit`), read ahead of index range scans, and io_uring.
 //!
 //! `io_method = sync` (or `effective_io_concurrency = 0`) turns it off: the scan reads each
-//! block when it reaches it, as before.
+//! block when it reaches it, as before. So does buffered I/O (no `io_direct = data`), where
+//! the kernel reads ahead of a sequential scan itself and the workers only cost time.
 
 use crate::bufpool::ReadMode;
 use crate::smgr::Relation;
@@ -131,10 +132,13 @@ pub struct ReadAhead {
 
 impl ReadAhead {
     /// Read-ahead for a scan of `rel`'s blocks `0..end` in order, or none if `io_method =
-    /// sync` or `effective_io_concurrency = 0`. The distance is capped at a quarter of the
-    /// buffer pool, so that blocks read ahead are not evicted before the scan reaches them.
+    /// sync`, `effective_io_concurrency = 0` or the relation files are not O_DIRECT: buffered
+    /// reads of a sequential scan are already read ahead by the kernel, and a worker's read
+    /// from the page cache only adds a thread hop. The distance is
+    /// capped at a quarter of the buffer pool, so that blocks read ahead are not evicted
+    /// before the scan reaches them.
     pub fn new(st: &Storage, rel: &Arc<Relation>, end: u32) -> ReadAhead {
-        let workers = st.io_workers().cloned();
+        let workers = st.io_workers().filter(|_| st.smgr.direct_io()).cloned();
         let cap = (st.pool.len() / 4) as u32;
         let distance = workers
             .as_ref()

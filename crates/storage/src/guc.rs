@@ -210,7 +210,8 @@ mod tests {
 }
 
 /// `io_method` (PostgreSQL 18): how reads ahead are done (see [`crate::aio`]). `worker`: a
-/// pool of `io_workers` threads reads ahead of sequential scans; `sync`: no read-ahead.
+/// pool of `io_workers` threads reads ahead of sequential scans of O_DIRECT data files
+/// (`io_direct = data`; buffered reads are read ahead by the kernel); `sync`: no read-ahead.
 /// `io_uring` is refused (0A000): walnut has no io_uring back end yet.
 pub static IO_METHOD: GucDef = GucDef {
     name: "io_method",

@@ -1,8 +1,8 @@
 //! Read-ahead of sequential scans by the I/O workers (`io_method = worker`, `crate::aio`):
 //! with a buffer pool too small for the table, a full scan's blocks are read by the
-//! `io worker` threads ahead of the scanning thread; with `io_method = sync` or
-//! `effective_io_concurrency = 0` only the scanning thread reads. Both with O_DIRECT data
-//! files, where no kernel read-ahead exists, on the fault-injecting file system (which checks
+//! `io worker` threads ahead of the scanning thread; with `io_method = sync`,
+//! `effective_io_concurrency = 0` or buffered data files (which the kernel reads ahead) only
+//! the scanning thread reads. On the fault-injecting file system (which checks O_DIRECT's
 //! alignment).
 
 use std::io;
@@ -50,12 +50,15 @@ impl Hooks for CountReads {
 /// pool,
 /// `io_method` and `effective_io_concurrency` as given, scans the table twice
 /// and returns (reads by I/O workers, reads by others) during the scans.
-fn scan_reads(method: IoMethod, distance: u32) -> (u64, u64) {
+fn scan_reads(method: IoMethod, distance: u32, direct: bool) -> (u64, u64) {
     let dir = Path::new("/data");
     let fault: Arc<dyn Vfs> = Arc::new(FaultVfs::new(FaultConfig::new(3)));
     let mut cfg = StorageConfig {
         shared_buffers_pages: 1024,
-        io_direct: IoDirect::parse("data").unwrap(),
+        io_direct: IoDirect {
+            data: direct,
+            ..IoDirect::default()
+        },
         io_method: method,
         effective_io_concurrency: distance,
         ..Default::default()
@@ -121,7 +124,7 @@ fn scan_reads(method: IoMethod, distance: u32) -> (u64, u64) {
 
 #[test]
 fn io_workers_read_ahead_of_a_sequential_scan() {
-    let (workers, others) = scan_reads(IoMethod::Worker, 16);
+    let (workers, others) = scan_reads(IoMethod::Worker, 16, true);
     eprintln!("io_method = worker: {workers} reads by I/O workers, {others} by the scan");
     assert!(
         workers > others,
@@ -130,11 +133,15 @@ fn io_workers_read_ahead_of_a_sequential_scan() {
 }
 
 #[test]
-fn io_method_sync_and_zero_concurrency_read_nothing_ahead() {
-    for (method, distance) in [(IoMethod::Sync, 16), (IoMethod::Worker, 0)] {
-        let (workers, others) = scan_reads(method, distance);
-        eprintln!("{method:?}, effective_io_concurrency {distance}: {workers} reads by I/O workers, {others} by the scan");
-        assert_eq!(workers, 0, "{method:?}, effective_io_concurrency {distance}");
+fn io_method_sync_zero_concurrency_and_buffered_io_read_nothing_ahead() {
+    for (method, distance, direct) in [
+        (IoMethod::Sync, 16, true),
+        (IoMethod::Worker, 0, true),
+        (IoMethod::Worker, 16, false),
+    ] {
+        let (workers, others) = scan_reads(method, distance, direct);
+        eprintln!("{method:?}, effective_io_concurrency {distance}, direct {direct}: {workers} reads by I/O workers, {others} by the scan");
+        assert_eq!(workers, 0, "{method:?}, effective_io_concurrency {distance}, direct {direct}");
         assert!(others >= 400, "{method:?}: the scan read every block itself: {others}");
     }
 }
