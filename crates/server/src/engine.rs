@@ -73,7 +73,12 @@ pub fn open(dir: &Path, config: &Arc<Config>) -> Result<Arc<StorageEngine>> {
     let mut sc = StorageConfig::from_settings(&settings);
     let wal_dir = dir.join("wal");
     if sc.io_direct.wal || sc.io_direct.wal_init {
-        check_direct_io(&wal_dir)?;
+        check_direct_io(&wal_dir, "wal")?;
+    }
+    if sc.io_direct.data {
+        // In the data directory itself, which holds `base`: a file a crash left in `base`
+        // would count as a stray relation file.
+        check_direct_io(dir, "data")?;
     }
     let range = sc.wal.sync_range && sc.wal.init_zero;
     if settings.setting(&walnut_wal::guc::WAL_SYNC_METHOD).source == Source::Default {
@@ -122,32 +127,38 @@ fn server_vfs() -> Result<Arc<dyn walnut_io::Vfs>> {
     Ok(real)
 }
 
-/// Fails cleanly, before recovery touches the WAL, if the file system under `wal_dir` refuses
-/// O_DIRECT (tmpfs on older kernels, some FUSE and network file systems).
+/// Fails cleanly, before recovery touches a file, if the file system under `dir` (the WAL's
+/// for `io_direct = wal`, the data directory's for `data`; `what` names the item) refuses O_DIRECT (tmpfs on
+/// older kernels, some FUSE and network file systems): it creates, writes one aligned block
+/// to and removes a temporary file there.
 ///
 /// # Errors
 /// 0A000 if O_DIRECT is refused; I/O errors.
-fn check_direct_io(wal_dir: &Path) -> Result<()> {
+fn check_direct_io(dir: &Path, what: &str) -> Result<()> {
     use walnut_io::Vfs;
-    let path = wal_dir.join("walnut_direct_io_check.tmp");
+    let path = dir.join("walnut_direct_io_check.tmp");
     let mode = walnut_io::OpenMode {
         create: true,
         direct: true,
         ..Default::default()
     };
-    let r = walnut_io::RealVfs.open(&path, mode);
+    // Some file systems accept the flag at open and refuse the first transfer.
+    let r = walnut_io::RealVfs.open(&path, mode).and_then(|f| {
+        let block = walnut_io::AlignedBuf::zeroed(walnut_io::DIRECT_IO_ALIGN);
+        f.write_at(block.as_slice(), 0)
+    });
     let _ = std::fs::remove_file(&path);
     match r {
-        Ok(_) => Ok(()),
+        Ok(()) => Ok(()),
         Err(e) if e.raw_os_error() == Some(22) => Err(Error::user(
             SqlState::FEATURE_NOT_SUPPORTED,
             format!(
-                "io_direct = wal is not supported by the file system of \"{}\"",
-                wal_dir.display()
+                "io_direct = {what} is not supported by the file system of \"{}\"",
+                dir.display()
             ),
         )),
         Err(e) => Err(Error::io(
-            format!("could not open a file in \"{}\"", wal_dir.display()),
+            format!("could not write a file in \"{}\"", dir.display()),
             e,
         )),
     }

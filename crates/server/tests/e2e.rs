@@ -415,14 +415,17 @@ fn checkpoint_panics_and_recovers(s: &mut Server, settings: &[&str], env: (&str,
 
 /// The foundation's kill -9 test (16 clients, TPC-B invariants, every logged commit present,
 /// `walnut verify`), once per `wal_sync_method` (`fdatasync` with and without
-/// `wal_sync_range`) and once with `io_direct = 'wal,wal_init'`: no acknowledged commit is lost
+/// `wal_sync_range`), once with `io_direct = 'wal,wal_init'` and twice with `io_direct =
+/// 'data,wal,wal_init'` (a 4 MB pool, so that pages are read and written through O_DIRECT
+/// while pgbench runs), with each `io_method` (`worker`, the default, whose read-ahead serves
+/// the invariants' full scans after the restart, and `sync`): no acknowledged commit is lost
 /// with any of them.
 #[test]
 fn kill_9_with_every_wal_sync_method_and_direct_io() {
     let dir = tempfile::tempdir().unwrap();
     let script = dir.path().join("tpcb_tagged.sql");
     std::fs::write(&script, TPCB_TAGGED).unwrap();
-    let cases: [(&str, &[&str]); 6] = [
+    let cases: [(&str, &[&str]); 8] = [
         ("fdatasync", &["wal_sync_method=fdatasync"]),
         (
             "fdatasync",
@@ -435,8 +438,26 @@ fn kill_9_with_every_wal_sync_method_and_direct_io() {
             "fdatasync",
             &["wal_sync_method=fdatasync", "io_direct=wal,wal_init"],
         ),
+        (
+            "fdatasync",
+            &[
+                "wal_sync_method=fdatasync",
+                "io_direct=data,wal,wal_init",
+                "shared_buffers=4MB",
+            ],
+        ),
+        (
+            "fdatasync",
+            &[
+                "wal_sync_method=fdatasync",
+                "io_direct=data,wal,wal_init",
+                "shared_buffers=4MB",
+                "io_method=sync",
+            ],
+        ),
     ];
     for (i, (method, settings)) in cases.iter().enumerate() {
+        // A later setting wins (a command line's last -c), so a case may shrink the pool.
         let mut all = vec!["shared_buffers=32MB", "max_wal_size=32MB"];
         all.extend_from_slice(settings);
         let mut s = Server::new(&all);
@@ -445,6 +466,12 @@ fn kill_9_with_every_wal_sync_method_and_direct_io() {
             *method,
             "the setting took effect"
         );
+        for name in ["io_direct", "shared_buffers", "io_method"] {
+            let prefix = format!("{name}=");
+            if let Some(v) = all.iter().rev().find_map(|a| a.strip_prefix(&prefix)) {
+                assert_eq!(s.query(&format!("show {name}")), v, "the setting took effect");
+            }
+        }
         let range = s.query("select wal_sync_range from walnut_stat_group_commit");
         if settings.contains(&"wal_sync_range=off") || *method != "fdatasync" {
             assert_eq!(

@@ -45,7 +45,7 @@ impl Sweep {
     pub fn round(&mut self, smgr: &Smgr, chunk: u32, budget: Duration) -> Duration {
         let files = smgr.dirty_files();
         let mut busy = Duration::ZERO;
-        if files.is_empty() || chunk == 0 {
+        if files.is_empty() || chunk == 0 || smgr.direct_io() {
             return busy;
         }
         self.cursor

@@ -436,7 +436,7 @@ impl Storage {
         wal: &walnut_wal::Wal,
         pressure: &mut WalPressure,
     ) {
-        if chunk == 0 {
+        if chunk == 0 || self.smgr.direct_io() {
             return;
         }
         let mut paused = Duration::ZERO;

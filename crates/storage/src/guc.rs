@@ -67,7 +67,7 @@ pub static IO_DIRECT: GucDef = GucDef {
     default: "",
     context: Context::Postmaster,
     category: "Resource Usage / I/O",
-    description: "Use direct I/O for file access: a list of wal and wal_init.",
+    description: "Use direct I/O for file access: a list of data, wal and wal_init.",
     check: Some(check_io_direct),
 };
 
@@ -210,6 +210,9 @@ pub static GUCS: &[&GucDef] = &[
     &MAX_WAL_SIZE,
     &MIN_WAL_SIZE,
     &SHARED_BUFFERS,
+    &IO_METHOD,
+    &IO_WORKERS,
+    &EFFECTIVE_IO_CONCURRENCY,
 ];
 
 fn check_fsync(v: Val) -> Result<Val> {
@@ -229,6 +232,8 @@ fn check_fsync(v: Val) -> Result<Val> {
 /// What `io_direct` asks for.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct IoDirect {
+    /// `data`: relation files (`base/*`) are read and written with O_DIRECT.
+    pub data: bool,
     /// `wal`: WAL segments are written with O_DIRECT.
     pub wal: bool,
     /// `wal_init`: new WAL segments are zero-filled with O_DIRECT.
@@ -240,7 +245,7 @@ impl IoDirect {
     /// `wal` and `wal_init`, or empty.
     ///
     /// # Errors
-    /// 22023 for an unknown item; 0A000 for `data`, which walnut does not support yet.
+    /// 22023 for an unknown item.
     pub fn parse(v: &str) -> Result<IoDirect> {
         let mut r = IoDirect::default();
         let v = v.trim().trim_matches('\'');
@@ -248,12 +253,7 @@ impl IoDirect {
             match item.to_ascii_lowercase().as_str() {
                 "wal" => r.wal = true,
                 "wal_init" => r.wal_init = true,
-                "data" => {
-                    return Err(Error::user(
-                        SqlState::FEATURE_NOT_SUPPORTED,
-                        "io_direct = data is not supported yet; use wal, wal_init",
-                    ))
-                }
+                "data" => r.data = true,
                 _ => {
                     return Err(Error::user(
                         SqlState::INVALID_PARAMETER_VALUE,
@@ -274,6 +274,8 @@ fn check_io_direct(v: Val) -> Result<Val> {
     Ok(v)
 }
 
+// New parameters are appended after the tests, at the end of the file, to ease merging.
+#[allow(clippy::items_after_test_module)]
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -290,14 +292,30 @@ mod tests {
         assert_eq!(
             IoDirect::parse("wal, wal_init").unwrap(),
             IoDirect {
+                data: false,
                 wal: true,
                 wal_init: true
             }
         );
-        assert_eq!(
-            IO_DIRECT.parse("data").unwrap_err().sqlstate,
-            SqlState::FEATURE_NOT_SUPPORTED
-        );
+        // `data` in any combination with the others.
+        for (v, data, wal, wal_init) in [
+            ("data", true, false, false),
+            ("'data,wal,wal_init'", true, true, true),
+            ("wal_init, DATA", true, false, true),
+            ("wal,data", true, true, false),
+            ("", false, false, false),
+        ] {
+            assert_eq!(
+                IoDirect::parse(v).unwrap(),
+                IoDirect {
+                    data,
+                    wal,
+                    wal_init
+                },
+                "{v}"
+            );
+            IO_DIRECT.parse(v).unwrap();
+        }
         assert_eq!(
             IO_DIRECT.parse("wal,bogus").unwrap_err().sqlstate,
             SqlState::INVALID_PARAMETER_VALUE
@@ -308,4 +326,69 @@ mod tests {
         );
         assert_eq!(FSYNC.parse("on").unwrap(), Val::Bool(true));
     }
+
+    #[test]
+    fn io_method_takes_worker_and_sync_and_refuses_io_uring() {
+        assert_eq!(IO_METHOD.parse("worker").unwrap(), Val::Enum("worker"));
+        assert_eq!(IO_METHOD.parse("SYNC").unwrap(), Val::Enum("sync"));
+        assert_eq!(
+            IO_METHOD.parse("io_uring").unwrap_err().sqlstate,
+            SqlState::FEATURE_NOT_SUPPORTED
+        );
+        assert!(IO_METHOD.parse("posix_aio").is_err());
+        assert!(IO_WORKERS.parse("0").is_err());
+        assert_eq!(EFFECTIVE_IO_CONCURRENCY.parse("0").unwrap(), Val::Int(0));
+    }
+}
+
+/// `io_method` (PostgreSQL 18): how reads ahead are done (see [`crate::aio`]). `worker`: a
+/// pool of `io_workers` threads reads ahead of sequential scans of O_DIRECT data files
+/// (`io_direct = data`; buffered reads are read ahead by the kernel); `sync`: no read-ahead.
+/// `io_uring` is refused (0A000): walnut has no io_uring back end yet.
+pub static IO_METHOD: GucDef = GucDef {
+    name: "io_method",
+    kind: Kind::Enum(&["worker", "sync", "io_uring"]),
+    default: "worker",
+    context: Context::Postmaster,
+    category: "Resource Usage / I/O",
+    description: "Selects the method for executing asynchronous I/O.",
+    check: Some(check_io_method),
+};
+
+/// `io_workers` (PostgreSQL 18): threads of `io_method = worker`. walnut starts them once, so
+/// unlike PostgreSQL's (`sighup`) a change needs a restart.
+pub static IO_WORKERS: GucDef = GucDef {
+    name: "io_workers",
+    kind: int(1, 32, Unit::None),
+    default: "3",
+    context: Context::Postmaster,
+    category: "Resource Usage / I/O",
+    description: "Number of IO worker processes, for io_method=worker.",
+    check: None,
+};
+
+/// `effective_io_concurrency`, blocks: how far a sequential scan reads ahead with `io_method =
+/// worker` (0 turns read-ahead off). walnut reads it from the server's configuration
+/// (`sighup`), not per session as PostgreSQL's `user` parameter.
+pub static EFFECTIVE_IO_CONCURRENCY: GucDef = GucDef {
+    name: "effective_io_concurrency",
+    kind: int(0, 1000, Unit::None),
+    default: "16",
+    context: Context::Sighup,
+    category: "Resource Usage / I/O",
+    description: "Number of simultaneous requests that can be handled efficiently by the disk subsystem.",
+    check: None,
+};
+
+fn check_io_method(v: Val) -> Result<Val> {
+    if v == Val::Enum("io_uring") {
+        {
+            return Err(Error::user(
+                SqlState::FEATURE_NOT_SUPPORTED,
+                "io_method = io_uring is not supported: walnut has no io_uring back end yet",
+            )
+            .with_detail("io_method = worker reads ahead with a pool of I/O threads."));
+        }
+    }
+    Ok(v)
 }

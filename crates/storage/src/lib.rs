@@ -7,6 +7,7 @@
 #![forbid(unsafe_code)]
 
 pub mod bgwriter;
+pub mod aio;
 pub mod btree;
 pub mod bufpool;
 pub mod catalog;
@@ -73,13 +74,20 @@ pub struct StorageConfig {
     pub io_direct: IoDirect,
     /// Checkpoint pacing and background writing (reloadable).
     pub write: WriteSettings,
+    /// `io_method`.
+    pub io_method: aio::IoMethod,
+    /// `io_workers`: threads of `io_method = worker`.
+    pub io_workers: usize,
+    /// `effective_io_concurrency`: blocks a sequential scan reads ahead (`sighup`).
+    pub effective_io_concurrency: u32,
     /// The WAL's configuration (`wal_sync_method`, `wal_buffers`, `group_commit`, ...); its
     /// `dir` is replaced by the data directory's `wal` at open.
     pub wal: WalConfig,
 }
 
 impl StorageConfig {
-    /// The configuration the settings give (`io_direct`'s `wal` and `wal_init` go to the WAL).
+    /// The configuration the settings give (`io_direct`'s `wal` and `wal_init` go to the WAL,
+    /// `data` to the storage manager).
     pub fn from_settings(s: &Settings) -> StorageConfig {
         let shared_buffers_pages = s.int(&guc::SHARED_BUFFERS) as usize;
         let io_direct = IoDirect::parse(&s.text(&guc::IO_DIRECT))
@@ -96,6 +104,9 @@ impl StorageConfig {
             wal_writer_delay_ms: s.int(&walnut_wal::guc::WAL_WRITER_DELAY) as u64,
             io_direct,
             write: WriteSettings::from_settings(s),
+            io_method: aio::IoMethod::parse(&s.text(&guc::IO_METHOD)),
+            io_workers: s.int(&guc::IO_WORKERS) as usize,
+            effective_io_concurrency: s.int(&guc::EFFECTIVE_IO_CONCURRENCY) as u32,
             wal,
         }
     }
@@ -157,6 +168,8 @@ pub struct Storage {
     distance_estimate_kb: Mutex<u64>,
     /// The checkpointer's view of the WAL's flush latency, kept across checkpoints.
     ckpt_pressure: Mutex<checkpointer::WalPressure>,
+    /// The I/O workers of `io_method = worker`, once the storage is open.
+    io_workers: OnceLock<Arc<aio::IoWorkers>>,
 }
 
 pub use walnut_common::panic_fatal;
@@ -181,6 +194,9 @@ impl Storage {
             .backend_flush_after
             .store(c.write.backend_flush_after as u32, Ordering::Relaxed);
         *self.write_settings.write() = c.write;
+        if let Some(w) = self.io_workers.get() {
+            w.set_distance(c.effective_io_concurrency);
+        }
         if let Some(wal) = self.wal.get() {
             wal.apply_settings(s);
         }
@@ -281,7 +297,9 @@ impl Storage {
         ctl: &ControlFile,
         xact_status: &[u8],
     ) -> Storage {
-        let smgr = Arc::new(Smgr::new(vfs.clone(), dir.join("base")));
+        let smgr = Arc::new(
+            Smgr::new(vfs.clone(), dir.join("base")).with_direct_io(config.io_direct.data),
+        );
         smgr.backend_flush_after
             .store(config.write.backend_flush_after as u32, Ordering::Relaxed);
         Storage {
@@ -308,7 +326,13 @@ impl Storage {
             write_settings: RwLock::new(config.write.clone()),
             distance_estimate_kb: Mutex::new(0),
             ckpt_pressure: Mutex::new(checkpointer::WalPressure::default()),
+            io_workers: OnceLock::new(),
         }
+    }
+
+    /// The I/O workers that read ahead of sequential scans (`io_method = worker`), if started.
+    pub fn io_workers(&self) -> Option<&Arc<aio::IoWorkers>> {
+        self.io_workers.get()
     }
 
     /// Opens a data directory: crash recovery (redo from the last checkpoint's redo point), an
@@ -343,6 +367,14 @@ impl Storage {
         st.checkpoint_now(DbState::InProduction)?;
         st.catalog.reload(&st)?;
         st.wal().start_wal_writer(config.wal_writer_delay_ms.max(1));
+        if config.io_method == aio::IoMethod::Worker {
+            let workers = aio::IoWorkers::start(
+                Arc::downgrade(&st),
+                config.io_workers,
+                config.effective_io_concurrency,
+            )?;
+            let _ = st.io_workers.set(Arc::new(workers));
+        }
         let weak = Arc::downgrade(&st);
         std::thread::Builder::new()
             .name("checkpointer".into())

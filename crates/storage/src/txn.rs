@@ -350,8 +350,10 @@ impl Txn {
         let types = info.def.types();
         let n = rel.nblocks.load(Ordering::Acquire);
         let mut rows = Vec::new();
+        let mut ahead = crate::aio::ReadAhead::new(&self.st, &rel, n);
         for b in 0..n {
             self.check_cancel()?;
+            ahead.before(b);
             rows.clear();
             heap::scan_block(&self.st, &rel, BlockNumber(b), &self.snap, &mut rows)?;
             for (tid, bytes) in rows.drain(..) {

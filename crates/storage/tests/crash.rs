@@ -37,6 +37,10 @@
 //! asserts that images mid-checkpoint and mid-split were taken, which the targeted points
 //! guarantee and chance adds to.
 //!
+//! Half the rounds (bit 1 of the round's seed, [`direct_for`]) run with `io_direct =
+//! 'data,wal,wal_init'`: relation files and WAL through O_DIRECT, which the fault layer checks
+//! for alignment as the kernel does; their unsynced writes are torn the same way.
+//!
 //! `WALNUT_CRASH_SEED` replays a seed (workload and crash choices; thread interleaving is the
 //! OS's), `WALNUT_CRASH_ROUNDS` sets the number of rounds (default 8, each with
 //! `WALNUT_CRASH_IMAGES` images, default 6). The seeds used are printed. An image that fails
@@ -89,15 +93,31 @@ impl Rng {
     }
 }
 
-fn config() -> StorageConfig {
-    StorageConfig {
+/// The engine's configuration; with `direct`, `io_direct = 'data,wal,wal_init'` (the fault
+/// layer then refuses, as O_DIRECT does, any transfer whose buffer, offset or length is not
+/// 4096-aligned, and still tears unsynced writes at 512 B and 4 KiB).
+fn config(direct: bool) -> StorageConfig {
+    let mut c = StorageConfig {
         // Small: pages are evicted, so written, while transactions run.
         shared_buffers_pages: 48,
         checkpoint_timeout_s: 3600,
         // A checkpoint whenever 1 MB of WAL was written since the last redo point.
         max_wal_size_mb: 2,
         ..Default::default()
+    };
+    if direct {
+        c.io_direct = walnut_storage::IoDirect::parse("data,wal,wal_init").unwrap();
+        c.wal.direct = true;
+        c.wal.direct_init = true;
     }
+    c
+}
+
+/// Whether a round with this seed runs with `io_direct = 'data,wal,wal_init'`: bit 1 of the
+/// seed, so that eight consecutive seeds cover each combination with bit 0 (a cache flusher
+/// or not) twice.
+fn direct_for(seed: u64) -> bool {
+    seed & 2 != 0
 }
 
 fn col(name: &str, ty: DataType) -> ColumnDef {
@@ -262,10 +282,11 @@ fn check_image(
     what: &str,
     kind: CrashKind,
     seed: u64,
+    direct: bool,
 ) {
     if kind == CrashKind::ProcessKill {
         let vfs: Arc<dyn Vfs> = Arc::new(image.clone());
-        let st = Storage::open(vfs, dir, config())
+        let st = Storage::open(vfs, dir, config(direct))
             .unwrap_or_else(|e| panic!("{what}: recovery failed: {e}"));
         let mut all = must.to_vec();
         let mut rng = Rng(seed);
@@ -283,16 +304,17 @@ fn check_image(
             dir,
             &must_after,
             &format!("{what}, recovered, then a power loss"),
+            direct,
         );
         return;
     }
-    check_recovered(image, dir, must, what);
+    check_recovered(image, dir, must, what, direct);
 }
 
 /// Recovers `image`, checks the ledger and the invariants, shuts down, and runs the verifier.
-fn check_recovered(image: &FaultVfs, dir: &Path, must: &[Entry], what: &str) {
+fn check_recovered(image: &FaultVfs, dir: &Path, must: &[Entry], what: &str, direct: bool) {
     let vfs: Arc<dyn Vfs> = Arc::new(image.clone());
-    let st = Storage::open(vfs.clone(), dir, config())
+    let st = Storage::open(vfs.clone(), dir, config(direct))
         .unwrap_or_else(|e| panic!("{what}: recovery failed: {e}"));
     let history = try_rows(&st, "history").unwrap_or_else(|e| panic!("{what}: {e}"));
     let accounts = try_rows(&st, "accounts").unwrap_or_else(|e| panic!("{what}: {e}"));
@@ -575,7 +597,8 @@ fn round(seed: u64, images: u64) -> Tally {
     };
     let dynvfs: Arc<dyn Vfs> = Arc::new(vfs.clone());
     Storage::initdb(dynvfs.clone(), dir).unwrap();
-    let st = Storage::open(Arc::new(hook_vfs(dynvfs, hook)), dir, config()).unwrap();
+    let direct = direct_for(seed);
+    let st = Storage::open(Arc::new(hook_vfs(dynvfs, hook)), dir, config(direct)).unwrap();
     setup(&st);
     let index = st.catalog.get("history").unwrap().index.unwrap();
     let _ = probe.index.set(dir.join("base").join(index.0.to_string()));
@@ -692,7 +715,8 @@ fn round(seed: u64, images: u64) -> Tally {
         tally.half_split += u64::from(image.half_split);
     }
     eprintln!(
-        "seed {seed}: {commits} commits in {:?}, {images} crash images ({} mid-checkpoint, {} mid-split, {} with a split half on disk)",
+        "seed {seed} ({}): {commits} commits in {:?}, {images} crash images ({} mid-checkpoint, {} mid-split, {} with a split half on disk)",
+        if direct { "io_direct = data,wal,wal_init" } else { "buffered" },
         started.elapsed(),
         tally.mid_checkpoint,
         tally.mid_split,
@@ -713,7 +737,7 @@ fn round(seed: u64, images: u64) -> Tally {
             image.seed,
             must.len()
         );
-        check_or_save(&image.vfs, dir, &must, &what, image.kind, image.seed);
+        check_or_save(&image.vfs, dir, &must, &what, image.kind, image.seed, direct);
     }
     tally
 }
@@ -730,11 +754,12 @@ fn check_or_save(
     what: &str,
     kind: CrashKind,
     seed: u64,
+    direct: bool,
 ) {
     // The check changes the image (recovery, shutdown): keep an exact copy to save.
     let pristine = image.crash_image(CrashKind::ProcessKill, 0).0;
     let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        check_image(image, dir, must, what, kind, seed)
+        check_image(image, dir, must, what, kind, seed, direct)
     }));
     if let Err(panic) = r {
         let name: String = what
@@ -744,7 +769,7 @@ fn check_or_save(
         let out = Path::new(env!("CARGO_TARGET_TMPDIR"))
             .join("crash-images")
             .join(name);
-        match save_image(&pristine, must, kind, seed, &out) {
+        match save_image(&pristine, must, kind, seed, direct, &out) {
             Ok(()) => eprintln!(
                 "{what}: failed; the image is saved: replay with WALNUT_CRASH_REPLAY={}",
                 out.display()
@@ -755,8 +780,8 @@ fn check_or_save(
     }
 }
 
-/// Writes `image`'s files under `out/files`, `must` to `out/ledger.tsv` and the crash kind and
-/// seed to `out/crash.txt`. The files' visible contents are saved: after a process kill, what
+/// Writes `image`'s files under `out/files`, `must` to `out/ledger.tsv` and the crash kind,
+/// seed and `direct` (io_direct) to `out/crash.txt`. The files' visible contents are saved: after a process kill, what
 /// the page cache still held replays as durable (the dead process's view, which recovery reads;
 /// only the later power loss of that replay differs).
 fn save_image(
@@ -764,6 +789,7 @@ fn save_image(
     must: &[Entry],
     kind: CrashKind,
     seed: u64,
+    direct: bool,
     out: &Path,
 ) -> std::io::Result<()> {
     let _ = std::fs::remove_dir_all(out);
@@ -787,11 +813,12 @@ fn save_image(
         CrashKind::PowerLoss => "power-loss",
         CrashKind::ProcessKill => "process-kill",
     };
-    std::fs::write(out.join("crash.txt"), format!("{kind} {seed}\n"))
+    let io = if direct { "direct" } else { "buffered" };
+    std::fs::write(out.join("crash.txt"), format!("{kind} {seed} {io}\n"))
 }
 
 /// Loads what [`save_image`] wrote: a file system holding the image's files, durable.
-fn load_image(from: &Path) -> (FaultVfs, Vec<Entry>, CrashKind, u64) {
+fn load_image(from: &Path) -> (FaultVfs, Vec<Entry>, CrashKind, u64, bool) {
     fn walk(vfs: &FaultVfs, root: &Path, dir: &Path) {
         for e in std::fs::read_dir(dir).unwrap() {
             let path = e.unwrap().path();
@@ -833,12 +860,15 @@ fn load_image(from: &Path) -> (FaultVfs, Vec<Entry>, CrashKind, u64) {
         })
         .collect();
     let crash = std::fs::read_to_string(from.join("crash.txt")).unwrap();
-    let (kind, seed) = crash.trim().split_once(' ').unwrap();
-    let kind = match kind {
+    let mut words = crash.split_whitespace();
+    let kind = match words.next().unwrap() {
         "power-loss" => CrashKind::PowerLoss,
         _ => CrashKind::ProcessKill,
     };
-    (vfs, must, kind, seed.parse().unwrap())
+    let seed = words.next().unwrap().parse().unwrap();
+    // Images saved before io_direct was recorded were buffered.
+    let direct = words.next() == Some("direct");
+    (vfs, must, kind, seed, direct)
 }
 
 /// Replays an image that [`check_or_save`] saved, when `WALNUT_CRASH_REPLAY=DIR` is set
@@ -854,7 +884,7 @@ fn replay() {
             let dir = Path::new("/data");
             let dynvfs: Arc<dyn Vfs> = Arc::new(vfs.clone());
             Storage::initdb(dynvfs.clone(), dir).unwrap();
-            let st = Storage::open(dynvfs, dir, config()).unwrap();
+            let st = Storage::open(dynvfs, dir, config(true)).unwrap();
             setup(&st);
             let mut rng = Rng(11);
             let mut must = Vec::new();
@@ -865,18 +895,18 @@ fn replay() {
             }
             let (image, _) = vfs.crash_image(CrashKind::PowerLoss, 5);
             drop(st);
-            save_image(&image, &must, CrashKind::PowerLoss, 5, tmp.path()).unwrap();
+            save_image(&image, &must, CrashKind::PowerLoss, 5, true, tmp.path()).unwrap();
             (tmp.path().to_path_buf(), Some(tmp))
         }
     };
-    let (vfs, must, kind, seed) = load_image(&from);
+    let (vfs, must, kind, seed, direct) = load_image(&from);
     eprintln!(
         "replaying {} ({kind:?}, seed {seed}, {} acknowledged commits)",
         from.display(),
         must.len()
     );
     assert!(!must.is_empty() || std::env::var_os("WALNUT_CRASH_REPLAY").is_some());
-    check_image(&vfs, Path::new("/data"), &must, "replay", kind, seed);
+    check_image(&vfs, Path::new("/data"), &must, "replay", kind, seed, direct);
 }
 
 #[test]
@@ -994,5 +1024,126 @@ fn a_power_loss_after_recovering_from_a_process_kill_keeps_what_the_dead_run_wro
         drop(st);
         let report = walnut_storage::verify::verify(Arc::new(lost), dir).unwrap();
         assert!(report.is_ok(), "power-loss seed {s}:\n{report}");
+    }
+}
+
+/// Runs the torn-write scenario of
+/// `direct_data_writes_torn_at_512_bytes_and_4_kib_are_restored_from_full_page_images` once:
+/// a table of 300 rows checkpointed, every row updated and committed, the pages written out
+/// with O_DIRECT (`BufferPool::flush_all`, not a checkpoint: the redo point stays before the
+/// updates). Then, in a process-kill image, every block of the table's file that the write-out
+/// changed is torn at `sector` bytes: every other sector keeps its bytes from before. Returns
+/// the image, the number of blocks torn and the file's path.
+fn torn_direct_image(full_page_writes: bool, sector: usize, seed: u64) -> (FaultVfs, usize) {
+    let dir = Path::new("/data");
+    let vfs = FaultVfs::new(FaultConfig::new(seed));
+    let dynvfs: Arc<dyn Vfs> = Arc::new(vfs.clone());
+    let cfg = StorageConfig {
+        full_page_writes,
+        max_wal_size_mb: 10_000,
+        ..config(true)
+    };
+    Storage::initdb(dynvfs.clone(), dir).unwrap();
+    let st = Storage::open(dynvfs, dir, cfg).unwrap();
+    assert!(st.smgr.direct_io(), "io_direct = data reached the storage manager");
+    let mut t = Txn::begin(st.clone(), Arc::new(AtomicBool::new(false)));
+    t.create_table(TableDef {
+        name: "torn".into(),
+        columns: vec![col("id", DataType::Int4), col("v", DataType::Text)],
+        primary_key: Some(vec![0]),
+        fillfactor: 100,
+    })
+    .unwrap();
+    commit(t).unwrap();
+    let mut t = Txn::begin(st.clone(), Arc::new(AtomicBool::new(false)));
+    let info = t.table("torn").unwrap();
+    for id in 0..300 {
+        t.insert(&info, &[Value::Int4(id), Value::Text("a".repeat(300))])
+            .unwrap();
+    }
+    commit(t).unwrap();
+    st.checkpoint_now(DbState::InProduction).unwrap();
+    let path = dir.join("base").join(info.relfile.0.to_string());
+    let before = vfs.read_file(&path).unwrap();
+    let mut t = Txn::begin(st.clone(), Arc::new(AtomicBool::new(false)));
+    let mut found = Vec::new();
+    t.scan(&info, &mut |tid, row| {
+        found.push((tid, row));
+        Ok(true)
+    })
+    .unwrap();
+    for (tid, row) in found {
+        let new = [row[0].clone(), Value::Text("b".repeat(300))];
+        assert!(matches!(t.update(&info, tid, &row, &new).unwrap(), RowWrite::Done));
+    }
+    commit(t).unwrap();
+    assert!(st.pool.flush_all().unwrap() > 0, "pages written out");
+    let after = vfs.read_file(&path).unwrap();
+    let (image, _) = vfs.crash_image(CrashKind::ProcessKill, seed);
+    drop(st); // a crash: no shutdown
+    let mut torn = 0;
+    for (b, new) in after.chunks(BLCKSZ).enumerate() {
+        let start = b * BLCKSZ;
+        let old: Vec<u8> = (start..start + BLCKSZ)
+            .map(|i| before.get(i).copied().unwrap_or(0))
+            .collect();
+        let mut mixed = new.to_vec();
+        for s in (1..BLCKSZ / sector).step_by(2) {
+            mixed[s * sector..(s + 1) * sector].copy_from_slice(&old[s * sector..(s + 1) * sector]);
+        }
+        if mixed[..] != new[..] && mixed != old {
+            torn += 1;
+            image.corrupt(&path, start as u64, &mixed).unwrap();
+        }
+    }
+    (image, torn)
+}
+
+/// Issue 14: with `io_direct = data` a page write that a power loss or a kill tears at the
+/// device's granularity (512 B sectors or 4 KiB blocks) leaves a page that is half old, half
+/// new. The first change of each page after the checkpoint logged its full image, so redo
+/// restores every torn page without reading it; without full-page writes the same tear is
+/// found as a corruption, which shows the tear is real.
+#[test]
+fn direct_data_writes_torn_at_512_bytes_and_4_kib_are_restored_from_full_page_images() {
+    let dir = Path::new("/data");
+    for (i, sector) in [512usize, 4096].into_iter().enumerate() {
+        let (image, torn) = torn_direct_image(true, sector, 40 + i as u64);
+        assert!(torn >= 5, "{torn} blocks torn at {sector} bytes");
+        let st = Storage::open(Arc::new(image.clone()), dir, config(true))
+            .unwrap_or_else(|e| panic!("torn at {sector} bytes: recovery failed: {e}"));
+        let got = rows(&st, "torn");
+        assert_eq!(got.len(), 300, "torn at {sector} bytes");
+        assert!(
+            got.iter().all(|r| r[1] == Value::Text("b".repeat(300))),
+            "torn at {sector} bytes: every row has its committed update"
+        );
+        st.shutdown().unwrap();
+        drop(st);
+        let report = walnut_storage::verify::verify(Arc::new(image), dir).unwrap();
+        assert!(report.is_ok(), "torn at {sector} bytes:\n{report}");
+        eprintln!("{torn} blocks torn at {sector} bytes: restored from full-page images");
+
+        let (image, torn) = torn_direct_image(false, sector, 50 + i as u64);
+        assert!(torn >= 5, "{torn} blocks torn at {sector} bytes");
+        let caught = match Storage::open(Arc::new(image.clone()), dir, config(true)) {
+            Err(e) => {
+                assert_eq!(e.sqlstate, SqlState::DATA_CORRUPTED, "{e}");
+                eprintln!("torn at {sector} bytes without full-page writes: {e}");
+                true
+            }
+            Ok(st) => {
+                let bad = try_rows(&st, "torn").is_err();
+                st.shutdown().unwrap();
+                drop(st);
+                bad || !walnut_storage::verify::verify(Arc::new(image), dir)
+                    .unwrap()
+                    .is_ok()
+            }
+        };
+        assert!(
+            caught,
+            "torn at {sector} bytes without full-page writes: the damage went unnoticed"
+        );
     }
 }

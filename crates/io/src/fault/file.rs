@@ -11,11 +11,14 @@ struct FaultFile {
 }
 
 impl FaultFile {
+    /// O_DIRECT's rule: the buffer's address, the offset and the length aligned to
+    /// [`DIRECT_IO_ALIGN`], or EINVAL.
     // `%` rather than `is_multiple_of`, which needs Rust 1.87 (the workspace says 1.80).
     #[allow(clippy::manual_is_multiple_of)]
-    fn check_direct(&self, off: u64, len: usize) -> io::Result<()> {
+    fn check_direct(&self, buf: &[u8], off: u64) -> io::Result<()> {
         let a = DIRECT_IO_ALIGN as u64;
-        if self.mode.direct && (off % a != 0 || len as u64 % a != 0) {
+        let addr = buf.as_ptr() as u64;
+        if self.mode.direct && (addr % a != 0 || off % a != 0 || buf.len() as u64 % a != 0) {
             return Err(io::Error::from_raw_os_error(22)); // EINVAL, as O_DIRECT gives
         }
         Ok(())
@@ -45,7 +48,7 @@ impl FaultFile {
 
 impl FileIo for FaultFile {
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
-        self.check_direct(offset, buf.len())?;
+        self.check_direct(buf, offset)?;
         let mut st = self.vfs.lock();
         st.seq += 1;
         let data = &st.inodes[&self.ino].data;
@@ -59,7 +62,7 @@ impl FileIo for FaultFile {
     }
 
     fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
-        self.check_direct(offset, buf.len())?;
+        self.check_direct(buf, offset)?;
         let mut st = self.vfs.lock();
         st.seq += 1;
         st.stats.writes += 1;

@@ -255,7 +255,25 @@ fn direct_io_needs_alignment() {
         f.write_at(&[0u8; 100], 0).unwrap_err().raw_os_error(),
         Some(22)
     );
-    f.write_at(&[0u8; 4096], 4096).unwrap();
+    let mut buf = crate::AlignedBuf::zeroed(8192);
+    buf.as_mut_slice()[4096] = 9;
+    f.write_at(&buf.as_slice()[..4096], 4096).unwrap();
+    f.write_at(buf.as_slice(), 8192).unwrap();
+    // The buffer's address must be aligned too (the offset and length are).
+    let unaligned = &buf.as_slice()[512..512 + 4096];
+    assert_eq!(
+        f.write_at(unaligned, 0).unwrap_err().raw_os_error(),
+        Some(22)
+    );
+    let mut into = crate::AlignedBuf::zeroed(8192);
+    assert_eq!(
+        f.read_at(&mut into.as_mut_slice()[512..512 + 4096], 0)
+            .unwrap_err()
+            .raw_os_error(),
+        Some(22)
+    );
+    assert_eq!(f.read_at(into.as_mut_slice(), 8192).unwrap(), 8192);
+    assert_eq!(into.as_slice()[4096], 9);
 }
 
 #[test]

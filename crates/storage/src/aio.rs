@@ -1,0 +1,188 @@
+//! Reads ahead of sequential heap scans by a pool of I/O worker threads: PostgreSQL 18's
+//! `io_method = worker` (`src/backend/storage/aio/method_worker.c`) for the one stream walnut
+//! has, a full scan of a heap (`Txn::scan`; PostgreSQL's `read_stream.c` under `heapgettup`).
+//!
+//! With `io_direct = data` there is no kernel read-ahead: a scan that misses the buffer pool
+//! waits for the device at every block. A [`ReadAhead`] keeps up to `effective_io_concurrency`
+//! blocks past the scan's current one queued for the `io_workers` threads, each of which pins
+//! the block (reading it into a frame, with the checksum check, if it is not cached) and
+//! unpins it at once; when the scan reaches the block it finds it cached, or finds its read in
+//! progress and waits for it (the frame's `io` lock), exactly as two sessions reading the same
+//! page do. A worker's read that fails is dropped: the scan's own pin reads the block again and
+//! reports the error where it is handled.
+//!
+//! The pool never changes a page and holds a pin only while it loads one, so it adds no crash
+//! window and no write. It needs no new buffer-pool code: a prefetch is `BufferPool::pin` and a
+//! drop. What it does not do (yet): combine adjacent blocks into one larger read
+//! (`io_combine_limit`), read ahead of index range scans, and io_uring.
+//!
+//! `io_method = sync` (or `effective_io_concurrency = 0`) turns it off: the scan reads each
+//! block when it reaches it, as before. So does buffered I/O (no `io_direct = data`), where
+//! the kernel reads ahead of a sequential scan itself and the workers only cost time.
+
+use crate::bufpool::ReadMode;
+use crate::smgr::Relation;
+use crate::Storage;
+use parking_lot::Mutex;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::mpsc::{channel, Receiver, Sender};
+use std::sync::{Arc, Weak};
+use walnut_common::{BlockNumber, Error, Result};
+
+/// `io_method`: how reads ahead are done.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum IoMethod {
+    /// A pool of `io_workers` threads reads ahead of sequential scans (the default, as in
+    /// PostgreSQL 18).
+    Worker,
+    /// No read-ahead: every read happens when the reader needs the block.
+    Sync,
+}
+
+impl IoMethod {
+    /// Parses a value the registry admitted (`worker` or `sync`).
+    pub fn parse(v: &str) -> IoMethod {
+        if v.eq_ignore_ascii_case("sync") {
+            IoMethod::Sync
+        } else {
+            IoMethod::Worker
+        }
+    }
+}
+
+/// One block to read into the buffer pool for a scan.
+struct Prefetch {
+    rel: Arc<Relation>,
+    block: BlockNumber,
+    scan: Arc<ScanState>,
+}
+
+/// What a scan and the workers serving it share.
+#[derive(Default)]
+struct ScanState {
+    /// The block the scan reads now: a request at or before it is stale (the scan read the
+    /// block itself), and the worker drops it.
+    current: AtomicU32,
+    /// Requests queued and not yet finished by a worker.
+    in_flight: AtomicU32,
+}
+
+/// The I/O worker threads and their queue.
+pub struct IoWorkers {
+    queue: Sender<Prefetch>,
+    /// `effective_io_concurrency`: blocks a scan keeps queued ahead of itself (reloadable).
+    distance: AtomicU32,
+}
+
+impl IoWorkers {
+    /// Starts `workers` threads (at least one) that prefetch into `st`'s buffer pool. They end
+    /// when the returned pool is dropped (its queue closes) or `st` is gone.
+    ///
+    /// # Errors
+    /// I/O error if a thread cannot be started.
+    pub fn start(st: Weak<Storage>, workers: usize, distance: u32) -> Result<IoWorkers> {
+        let (tx, rx) = channel::<Prefetch>();
+        let rx = Arc::new(Mutex::new(rx));
+        for i in 0..workers.max(1) {
+            let (st, rx) = (st.clone(), rx.clone());
+            std::thread::Builder::new()
+                .name(format!("io worker {i}"))
+                .spawn(move || worker(&st, &rx))
+                .map_err(|e| Error::io("could not start an I/O worker", e))?;
+        }
+        Ok(IoWorkers {
+            queue: tx,
+            distance: AtomicU32::new(distance),
+        })
+    }
+
+    /// Sets `effective_io_concurrency` (a reload).
+    pub fn set_distance(&self, distance: u32) {
+        self.distance.store(distance, Ordering::Relaxed);
+    }
+}
+
+fn worker(st: &Weak<Storage>, rx: &Mutex<Receiver<Prefetch>>) {
+    loop {
+        let Ok(p) = rx.lock().recv() else {
+            return; // the queue closed: the storage is gone
+        };
+        let Some(st) = st.upgrade() else {
+            return;
+        };
+        if p.block.0 > p.scan.current.load(Ordering::Acquire) {
+            // The scan's own pin reports any error: a prefetch only saves it the wait.
+            drop(st.pool.pin(&p.rel, p.block, ReadMode::Normal));
+        }
+        p.scan.in_flight.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// The read-ahead state of one sequential scan of `rel`'s blocks `0..end`.
+pub struct ReadAhead {
+    workers: Option<Arc<IoWorkers>>,
+    rel: Arc<Relation>,
+    /// Next block not yet queued.
+    next: u32,
+    end: u32,
+    /// Blocks kept queued ahead of the current one, and the most requests in flight.
+    distance: u32,
+    scan: Arc<ScanState>,
+}
+
+impl ReadAhead {
+    /// Read-ahead for a scan of `rel`'s blocks `0..end` in order, or none if `io_method =
+    /// sync`, `effective_io_concurrency = 0` or the relation files are not O_DIRECT: buffered
+    /// reads of a sequential scan are already read ahead by the kernel, and a worker's read
+    /// from the page cache only adds a thread hop. The distance is
+    /// capped at a quarter of the buffer pool, so that blocks read ahead are not evicted
+    /// before the scan reaches them.
+    pub fn new(st: &Storage, rel: &Arc<Relation>, end: u32) -> ReadAhead {
+        let workers = st.io_workers().filter(|_| st.smgr.direct_io()).cloned();
+        let cap = (st.pool.len() / 4) as u32;
+        let distance = workers
+            .as_ref()
+            .map_or(0, |w| w.distance.load(Ordering::Relaxed).min(cap));
+        ReadAhead {
+            workers: workers.filter(|_| distance > 0),
+            rel: rel.clone(),
+            next: 1,
+            end,
+            distance,
+            scan: Arc::new(ScanState::default()),
+        }
+    }
+
+    /// Called before the scan reads block `current`: queues the blocks after it, up to
+    /// `current + distance`, that are not queued yet, while fewer than `distance` requests are
+    /// in flight (so the queue never grows beyond what the workers keep up with).
+    pub fn before(&mut self, current: u32) {
+        let Some(w) = &self.workers else {
+            return;
+        };
+        self.scan.current.store(current, Ordering::Release);
+        self.next = self.next.max(current + 1);
+        let until = self.end.min(current.saturating_add(1 + self.distance));
+        while self.next < until && self.scan.in_flight.load(Ordering::Acquire) < self.distance {
+            let p = Prefetch {
+                rel: self.rel.clone(),
+                block: BlockNumber(self.next),
+                scan: self.scan.clone(),
+            };
+            self.scan.in_flight.fetch_add(1, Ordering::AcqRel);
+            if w.queue.send(p).is_err() {
+                self.workers = None;
+                return;
+            }
+            self.next += 1;
+        }
+    }
+
+}
+
+impl Drop for ReadAhead {
+    /// Marks every request of this scan stale: the workers drop what is still queued.
+    fn drop(&mut self) {
+        self.scan.current.store(u32::MAX, Ordering::Release);
+    }
+}

@@ -1,0 +1,147 @@
+//! Read-ahead of sequential scans by the I/O workers (`io_method = worker`, `crate::aio`):
+//! with a buffer pool too small for the table, a full scan's blocks are read by the
+//! `io worker` threads ahead of the scanning thread; with `io_method = sync`,
+//! `effective_io_concurrency = 0` or buffered data files (which the kernel reads ahead) only
+//! the scanning thread reads. On the fault-injecting file system (which checks O_DIRECT's
+//! alignment).
+
+use std::io;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use walnut_common::{ColumnDef, DataType, TableDef, Value};
+use walnut_io::fault::{FaultConfig, FaultVfs};
+use walnut_io::hook::{FileRef, HookVfs, Hooks};
+use walnut_io::Vfs;
+use walnut_storage::aio::IoMethod;
+use walnut_storage::control::DbState;
+use walnut_storage::txn::Txn;
+use walnut_storage::{IoDirect, Storage, StorageConfig};
+use walnut_wal::{CommitOpts, SessionId};
+
+/// Counts reads of relation files by I/O worker threads and by other threads, each after
+/// 200 µs, as a device would take (the in-memory file system reads in a microsecond, and a
+/// scan would then always outrun the workers).
+#[derive(Default)]
+struct CountReads {
+    by_workers: AtomicU64,
+    by_others: AtomicU64,
+}
+
+impl Hooks for CountReads {
+    fn read_at(&self, file: FileRef<'_>, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+        if file.path.parent().and_then(Path::file_name) == Some("base".as_ref()) {
+            let worker = std::thread::current()
+                .name()
+                .is_some_and(|n| n.starts_with("io worker"));
+            let c = if worker {
+                &self.by_workers
+            } else {
+                &self.by_others
+            };
+            c.fetch_add(1, Ordering::Relaxed);
+            std::thread::sleep(std::time::Duration::from_micros(200));
+        }
+        file.io.read_at(buf, offset)
+    }
+}
+
+/// Loads 2000 rows of 1000 bytes (about 250 heap blocks), reopens the storage with a 64-page
+/// pool,
+/// `io_method` and `effective_io_concurrency` as given, scans the table twice
+/// and returns (reads by I/O workers, reads by others) during the scans.
+fn scan_reads(method: IoMethod, distance: u32, direct: bool) -> (u64, u64) {
+    let dir = Path::new("/data");
+    let fault: Arc<dyn Vfs> = Arc::new(FaultVfs::new(FaultConfig::new(3)));
+    let mut cfg = StorageConfig {
+        shared_buffers_pages: 1024,
+        io_direct: IoDirect {
+            data: direct,
+            ..IoDirect::default()
+        },
+        io_method: method,
+        effective_io_concurrency: distance,
+        ..Default::default()
+    };
+    Storage::initdb(fault.clone(), dir).unwrap();
+    let st = Storage::open(fault.clone(), dir, cfg.clone()).unwrap();
+    let mut t = Txn::begin(st.clone(), Arc::new(AtomicBool::new(false)));
+    t.create_table(TableDef {
+        name: "t".into(),
+        columns: vec![
+            ColumnDef {
+                name: "id".into(),
+                ty: DataType::Int4,
+                not_null: true,
+            },
+            ColumnDef {
+                name: "v".into(),
+                ty: DataType::Text,
+                not_null: true,
+            },
+        ],
+        primary_key: Some(vec![0]),
+        fillfactor: 100,
+    })
+    .unwrap();
+    let info = t.table("t").unwrap();
+    for id in 0..2000 {
+        t.insert(&info, &[Value::Int4(id), Value::Text("r".repeat(1000))])
+            .unwrap();
+    }
+    t.commit(&CommitOpts::new(SessionId::next())).unwrap();
+    st.checkpoint_now(DbState::InProduction).unwrap();
+    st.shutdown().unwrap();
+    drop(st);
+    // Reopened with a pool of 64 pages: the table does not fit.
+    cfg.shared_buffers_pages = 64;
+    let counts = Arc::new(CountReads::default());
+    let hooked: Arc<dyn Vfs> = Arc::new(HookVfs::new(fault, counts.clone()));
+    let st = Storage::open(hooked, dir, cfg).unwrap();
+    let (w0, o0) = (
+        counts.by_workers.load(Ordering::Relaxed),
+        counts.by_others.load(Ordering::Relaxed),
+    );
+    for _ in 0..2 {
+        let t = Txn::begin(st.clone(), Arc::new(AtomicBool::new(false)));
+        let info = t.table("t").unwrap();
+        let mut n = 0;
+        t.scan(&info, &mut |_, row| {
+            assert_eq!(row[1], Value::Text("r".repeat(1000)));
+            n += 1;
+            Ok(true)
+        })
+        .unwrap();
+        assert_eq!(n, 2000);
+        t.rollback();
+    }
+    st.shutdown().unwrap();
+    (
+        counts.by_workers.load(Ordering::Relaxed) - w0,
+        counts.by_others.load(Ordering::Relaxed) - o0,
+    )
+}
+
+#[test]
+fn io_workers_read_ahead_of_a_sequential_scan() {
+    let (workers, others) = scan_reads(IoMethod::Worker, 16, true);
+    eprintln!("io_method = worker: {workers} reads by I/O workers, {others} by the scan");
+    assert!(
+        workers > others,
+        "most blocks are read ahead: {workers} by workers, {others} by the scan"
+    );
+}
+
+#[test]
+fn io_method_sync_zero_concurrency_and_buffered_io_read_nothing_ahead() {
+    for (method, distance, direct) in [
+        (IoMethod::Sync, 16, true),
+        (IoMethod::Worker, 0, true),
+        (IoMethod::Worker, 16, false),
+    ] {
+        let (workers, others) = scan_reads(method, distance, direct);
+        eprintln!("{method:?}, effective_io_concurrency {distance}, direct {direct}: {workers} reads by I/O workers, {others} by the scan");
+        assert_eq!(workers, 0, "{method:?}, effective_io_concurrency {distance}, direct {direct}");
+        assert!(others >= 400, "{method:?}: the scan read every block itself: {others}");
+    }
+}
