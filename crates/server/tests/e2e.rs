@@ -469,7 +469,11 @@ fn kill_9_with_every_wal_sync_method_and_direct_io() {
         for name in ["io_direct", "shared_buffers", "io_method"] {
             let prefix = format!("{name}=");
             if let Some(v) = all.iter().rev().find_map(|a| a.strip_prefix(&prefix)) {
-                assert_eq!(s.query(&format!("show {name}")), v, "the setting took effect");
+                assert_eq!(
+                    s.query(&format!("show {name}")),
+                    v,
+                    "the setting took effect"
+                );
             }
         }
         let range = s.query("select wal_sync_range from walnut_stat_group_commit");

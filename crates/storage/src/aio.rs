@@ -177,7 +177,6 @@ impl ReadAhead {
             self.next += 1;
         }
     }
-
 }
 
 impl Drop for ReadAhead {

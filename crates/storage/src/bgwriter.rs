@@ -3,7 +3,7 @@
 //!    a page before it can read another (PostgreSQL's `bgwriter.c` and `BgBufferSync`); and
 //! 2. sweeps the page cache of the relation files written since the last checkpoint, asking
 //!    the kernel to write their dirty pages back a chunk (`checkpoint_flush_after`) at a time
-//!    ([`Sweep`]). This part is walnut's own: pages written by sessions' evictions would
+//!    ([`Sweep`]), no faster than one pass per [`SWEEP_PERIOD`]. This part is walnut's own: pages written by sessions' evictions would
 //!    otherwise sit dirty in the page cache until the checkpoint's fsync pushes them all into
 //!    the device queue at once, ahead of the WAL's flushes. The sweep spends a share of the
 //!    device that follows the WAL's flush latency: it grows while commits' flushes are fast and
@@ -26,6 +26,10 @@ pub const MAX_SHARE: f64 = 0.5;
 pub const MIN_SHARE: f64 = 0.02;
 /// The share added per round while the WAL's flushes are fast.
 pub const SHARE_STEP: f64 = 0.02;
+/// The shortest time a sweep takes through a file: a page written back waits at least about
+/// this long for its next write-back, so that the page cache absorbs the changes a hot page
+/// gets meanwhile into one device write (the kernel's own `dirty_expire_centisecs` is 30 s).
+pub const SWEEP_PERIOD: Duration = Duration::from_secs(30);
 
 /// A sweep over the dirty relation files' page cache: where it is in each file.
 #[derive(Debug, Default)]
@@ -37,12 +41,19 @@ pub struct Sweep {
 impl Sweep {
     /// Asks the kernel to write back chunks of `chunk` pages of the files written since the
     /// last checkpoint, one after another, each file from where the last round stopped, until
-    /// the write-backs have taken `budget` or every file has been swept once. Returns the time
-    /// spent waiting for write-back.
+    /// the write-backs have taken `budget`, or every file has been swept once, or each file
+    /// has advanced by `round / SWEEP_PERIOD` of its length. Returns the time spent waiting for
+    /// write-back.
     ///
     /// # Panics
     /// PANICs if a write-back fails (see [`Smgr::flush_range`]).
-    pub fn round(&mut self, smgr: &Smgr, chunk: u32, budget: Duration) -> Duration {
+    pub fn round(
+        &mut self,
+        smgr: &Smgr,
+        chunk: u32,
+        budget: Duration,
+        round: Duration,
+    ) -> Duration {
         let files = smgr.dirty_files();
         let mut busy = Duration::ZERO;
         if files.is_empty() || chunk == 0 || smgr.direct_io() {
@@ -52,7 +63,15 @@ impl Sweep {
             .retain(|id, _| files.iter().any(|r| r.id == *id));
         for k in 0..files.len() {
             let rel = &files[(self.next_file + k) % files.len()];
-            busy += self.sweep_file(smgr, rel, chunk, budget.saturating_sub(busy));
+            let nblocks = rel.nblocks.load(Ordering::Acquire) as f64;
+            let limit = (nblocks * round.as_secs_f64() / SWEEP_PERIOD.as_secs_f64()).ceil() as u32;
+            busy += self.sweep_file(
+                smgr,
+                rel,
+                chunk,
+                budget.saturating_sub(busy),
+                limit.max(chunk),
+            );
             if busy >= budget {
                 self.next_file = (self.next_file + k) % files.len();
                 return busy;
@@ -70,11 +89,13 @@ impl Sweep {
         rel: &Arc<Relation>,
         chunk: u32,
         budget: Duration,
+        limit: u32,
     ) -> Duration {
         let nblocks = rel.nblocks.load(Ordering::Acquire);
         let pos = self.cursor.entry(rel.id).or_insert(0);
+        let stop = pos.saturating_add(limit);
         let mut busy = Duration::ZERO;
-        while *pos < nblocks && busy < budget {
+        while *pos < nblocks && *pos < stop && busy < budget {
             let n = chunk.min(nblocks - *pos);
             let t = Instant::now();
             smgr.flush_range(rel, BlockNumber(*pos), n);
@@ -149,6 +170,7 @@ pub(crate) fn bgwriter(weak: std::sync::Weak<Storage>) {
             &st.smgr,
             s.checkpoint_flush_after as u32,
             round.mul_f64(share),
+            round,
         );
         drop(st);
         std::thread::sleep(round.saturating_sub(started.elapsed()).max(round / 4));

@@ -376,9 +376,10 @@ impl Storage {
             };
             *e
         };
-        // PostgreSQL's XLOGfileslop: keep segments for the WAL expected before the next
-        // checkpoint (the estimate plus 10 %), within min_wal_size and max_wal_size.
-        let keep = ((estimate_kb << 10) as f64 * 1.1) as u64;
+        // PostgreSQL's XLOGfileslop: keep segments for the WAL expected from this redo point
+        // to the one after next (the next checkpoint spans most of a cycle itself): the
+        // estimate times (1 + target), plus 10 %, within min_wal_size and max_wal_size.
+        let keep = ((estimate_kb << 10) as f64 * (1.0 + settings.completion_target) * 1.1) as u64;
         let keep = keep.clamp(
             settings.min_wal_size_mb << 20,
             max_wal.max(settings.min_wal_size_mb << 20),
@@ -440,25 +441,33 @@ impl Storage {
             return;
         }
         let mut paused = Duration::ZERO;
-        for rel in self.smgr.dirty_files() {
-            let nblocks = rel.nblocks.load(Ordering::Acquire);
-            let mut pos = 0;
-            while pos < nblocks {
-                let n = chunk.min(nblocks - pos);
-                let t = Instant::now();
-                self.smgr
-                    .flush_range(&rel, walnut_common::BlockNumber(pos), n);
-                pos += n;
-                if t.elapsed() < Duration::from_millis(1)
-                    || paused >= leeway
-                    || self.ckpt_hurry.load(Ordering::Acquire) > 0
-                {
-                    continue;
+        // Pages dirtied behind a pass while it ran are left for the next one: up to three
+        // passes, while a pass takes over half a second.
+        for _ in 0..3 {
+            let pass = Instant::now();
+            for rel in self.smgr.dirty_files() {
+                let nblocks = rel.nblocks.load(Ordering::Acquire);
+                let mut pos = 0;
+                while pos < nblocks {
+                    let n = chunk.min(nblocks - pos);
+                    let t = Instant::now();
+                    self.smgr
+                        .flush_range(&rel, walnut_common::BlockNumber(pos), n);
+                    pos += n;
+                    if t.elapsed() < Duration::from_millis(1)
+                        || paused >= leeway
+                        || self.ckpt_hurry.load(Ordering::Acquire) > 0
+                    {
+                        continue;
+                    }
+                    if pressure.sample(wal.flush_latency_us(), Instant::now()) >= HIGH_PRESSURE {
+                        std::thread::sleep(BACKOFF);
+                        paused += BACKOFF;
+                    }
                 }
-                if pressure.sample(wal.flush_latency_us(), Instant::now()) >= HIGH_PRESSURE {
-                    std::thread::sleep(BACKOFF);
-                    paused += BACKOFF;
-                }
+            }
+            if pass.elapsed() < Duration::from_millis(500) {
+                break;
             }
         }
     }

@@ -26,7 +26,8 @@ pub static CHECKPOINT_TIMEOUT: GucDef = GucDef {
     check: None,
 };
 
-/// `max_wal_size`, MB: a checkpoint starts when the WAL since the last redo point exceeds half.
+/// `max_wal_size`, MB: a checkpoint starts when the WAL since the last redo point reaches
+/// `max_wal_size / (1 + checkpoint_completion_target)`.
 pub static MAX_WAL_SIZE: GucDef = GucDef {
     name: "max_wal_size",
     kind: int(2, INT_MAX, Unit::Mb),
@@ -376,7 +377,8 @@ pub static EFFECTIVE_IO_CONCURRENCY: GucDef = GucDef {
     default: "16",
     context: Context::Sighup,
     category: "Resource Usage / I/O",
-    description: "Number of simultaneous requests that can be handled efficiently by the disk subsystem.",
+    description:
+        "Number of simultaneous requests that can be handled efficiently by the disk subsystem.",
     check: None,
 };
 

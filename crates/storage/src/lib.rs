@@ -6,8 +6,8 @@
 //! [`txn::Txn`]s.
 #![forbid(unsafe_code)]
 
-pub mod bgwriter;
 pub mod aio;
+pub mod bgwriter;
 pub mod btree;
 pub mod bufpool;
 pub mod catalog;
@@ -65,8 +65,8 @@ pub struct StorageConfig {
     pub full_page_writes: bool,
     /// `checkpoint_timeout`, seconds (a `sighup` parameter: see [`Storage::apply_settings`]).
     pub checkpoint_timeout_s: u64,
-    /// `max_wal_size`, MB: a checkpoint starts when WAL since the last redo point exceeds half
-    /// (`sighup`).
+    /// `max_wal_size`, MB: a checkpoint starts when WAL since the last redo point reaches
+    /// `max_wal_size / (1 + checkpoint_completion_target)` (`sighup`).
     pub max_wal_size_mb: u64,
     /// `wal_writer_delay`, ms (`sighup`).
     pub wal_writer_delay_ms: u64,

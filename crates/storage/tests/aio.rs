@@ -141,7 +141,13 @@ fn io_method_sync_zero_concurrency_and_buffered_io_read_nothing_ahead() {
     ] {
         let (workers, others) = scan_reads(method, distance, direct);
         eprintln!("{method:?}, effective_io_concurrency {distance}, direct {direct}: {workers} reads by I/O workers, {others} by the scan");
-        assert_eq!(workers, 0, "{method:?}, effective_io_concurrency {distance}, direct {direct}");
-        assert!(others >= 400, "{method:?}: the scan read every block itself: {others}");
+        assert_eq!(
+            workers, 0,
+            "{method:?}, effective_io_concurrency {distance}, direct {direct}"
+        );
+        assert!(
+            others >= 400,
+            "{method:?}: the scan read every block itself: {others}"
+        );
     }
 }

@@ -737,7 +737,9 @@ fn round(seed: u64, images: u64) -> Tally {
             image.seed,
             must.len()
         );
-        check_or_save(&image.vfs, dir, &must, &what, image.kind, image.seed, direct);
+        check_or_save(
+            &image.vfs, dir, &must, &what, image.kind, image.seed, direct,
+        );
     }
     tally
 }
@@ -906,7 +908,15 @@ fn replay() {
         must.len()
     );
     assert!(!must.is_empty() || std::env::var_os("WALNUT_CRASH_REPLAY").is_some());
-    check_image(&vfs, Path::new("/data"), &must, "replay", kind, seed, direct);
+    check_image(
+        &vfs,
+        Path::new("/data"),
+        &must,
+        "replay",
+        kind,
+        seed,
+        direct,
+    );
 }
 
 #[test]
@@ -1045,7 +1055,10 @@ fn torn_direct_image(full_page_writes: bool, sector: usize, seed: u64) -> (Fault
     };
     Storage::initdb(dynvfs.clone(), dir).unwrap();
     let st = Storage::open(dynvfs, dir, cfg).unwrap();
-    assert!(st.smgr.direct_io(), "io_direct = data reached the storage manager");
+    assert!(
+        st.smgr.direct_io(),
+        "io_direct = data reached the storage manager"
+    );
     let mut t = Txn::begin(st.clone(), Arc::new(AtomicBool::new(false)));
     t.create_table(TableDef {
         name: "torn".into(),
@@ -1074,7 +1087,10 @@ fn torn_direct_image(full_page_writes: bool, sector: usize, seed: u64) -> (Fault
     .unwrap();
     for (tid, row) in found {
         let new = [row[0].clone(), Value::Text("b".repeat(300))];
-        assert!(matches!(t.update(&info, tid, &row, &new).unwrap(), RowWrite::Done));
+        assert!(matches!(
+            t.update(&info, tid, &row, &new).unwrap(),
+            RowWrite::Done
+        ));
     }
     commit(t).unwrap();
     assert!(st.pool.flush_all().unwrap() > 0, "pages written out");

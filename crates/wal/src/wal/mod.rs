@@ -498,7 +498,12 @@ impl Wal {
             )));
         }
         self.gc.flush(lsn.0, req, self);
-        self.preallocate_ahead_quietly();
+        // The WAL writer preallocates when it runs: a committing session never waits for a
+        // segment to be created and zero-filled, which under a write-IOPS limit takes long
+        // enough to stall every commit behind it.
+        if !self.writer_ctl.running.load(Ordering::Acquire) {
+            self.preallocate_ahead_quietly();
+        }
         Ok(())
     }
 

@@ -1,10 +1,11 @@
 //! The WAL writer (PostgreSQL's `walwriter.c`): a background thread that flushes what was
 //! inserted every `wal_writer_delay`, so that commits with `synchronous_commit = off` become
-//! durable soon.
+//! durable soon, and preallocates the segments ahead of the insert position, so that no
+//! committing session creates and zero-fills one.
 
 use super::Wal;
 use parking_lot::{Condvar, Mutex};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
@@ -13,6 +14,8 @@ pub(super) struct WriterCtl {
     pub(super) cv: Condvar,
     /// `wal_writer_delay`, ms; a reload may change it.
     pub(super) delay_ms: AtomicU64,
+    /// The writer thread runs: it, not the flushing sessions, preallocates segments.
+    pub(super) running: AtomicBool,
 }
 
 impl WriterCtl {
@@ -22,6 +25,7 @@ impl WriterCtl {
             stop: Mutex::new(false),
             cv: Condvar::new(),
             delay_ms: AtomicU64::new(0),
+            running: AtomicBool::new(false),
         }
     }
 }
@@ -57,12 +61,15 @@ impl Wal {
                 }
                 let Some(wal) = weak.upgrade() else { return };
                 let _ = wal.flush(wal.insert_lsn());
+                wal.preallocate_ahead_quietly();
             })
             .expect("spawn WAL writer thread");
         *slot = Some(handle);
+        self.writer_ctl.running.store(true, Ordering::Release);
     }
 
     pub(super) fn stop_wal_writer(&self) {
+        self.writer_ctl.running.store(false, Ordering::Release);
         *self.writer_ctl.stop.lock() = true;
         self.writer_ctl.cv.notify_all();
         let handle = self.writer.lock().take();
