@@ -245,11 +245,10 @@ impl Value {
                 }
                 DataType::Char(n) => {
                     let s = fit_string(s, Some(*n), ty)?;
-                    let len = s.chars().count();
+                    let pad = (*n as usize).saturating_sub(s.chars().count());
                     let mut s = s;
-                    for _ in len..*n as usize {
-                        s.push(' ');
-                    }
+                    s.reserve_exact(pad);
+                    s.extend(std::iter::repeat_n(' ', pad));
                     Ok(Value::Text(s))
                 }
                 _ => Value::parse(ty, s),

@@ -2,6 +2,8 @@
 //! separated by the delimiter (tab), `\N` for NULL, backslash escapes, and an optional `\.` end
 //! marker line. Data arrives in arbitrary chunks; complete lines are parsed and inserted as they
 //! arrive, and only the unfinished tail of the last chunk is buffered, so the input is streamed.
+//! Rows go through [`Transaction::insert_bulk`] (the storage engine fills whole pages and logs
+//! them as page images, PostgreSQL's `bulk_write.c`), and [`CopyState::finish`] ends the load.
 
 use crate::errors::undefined_table;
 use crate::exec::{check_cancel, check_not_null};
@@ -117,7 +119,7 @@ impl CopyState {
             let line = std::mem::take(&mut self.partial);
             self.line_done(txn, &line)?;
         }
-        Ok(())
+        txn.finish_bulk()
     }
 
     fn line_done(&mut self, txn: &mut dyn Transaction, line: &[u8]) -> Result<()> {
@@ -160,7 +162,7 @@ impl CopyState {
             return Err(bad_copy("extra data after last expected column"));
         }
         check_not_null(def, &row)?;
-        txn.insert(&def.name, row)?;
+        txn.insert_bulk(&def.name, row)?;
         self.rows += 1;
         Ok(())
     }

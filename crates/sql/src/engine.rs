@@ -237,12 +237,22 @@ impl Transaction for TxnAdapter {
         self.t().insert(&info, &row)
     }
 
+    fn insert_bulk(&mut self, table: &str, row: Vec<Value>) -> Result<()> {
+        let info = self.info(table)?;
+        self.t().insert_bulk(&info, &row)
+    }
+
+    fn finish_bulk(&mut self) -> Result<()> {
+        self.t().finish_bulk()
+    }
+
     fn scan(
         &mut self,
         table: &str,
         visit: &mut dyn FnMut(Tid, Vec<Value>) -> Result<ScanControl>,
     ) -> Result<()> {
         let info = self.info(table)?;
+        self.t().finish_bulk()?;
         self.t().scan(&info, &mut |tid, row| {
             Ok(visit(tid, row)? == ScanControl::Continue)
         })
@@ -256,6 +266,7 @@ impl Transaction for TxnAdapter {
         visit: &mut dyn FnMut(Tid, Vec<Value>) -> Result<ScanControl>,
     ) -> Result<()> {
         let info = self.info(table)?;
+        self.t().finish_bulk()?;
         self.t().index_scan(&info, lo, hi, &mut |tid, row| {
             Ok(visit(tid, row)? == ScanControl::Continue)
         })
