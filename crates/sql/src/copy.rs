@@ -9,6 +9,7 @@ use crate::errors::undefined_table;
 use crate::exec::{check_cancel, check_not_null};
 use crate::plan::CopyPlan;
 use crate::storage::Transaction;
+use std::borrow::Cow;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use walnut_common::{Error, Result, SqlState, TableDef, Value};
@@ -196,10 +197,19 @@ fn split_fields(line: &[u8], delim: u8) -> impl Iterator<Item = &[u8]> {
 
 /// Decodes text-format escapes: `\b \f \n \r \t \v \\`, octal `\123`, hex `\x41`; any other
 /// escaped byte stands for itself.
-fn unescape(raw: &[u8]) -> Result<String> {
-    let bytes = if !raw.contains(&b'\\') {
-        raw.to_vec()
-    } else {
+fn unescape(raw: &[u8]) -> Result<Cow<'_, str>> {
+    let invalid = || {
+        Error::user(
+            SqlState::CHARACTER_NOT_IN_REPERTOIRE,
+            "invalid byte sequence for encoding \"UTF8\"",
+        )
+    };
+    if !raw.contains(&b'\\') {
+        return std::str::from_utf8(raw)
+            .map(Cow::Borrowed)
+            .map_err(|_| invalid());
+    }
+    let bytes = {
         let mut out = Vec::with_capacity(raw.len());
         let mut i = 0;
         while i < raw.len() {
@@ -243,12 +253,9 @@ fn unescape(raw: &[u8]) -> Result<String> {
         }
         out
     };
-    String::from_utf8(bytes).map_err(|_| {
-        Error::user(
-            SqlState::CHARACTER_NOT_IN_REPERTOIRE,
-            "invalid byte sequence for encoding \"UTF8\"",
-        )
-    })
+    String::from_utf8(bytes)
+        .map(Cow::Owned)
+        .map_err(|_| invalid())
 }
 
 #[cfg(test)]

@@ -53,6 +53,8 @@ pub struct BulkInsert {
     current: Option<Box<PageBuf>>,
     /// Full pages waiting for a block and their WAL record.
     full: Vec<Box<PageBuf>>,
+    /// Page buffers already written, for reuse.
+    spare: Vec<Box<PageBuf>>,
     batch_pages: usize,
     /// Tuple being built (reused).
     scratch: Vec<u8>,
@@ -81,6 +83,7 @@ impl BulkInsert {
             reserve: BLCKSZ * (100 - fillfactor.clamp(10, 100) as usize) / 100,
             current: None,
             full: Vec::with_capacity(batch_pages),
+            spare: Vec::with_capacity(batch_pages),
             batch_pages,
             scratch: Vec::with_capacity(256),
             rows: 0,
@@ -142,7 +145,16 @@ impl BulkInsert {
                 }
             }
         }
-        let p = self.current.get_or_insert_with(new_page);
+        if self.current.is_none() {
+            self.current = Some(match self.spare.pop() {
+                Some(mut p) => {
+                    page::init(&mut p, PageKind::Heap, 0);
+                    p
+                }
+                None => new_page(),
+            });
+        }
+        let p = self.current.as_mut().expect("just set");
         assert!(
             page::fits(p, tuple.len()),
             "bulk tuple does not fit an empty page"
@@ -232,7 +244,7 @@ impl BulkInsert {
             pin.mark_dirty();
         }
         drop(latches);
-        self.full.clear();
+        self.spare.append(&mut self.full);
         Ok(None)
     }
 
