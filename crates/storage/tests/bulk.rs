@@ -328,3 +328,89 @@ fn a_crash_during_a_bulk_load_with_evictions_keeps_all_or_nothing() {
 fn a_crash_during_an_uncommitted_bulk_load_shows_none_of_it() {
     check_all(33, 48, 9, false);
 }
+
+fn keys_of(st: &Arc<Storage>) -> Vec<i32> {
+    let t = begin(st);
+    let info = t.table("t").unwrap();
+    let mut keys = Vec::new();
+    t.scan(&info, &mut |_, r| {
+        keys.push(r[0].as_i64().expect("int4") as i32);
+        Ok(true)
+    })
+    .unwrap();
+    t.rollback();
+    keys
+}
+
+#[test]
+fn a_bulk_load_is_visible_at_its_end_to_itself_and_at_its_commit_to_others() {
+    let fv = FaultVfs::new(FaultConfig::new(34));
+    let dir = Path::new(DIR);
+    Storage::initdb(Arc::new(fv.clone()), dir).unwrap();
+    let st = Storage::open(Arc::new(fv.clone()), dir, config(256)).unwrap();
+    let mut t = begin(&st);
+    t.create_table(table()).unwrap();
+    commit(t);
+
+    // An aborted load leaves no row, and its written pages hold only invisible tuples.
+    let mut t = begin(&st);
+    let info = t.table("t").unwrap();
+    for k in 0..500 {
+        t.insert_bulk(&info, &row(k)).unwrap();
+    }
+    t.finish_bulk().unwrap();
+    t.rollback();
+    assert!(keys_of(&st).is_empty(), "rows of an aborted load");
+
+    let mut t = begin(&st);
+    let info = t.table("t").unwrap();
+    for k in 0..1000 {
+        t.insert_bulk(&info, &row(k)).unwrap();
+    }
+    // A row too large for a page fails like an insert's, and the load goes on.
+    let big = vec![Value::Int4(-1), Value::Text("x".repeat(9000))];
+    let e = t.insert_bulk(&info, &big).unwrap_err();
+    assert_eq!(
+        e.sqlstate,
+        walnut_common::SqlState::PROGRAM_LIMIT_EXCEEDED,
+        "{e}"
+    );
+    assert!(
+        keys_of(&st).is_empty(),
+        "another session sees an uncommitted load"
+    );
+    t.finish_bulk().unwrap();
+    t.new_statement();
+    let mut mine = 0;
+    t.scan(&info, &mut |_, _| {
+        mine += 1;
+        Ok(true)
+    })
+    .unwrap();
+    assert_eq!(
+        mine, 1000,
+        "the loading transaction sees its rows after the load"
+    );
+    // The last, partly filled page takes later rows: one insert extends nothing.
+    let rel_blocks = |st: &Arc<Storage>| {
+        let info = st.catalog.get("t").unwrap();
+        fv.read_file(&Path::new(DIR).join("base").join(info.relfile.0.to_string()))
+            .unwrap()
+            .len()
+    };
+    let before = rel_blocks(&st);
+    t.insert(&info, &row(1000)).unwrap();
+    assert_eq!(
+        rel_blocks(&st),
+        before,
+        "an insert after the load extended the table"
+    );
+    commit(t);
+    let mut keys = keys_of(&st);
+    keys.sort_unstable();
+    assert_eq!(keys, (0..=1000).collect::<Vec<_>>());
+    st.shutdown().unwrap();
+    drop(st);
+    let r = walnut_storage::verify::verify(Arc::new(fv.clone()), dir).unwrap();
+    assert!(r.is_ok(), "verify found problems:\n{r}");
+}
