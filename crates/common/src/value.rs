@@ -215,7 +215,7 @@ impl Value {
                 _ => t.parse().map_err(|_| bad("double precision"))?,
             }),
             DataType::Text | DataType::Varchar(_) | DataType::Char(_) => {
-                Value::Text(s.to_string()).cast(ty)?
+                Value::Text(fit_text(s, ty)?)
             }
             DataType::Timestamp => Value::Timestamp(parse_timestamp(t).ok_or_else(|| {
                 Error::user(
@@ -238,19 +238,8 @@ impl Value {
         }
         if let Value::Text(s) = self {
             return match ty {
-                DataType::Text => Ok(self.clone()),
-                DataType::Varchar(limit) => {
-                    let s = fit_string(s, *limit, ty)?;
-                    Ok(Value::Text(s))
-                }
-                DataType::Char(n) => {
-                    let s = fit_string(s, Some(*n), ty)?;
-                    let len = s.chars().count();
-                    let mut s = s;
-                    for _ in len..*n as usize {
-                        s.push(' ');
-                    }
-                    Ok(Value::Text(s))
+                DataType::Text | DataType::Varchar(_) | DataType::Char(_) => {
+                    Ok(Value::Text(fit_text(s, ty)?))
                 }
                 _ => Value::parse(ty, s),
             };
@@ -336,24 +325,41 @@ impl PartialEq for Value {
     }
 }
 
-fn fit_string(s: &str, limit: Option<u32>, ty: &DataType) -> Result<String> {
-    let Some(n) = limit else {
-        return Ok(s.to_string());
+/// `s` as a value of the string type `ty`: cut to a varchar(n)/char(n) limit if only spaces
+/// are cut, padded with spaces to char(n)'s length; one allocation.
+///
+/// # Errors
+/// 22001 if more than spaces would be cut.
+fn fit_text(s: &str, ty: &DataType) -> Result<String> {
+    let (limit, pad_to) = match ty {
+        DataType::Varchar(limit) => (*limit, None),
+        DataType::Char(n) => (Some(*n), Some(*n as usize)),
+        _ => (None, None),
     };
-    let n = n as usize;
-    match s.char_indices().nth(n) {
-        None => Ok(s.to_string()),
-        Some((cut, _)) => {
-            if s[cut..].chars().all(|c| c == ' ') {
-                Ok(s[..cut].to_string())
-            } else {
-                Err(Error::user(
+    let fitted = match limit {
+        None => s,
+        Some(n) => match s.char_indices().nth(n as usize) {
+            None => s,
+            Some((cut, _)) if s[cut..].chars().all(|c| c == ' ') => &s[..cut],
+            Some(_) => {
+                return Err(Error::user(
                     SqlState::STRING_DATA_RIGHT_TRUNCATION,
                     format!("value too long for type {}", ty.name()),
                 ))
             }
-        }
+        },
+    };
+    let pad = pad_to.map_or(0, |n| n.saturating_sub(fitted.chars().count()));
+    let mut out = String::with_capacity(fitted.len() + pad);
+    out.push_str(fitted);
+    const SPACES: &str = "                                                                ";
+    let mut left = pad;
+    while left > 0 {
+        let k = left.min(SPACES.len());
+        out.push_str(&SPACES[..k]);
+        left -= k;
     }
+    Ok(out)
 }
 
 fn out_of_range(ty: &DataType) -> Error {

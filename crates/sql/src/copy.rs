@@ -2,11 +2,14 @@
 //! separated by the delimiter (tab), `\N` for NULL, backslash escapes, and an optional `\.` end
 //! marker line. Data arrives in arbitrary chunks; complete lines are parsed and inserted as they
 //! arrive, and only the unfinished tail of the last chunk is buffered, so the input is streamed.
+//! Rows go through [`Transaction::insert_bulk`] (the storage engine fills whole pages and logs
+//! them as page images, PostgreSQL's `bulk_write.c`), and [`CopyState::finish`] ends the load.
 
 use crate::errors::undefined_table;
 use crate::exec::{check_cancel, check_not_null};
 use crate::plan::CopyPlan;
 use crate::storage::Transaction;
+use std::borrow::Cow;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use walnut_common::{Error, Result, SqlState, TableDef, Value};
@@ -117,7 +120,7 @@ impl CopyState {
             let line = std::mem::take(&mut self.partial);
             self.line_done(txn, &line)?;
         }
-        Ok(())
+        txn.finish_bulk()
     }
 
     fn line_done(&mut self, txn: &mut dyn Transaction, line: &[u8]) -> Result<()> {
@@ -160,7 +163,7 @@ impl CopyState {
             return Err(bad_copy("extra data after last expected column"));
         }
         check_not_null(def, &row)?;
-        txn.insert(&def.name, row)?;
+        txn.insert_bulk(&def.name, row)?;
         self.rows += 1;
         Ok(())
     }
@@ -194,10 +197,19 @@ fn split_fields(line: &[u8], delim: u8) -> impl Iterator<Item = &[u8]> {
 
 /// Decodes text-format escapes: `\b \f \n \r \t \v \\`, octal `\123`, hex `\x41`; any other
 /// escaped byte stands for itself.
-fn unescape(raw: &[u8]) -> Result<String> {
-    let bytes = if !raw.contains(&b'\\') {
-        raw.to_vec()
-    } else {
+fn unescape(raw: &[u8]) -> Result<Cow<'_, str>> {
+    let invalid = || {
+        Error::user(
+            SqlState::CHARACTER_NOT_IN_REPERTOIRE,
+            "invalid byte sequence for encoding \"UTF8\"",
+        )
+    };
+    if !raw.contains(&b'\\') {
+        return std::str::from_utf8(raw)
+            .map(Cow::Borrowed)
+            .map_err(|_| invalid());
+    }
+    let bytes = {
         let mut out = Vec::with_capacity(raw.len());
         let mut i = 0;
         while i < raw.len() {
@@ -241,12 +253,9 @@ fn unescape(raw: &[u8]) -> Result<String> {
         }
         out
     };
-    String::from_utf8(bytes).map_err(|_| {
-        Error::user(
-            SqlState::CHARACTER_NOT_IN_REPERTOIRE,
-            "invalid byte sequence for encoding \"UTF8\"",
-        )
-    })
+    String::from_utf8(bytes)
+        .map(Cow::Owned)
+        .map_err(|_| invalid())
 }
 
 #[cfg(test)]

@@ -39,6 +39,7 @@ impl Engine for StorageEngine {
         // A reload of the catalog cache after an earlier commit may have failed.
         self.storage.catalog.refresh_if_stale(&self.storage)?;
         Ok(Box::new(TxnAdapter {
+            bulk_table: None,
             txn: Some(Txn::begin(self.storage.clone(), cancel)),
         }))
     }
@@ -180,6 +181,9 @@ impl Engine for StorageEngine {
 
 struct TxnAdapter {
     txn: Option<Txn>,
+    /// The table of the bulk load in progress, looked up once per statement rather than per
+    /// row (no DDL runs inside a COPY or an INSERT ... SELECT).
+    bulk_table: Option<Arc<walnut_storage::catalog::TableInfo>>,
 }
 
 impl TxnAdapter {
@@ -209,6 +213,7 @@ fn outcome(w: RowWrite) -> WriteOutcome {
 
 impl Transaction for TxnAdapter {
     fn new_statement(&mut self) {
+        self.bulk_table = None;
         self.t().new_statement();
     }
 
@@ -237,12 +242,28 @@ impl Transaction for TxnAdapter {
         self.t().insert(&info, &row)
     }
 
+    fn insert_bulk(&mut self, table: &str, row: Vec<Value>) -> Result<()> {
+        let info = match self.bulk_table.take() {
+            Some(info) if info.def.name == table => info,
+            _ => self.info(table)?,
+        };
+        let r = self.t().insert_bulk(&info, &row);
+        self.bulk_table = Some(info);
+        r
+    }
+
+    fn finish_bulk(&mut self) -> Result<()> {
+        self.bulk_table = None;
+        self.t().finish_bulk()
+    }
+
     fn scan(
         &mut self,
         table: &str,
         visit: &mut dyn FnMut(Tid, Vec<Value>) -> Result<ScanControl>,
     ) -> Result<()> {
         let info = self.info(table)?;
+        self.t().finish_bulk()?;
         self.t().scan(&info, &mut |tid, row| {
             Ok(visit(tid, row)? == ScanControl::Continue)
         })
@@ -256,6 +277,7 @@ impl Transaction for TxnAdapter {
         visit: &mut dyn FnMut(Tid, Vec<Value>) -> Result<ScanControl>,
     ) -> Result<()> {
         let info = self.info(table)?;
+        self.t().finish_bulk()?;
         self.t().index_scan(&info, lo, hi, &mut |tid, row| {
             Ok(visit(tid, row)? == ScanControl::Continue)
         })

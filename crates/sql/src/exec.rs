@@ -601,17 +601,21 @@ pub(crate) fn run_insert(
                     for e in &sel.outputs {
                         vals.push(e.eval(&row, &ctx)?);
                     }
-                    txn.insert(&def.name, build_row(def, &plan.targets, vals)?)?;
+                    txn.insert_bulk(&def.name, build_row(def, &plan.targets, vals)?)?;
                     n += 1;
                     Ok(ScanControl::Continue)
                 })?;
             } else {
+                // The rows are all read before the first is inserted, so the load cannot see
+                // its own rows.
                 for vals in run_select(txn, sel, ec)? {
                     ec.check_cancel()?;
-                    txn.insert(&def.name, build_row(def, &plan.targets, vals)?)?;
+                    txn.insert_bulk(&def.name, build_row(def, &plan.targets, vals)?)?;
                     n += 1;
                 }
             }
+            // INSERT ... SELECT loads like COPY: whole pages logged as images.
+            txn.finish_bulk()?;
         }
     }
     Ok(n)

@@ -108,6 +108,25 @@ pub trait Transaction: Send {
     /// progress (then 23505 if it committed).
     fn insert(&mut self, table: &str, row: Vec<Value>) -> Result<()>;
 
+    /// Inserts a row as part of a bulk load (COPY FROM). The row may stay out of the table
+    /// until [`Transaction::finish_bulk`], which the caller must call when the load ends
+    /// (any other operation of the transaction, and its commit, end it first too). The
+    /// default is [`Transaction::insert`].
+    ///
+    /// # Errors
+    /// As [`Transaction::insert`]; 53100 and I/O errors of writing earlier rows of the load.
+    fn insert_bulk(&mut self, table: &str, row: Vec<Value>) -> Result<()> {
+        self.insert(table, row)
+    }
+
+    /// Ends a bulk load: every row given to [`Transaction::insert_bulk`] is in the table.
+    ///
+    /// # Errors
+    /// 53100 if the disk is full; I/O errors. The transaction must then abort.
+    fn finish_bulk(&mut self) -> Result<()> {
+        Ok(())
+    }
+
     /// Full scan: calls `visit` with every row visible to this statement, in physical order.
     ///
     /// # Errors

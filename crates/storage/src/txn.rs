@@ -7,7 +7,7 @@
 //! 4. maintain the primary-key index (insert, or point the entry at the new version);
 //! 5. at commit: commit record, flush (group commit), then publish visibility and wake waiters.
 
-use crate::btree::{self, Existing, InsertOutcome};
+use crate::btree::{self, Existing, InsertOutcome, SortedEntries};
 use crate::catalog::{self, TableInfo};
 use crate::heap::{self, WriteCheck};
 use crate::recovery::encode_rel_list;
@@ -48,6 +48,10 @@ pub struct Txn {
     overlay: HashMap<String, Option<Arc<TableInfo>>>,
     created: Vec<RelFileId>,
     drop_at_commit: Vec<RelFileId>,
+    /// A bulk load in progress (COPY): rows not yet in the relation (see `heap::BulkInsert`).
+    bulk: Option<heap::BulkInsert>,
+    /// Row bytes being encoded (reused by bulk loads).
+    row_scratch: Vec<u8>,
     finished: bool,
 }
 
@@ -70,6 +74,8 @@ impl Txn {
             overlay: HashMap::new(),
             created: Vec::new(),
             drop_at_commit: Vec::new(),
+            bulk: None,
+            row_scratch: Vec::new(),
             finished: false,
         }
     }
@@ -106,7 +112,7 @@ impl Txn {
         self.table(name).ok_or_else(|| no_table(name))
     }
 
-    fn new_index(&mut self, xid: Xid, entries: &[(Vec<u8>, Tid)]) -> Result<RelFileId> {
+    fn new_index(&mut self, xid: Xid, entries: &dyn btree::SortedEntries) -> Result<RelFileId> {
         let idx = self.st.create_relation()?;
         self.created.push(idx);
         let rel = self.st.smgr.open(idx)?;
@@ -140,6 +146,7 @@ impl Txn {
     /// # Errors
     /// 42P07 if the name is taken; I/O errors.
     pub fn create_table(&mut self, def: TableDef) -> Result<()> {
+        self.finish_bulk()?;
         if self.table(&def.name).is_some() {
             return Err(Error::user(
                 SqlState::DUPLICATE_TABLE,
@@ -159,7 +166,7 @@ impl Txn {
         let relfile = self.st.create_relation()?;
         self.created.push(relfile);
         let index = if def.primary_key.is_some() {
-            Some(self.new_index(xid, &[])?)
+            Some(self.new_index(xid, &Vec::new())?)
         } else {
             None
         };
@@ -181,6 +188,7 @@ impl Txn {
     /// # Errors
     /// 42P01 if missing.
     pub fn drop_table(&mut self, name: &str) -> Result<()> {
+        self.finish_bulk()?;
         let info = self.table_or_err(name)?;
         let xid = self.xid();
         let cat = self.st.smgr.open(RelFileId::CATALOG)?;
@@ -202,12 +210,13 @@ impl Txn {
     /// # Errors
     /// 42P01 if missing.
     pub fn truncate(&mut self, name: &str) -> Result<()> {
+        self.finish_bulk()?;
         let info = self.table_or_err(name)?;
         let xid = self.xid();
         let relfile = self.st.create_relation()?;
         self.created.push(relfile);
         let index = if info.index.is_some() {
-            Some(self.new_index(xid, &[])?)
+            Some(self.new_index(xid, &Vec::new())?)
         } else {
             None
         };
@@ -228,6 +237,7 @@ impl Txn {
     /// # Errors
     /// 42P16 if a primary key exists, 23502 for NULL keys, 23505 for duplicates.
     pub fn add_primary_key(&mut self, name: &str, cols: Vec<usize>) -> Result<()> {
+        self.finish_bulk()?;
         let info = self.table_or_err(name)?;
         if info.def.primary_key.is_some() {
             return Err(Error::user(
@@ -236,37 +246,22 @@ impl Txn {
             ));
         }
         let xid = self.xid();
-        let mut entries = Vec::new();
         let def = info.def.clone();
-        let mut null_col = None;
-        self.scan(&info, &mut |tid, row| {
-            if let Some(&c) = cols.iter().find(|&&c| row[c].is_null()) {
-                null_col = Some(c);
-                return Ok(false);
-            }
-            let key: Vec<Value> = cols.iter().map(|&c| row[c].clone()).collect();
-            entries.push((encode_key(&key), tid, key));
-            Ok(true)
-        })?;
-        if let Some(c) = null_col {
-            return Err(Error::user(
-                SqlState::NOT_NULL_VIOLATION,
-                format!(
-                    "column \"{}\" of relation \"{name}\" contains null values",
-                    def.columns[c].name
-                ),
-            ));
-        }
-        entries.sort_by(|a, b| a.0.cmp(&b.0));
-        if let Some(w) = entries.windows(2).find(|w| w[0].0 == w[1].0) {
+        let keys = self.sorted_keys(&info, &cols)?;
+        if let Some(i) = (1..keys.count()).find(|&i| keys.key(i - 1) == keys.key(i)) {
+            let rel = self.st.smgr.open(info.relfile)?;
+            let row = decode_row(
+                &def.types(),
+                &heap::fetch(&self.st, &rel, keys.tid(i))?.data,
+            )?;
+            let values: Vec<Value> = cols.iter().map(|&c| row[c].clone()).collect();
             return Err(Error::user(
                 SqlState::UNIQUE_VIOLATION,
                 format!("could not create unique index \"{}\"", info.index_name()),
             )
-            .with_detail(format!("{} is duplicated.", key_text(&def, &cols, &w[0].2))));
+            .with_detail(format!("{} is duplicated.", key_text(&def, &cols, &values))));
         }
-        let pairs: Vec<(Vec<u8>, Tid)> = entries.into_iter().map(|(k, t, _)| (k, t)).collect();
-        let index = self.new_index(xid, &pairs)?;
+        let index = self.new_index(xid, &keys)?;
         let mut newdef = (*def).clone();
         for &c in &cols {
             newdef.columns[c].not_null = true;
@@ -282,6 +277,49 @@ impl Txn {
         Ok(())
     }
 
+    /// The encoded keys of columns `cols` of every row visible to this statement, with their
+    /// TIDs, sorted (PostgreSQL's `tuplesort` for `nbtsort.c`). Only the columns up to the last
+    /// key column are decoded; the keys share one buffer.
+    ///
+    /// # Errors
+    /// 23502 if a key column is NULL; I/O, corruption and cancellation errors.
+    fn sorted_keys(&self, info: &TableInfo, cols: &[usize]) -> Result<KeyArena> {
+        let rel = self.st.smgr.open(info.relfile)?;
+        let types = info.def.types();
+        let upto = cols.iter().max().map_or(0, |&c| c + 1);
+        let mut keys = KeyArena::default();
+        let mut null_col = None;
+        for b in 0..rel.nblocks.load(Ordering::Acquire) {
+            self.check_cancel()?;
+            heap::visit_block(
+                &self.st,
+                &rel,
+                BlockNumber(b),
+                &self.snap,
+                &mut |tid, bytes| {
+                    let row = decode_row(&types[..upto], bytes)?;
+                    if let Some(&c) = cols.iter().find(|&&c| row[c].is_null()) {
+                        null_col.get_or_insert(c);
+                        return Ok(());
+                    }
+                    keys.push(cols.iter().map(|&c| &row[c]), tid);
+                    Ok(())
+                },
+            )?;
+            if let Some(c) = null_col {
+                return Err(Error::user(
+                    SqlState::NOT_NULL_VIOLATION,
+                    format!(
+                        "column \"{}\" of relation \"{}\" contains null values",
+                        info.def.columns[c].name, info.def.name
+                    ),
+                ));
+            }
+        }
+        keys.sort();
+        Ok(keys)
+    }
+
     fn key_of(info: &TableInfo, row: &[Value]) -> Option<Vec<u8>> {
         let pk = info.def.primary_key.as_ref()?;
         let key: Vec<Value> = pk.iter().map(|&c| row[c].clone()).collect();
@@ -293,6 +331,7 @@ impl Txn {
     /// # Errors
     /// 23505 on a duplicate primary key; 53100 if the WAL cannot get space (nothing changed).
     pub fn insert(&mut self, info: &TableInfo, row: &[Value]) -> Result<()> {
+        self.finish_bulk()?;
         self.st.wal().check_space(ROW_WAL_BOUND)?;
         let xid = self.xid();
         let rel = self.st.smgr.open(info.relfile)?;
@@ -337,6 +376,57 @@ impl Txn {
         }
     }
 
+    /// Inserts a row as part of a bulk load (COPY FROM): into a table without a primary key
+    /// the row goes to a private page that enters the relation, with others, as a full-page
+    /// image (`heap::BulkInsert`; DESIGN.md, "Bulk load"); into a table with one it is
+    /// [`Txn::insert`]. The rows become part of the relation at [`Txn::finish_bulk`], which
+    /// every other operation of this transaction, and its commit, calls first; until then not
+    /// even this transaction sees them.
+    ///
+    /// # Errors
+    /// 54000 for a row larger than a page; 53100 if the WAL or the table's disk is full; I/O
+    /// errors.
+    pub fn insert_bulk(&mut self, info: &TableInfo, row: &[Value]) -> Result<()> {
+        if info.index.is_some() {
+            self.finish_bulk()?;
+            return self.insert(info, row);
+        }
+        if self
+            .bulk
+            .as_ref()
+            .is_some_and(|b| b.relation().id != info.relfile)
+        {
+            self.finish_bulk()?;
+        }
+        let xid = self.xid();
+        if self.bulk.is_none() {
+            let rel = self.st.smgr.open(info.relfile)?;
+            self.bulk = Some(heap::BulkInsert::new(
+                &self.st,
+                rel,
+                xid,
+                info.def.fillfactor,
+            ));
+        }
+        let bulk = self.bulk.as_mut().expect("just set");
+        assert_eq!(bulk.xid(), xid, "bulk load of another transaction");
+        self.row_scratch.clear();
+        encode_row(row, &mut self.row_scratch);
+        bulk.add(&self.st, &self.row_scratch)
+    }
+
+    /// Ends a bulk load, if one is in progress: its last rows enter the relation.
+    ///
+    /// # Errors
+    /// As [`Txn::insert_bulk`]; the load's pages not yet written are dropped, and the
+    /// transaction must abort.
+    pub fn finish_bulk(&mut self) -> Result<()> {
+        match self.bulk.take() {
+            Some(b) => b.finish(&self.st).map(|_| ()),
+            None => Ok(()),
+        }
+    }
+
     /// Full scan; `visit` returns false to stop.
     ///
     /// # Errors
@@ -346,6 +436,9 @@ impl Txn {
         info: &TableInfo,
         visit: &mut dyn FnMut(Tid, Vec<Value>) -> Result<bool>,
     ) -> Result<()> {
+        if self.bulk.is_some() {
+            return Err(Error::internal("a scan while a bulk load is in progress"));
+        }
         let rel = self.st.smgr.open(info.relfile)?;
         let types = info.def.types();
         let n = rel.nblocks.load(Ordering::Acquire);
@@ -407,6 +500,7 @@ impl Txn {
         mut tid: Tid,
         new_row: Option<&[Value]>,
     ) -> Result<RowWrite> {
+        self.finish_bulk()?;
         self.st.wal().check_space(ROW_WAL_BOUND)?;
         let xid = self.xid();
         let rel = self.st.smgr.open(info.relfile)?;
@@ -509,6 +603,9 @@ impl Txn {
     /// 53100 if the WAL disk is full (step 1; nothing was committed). Once the record is
     /// inserted nothing fails the commit: a failed WAL write or fsync is a PANIC.
     pub fn commit(mut self, opts: &CommitOpts) -> Result<CommitOutcome> {
+        // A load's last pages enter the relation before the commit record (on failure `Drop`
+        // aborts).
+        self.finish_bulk()?;
         if self.xid.is_valid() {
             // On a full disk the commit fails here, before its record, and `Drop` aborts.
             self.st.wal().check_space(COMMIT_WAL_BOUND)?;
@@ -575,6 +672,8 @@ impl Txn {
     }
 
     fn abort_inner(&mut self) {
+        // Rows of a load not yet written are simply forgotten.
+        self.bulk = None;
         if self.finished {
             return;
         }
@@ -669,4 +768,59 @@ fn existing_state(
         });
     }
     Err(Error::corruption("version chain does not end"))
+}
+
+/// Encoded keys with their TIDs, in one buffer: what an index build sorts. Each entry keeps
+/// its key's first 8 bytes as a big-endian integer, so most comparisons touch no buffer.
+#[derive(Default)]
+struct KeyArena {
+    bytes: Vec<u8>,
+    /// (first 8 key bytes, zero-padded, big-endian; offset; length; TID).
+    entries: Vec<(u64, u32, u32, Tid)>,
+}
+
+impl KeyArena {
+    fn push<'a>(&mut self, values: impl Iterator<Item = &'a Value>, tid: Tid) {
+        let off = self.bytes.len();
+        for v in values {
+            walnut_common::value::encode_key_part(v, &mut self.bytes);
+        }
+        let key = &self.bytes[off..];
+        let mut prefix = [0u8; 8];
+        let n = key.len().min(8);
+        prefix[..n].copy_from_slice(&key[..n]);
+        let off = u32::try_from(off).expect("index build keys under 4 GiB");
+        self.entries
+            .push((u64::from_be_bytes(prefix), off, key.len() as u32, tid));
+    }
+
+    fn slice(&self, e: &(u64, u32, u32, Tid)) -> &[u8] {
+        &self.bytes[e.1 as usize..(e.1 + e.2) as usize]
+    }
+
+    /// Sorts by key (a table loaded in key order is checked in one pass and not sorted).
+    fn sort(&mut self) {
+        let cmp = |a: &(u64, u32, u32, Tid), b: &(u64, u32, u32, Tid)| {
+            a.0.cmp(&b.0).then_with(|| self.slice(a).cmp(self.slice(b)))
+        };
+        if self.entries.windows(2).all(|w| cmp(&w[0], &w[1]).is_le()) {
+            return;
+        }
+        let mut entries = std::mem::take(&mut self.entries);
+        entries
+            .sort_unstable_by(|a, b| a.0.cmp(&b.0).then_with(|| self.slice(a).cmp(self.slice(b))));
+        self.entries = entries;
+    }
+}
+
+impl btree::SortedEntries for KeyArena {
+    fn count(&self) -> usize {
+        self.entries.len()
+    }
+    fn key(&self, i: usize) -> &[u8] {
+        self.slice(&self.entries[i])
+    }
+    fn tid(&self, i: usize) -> Tid {
+        self.entries[i].3
+    }
 }

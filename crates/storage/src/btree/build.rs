@@ -1,9 +1,15 @@
-//! The bulk build of a new index from sorted entries: packed leaves, internal levels above them,
-//! the meta page last; each page logged as one `BTREE_NEWPAGE` full-page image.
+//! The bulk build of a new index from sorted entries, bottom-up as PostgreSQL's `nbtsort.c`:
+//! packed leaves, internal levels above them, the meta page last. Pages are built in private
+//! memory and enter the relation in batches of up to [`BUILD_BATCH_PAGES`], each batch one
+//! `BTREE_NEWPAGE` record of full-page images (PostgreSQL 17's `bulk_write.c`).
+//!
+//! Crash safety needs nothing more: the index relation is new, created by the building
+//! transaction, and named by the catalog only once that transaction commits; a crash before
+//! the commit leaves an orphan file (removed by the abort's redo, or listed by `verify`), and
+//! a crash after it finds every page image in the WAL before the commit record.
 
 use super::{
-    init_node, make_item, set_links, BTREE_NEWPAGE, BUILD_FILL, MAX_KEY_SIZE, RM_BTREE,
-    SPECIAL_SIZE,
+    init_node, set_links, BTREE_NEWPAGE, BUILD_FILL, MAX_KEY_SIZE, RM_BTREE, SPECIAL_SIZE,
 };
 use crate::bufpool::ReadMode;
 use crate::page::{self, PageBuf, PageKind};
@@ -13,132 +19,287 @@ use std::sync::atomic::Ordering;
 use walnut_common::{BlockNumber, Error, Result, SqlState, Tid, Xid, BLCKSZ};
 use walnut_wal::{BlockRef, Record};
 
-/// Builds an index from `entries` sorted by key with no duplicates (checked by the caller):
-/// meta page, packed leaves, internal levels. Every page is logged as a full-page image.
+/// Most pages one `BTREE_NEWPAGE` record of a build carries (PostgreSQL's `XLR_MAX_BLOCK_ID`).
+pub const BUILD_BATCH_PAGES: usize = 32;
+
+// A record holds at most 255 block references.
+const _: () = assert!(BUILD_BATCH_PAGES <= u8::MAX as usize);
+
+/// The entries of an index build, sorted by key: `key(i)` strictly ascending, each with the
+/// TID of its heap tuple.
+pub trait SortedEntries {
+    /// Number of entries.
+    fn count(&self) -> usize;
+    /// Key of entry `i` (memcomparable encoding).
+    fn key(&self, i: usize) -> &[u8];
+    /// TID of entry `i`.
+    fn tid(&self, i: usize) -> Tid;
+}
+
+impl SortedEntries for Vec<(Vec<u8>, Tid)> {
+    fn count(&self) -> usize {
+        self.len()
+    }
+    fn key(&self, i: usize) -> &[u8] {
+        &self[i].0
+    }
+    fn tid(&self, i: usize) -> Tid {
+        self[i].1
+    }
+}
+
+/// One level's items: key and value bytes (a TID on leaves, a child block above).
+trait LevelItems {
+    fn count(&self) -> usize;
+    fn key(&self, i: usize) -> &[u8];
+    /// Writes the value of item `i` into `out`.
+    fn value(&self, i: usize, out: &mut Vec<u8>);
+}
+
+struct Leaves<'a>(&'a dyn SortedEntries);
+
+impl LevelItems for Leaves<'_> {
+    fn count(&self) -> usize {
+        self.0.count()
+    }
+    fn key(&self, i: usize) -> &[u8] {
+        self.0.key(i)
+    }
+    fn value(&self, i: usize, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.0.tid(i).to_bytes());
+    }
+}
+
+/// Downlinks: each child's first key and block.
+struct Downlinks(Vec<(Vec<u8>, BlockNumber)>);
+
+impl LevelItems for Downlinks {
+    fn count(&self) -> usize {
+        self.0.len()
+    }
+    fn key(&self, i: usize) -> &[u8] {
+        &self.0[i].0
+    }
+    fn value(&self, i: usize, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.0[i].1 .0.to_le_bytes());
+    }
+}
+
+/// Builds an index from `entries` sorted by key with no duplicates (checked by the caller;
+/// asserted): meta page, packed leaves, internal levels. Every page is logged as a full-page
+/// image, [`BUILD_BATCH_PAGES`] pages to a record.
 ///
 /// # Errors
-/// I/O errors.
-pub fn build(st: &Storage, rel: &Relation, xid: Xid, entries: &[(Vec<u8>, Tid)]) -> Result<()> {
-    let limit = (BLCKSZ - page::PAGE_HEADER_SIZE - SPECIAL_SIZE) * BUILD_FILL / 100;
-    let alloc = || -> Result<BlockNumber> {
-        let _e = rel.extend_lock.lock();
-        st.smgr.extend(rel)
-    };
-    assert!(
-        entries.windows(2).all(|w| w[0].0 < w[1].0),
-        "index build from entries not strictly ascending"
-    );
-    assert!(
-        entries.iter().all(|(_, t)| t.is_valid()),
-        "index build from an invalid TID"
-    );
-    // Keys come from the table's rows: too long is the user's error, not a bug. (Splits rely
-    // on items of at most MAX_ITEM_SIZE bytes.)
-    if let Some((k, _)) = entries.iter().find(|(k, _)| k.len() > MAX_KEY_SIZE) {
-        return Err(Error::user(
-            SqlState::PROGRAM_LIMIT_EXCEEDED,
-            format!(
-                "index row size {} exceeds maximum {MAX_KEY_SIZE} for an index",
-                k.len()
-            ),
-        ));
+/// 54000 for a key over [`MAX_KEY_SIZE`] bytes; I/O errors (53100 for a full disk).
+pub fn build(st: &Storage, rel: &Relation, xid: Xid, entries: &dyn SortedEntries) -> Result<()> {
+    let n = entries.count();
+    for i in 0..n {
+        assert!(
+            i == 0 || entries.key(i - 1) < entries.key(i),
+            "index build from entries not strictly ascending"
+        );
+        assert!(entries.tid(i).is_valid(), "index build from an invalid TID");
+        // Keys come from the table's rows: too long is the user's error, not a bug. (Splits
+        // rely on items of at most MAX_ITEM_SIZE bytes.)
+        let k = entries.key(i);
+        if k.len() > MAX_KEY_SIZE {
+            return Err(Error::user(
+                SqlState::PROGRAM_LIMIT_EXCEEDED,
+                format!(
+                    "index row size {} exceeds maximum {MAX_KEY_SIZE} for an index",
+                    k.len()
+                ),
+            ));
+        }
     }
+    // A batch pins its pages all at once: keep it a small share of the pool.
+    let batch_pages = (st.pool.len() / 16).clamp(1, BUILD_BATCH_PAGES);
+    let mut w = Writer {
+        st,
+        rel,
+        xid,
+        batch: Vec::with_capacity(batch_pages),
+        batch_pages,
+    };
     // The meta page is block 0.
-    let meta_block = alloc()?;
+    let meta_block = w.alloc(1)?;
     assert_eq!(
         meta_block,
         BlockNumber(0),
         "index build into a non-empty relation"
     );
-    // Level by level: (first key, block) of each page built.
-    let mut level_items: Vec<(Vec<u8>, Vec<u8>)> = entries
-        .iter()
-        .map(|(k, t)| (k.clone(), t.to_bytes().to_vec()))
-        .collect();
+    let mut downlinks = build_level(&mut w, &Leaves(entries), 0)?;
     let mut lvl = 0u16;
-    loop {
-        // Group items into pages.
-        let mut groups: Vec<Vec<(Vec<u8>, Vec<u8>)>> = vec![Vec::new()];
-        let mut used = 0;
-        for it in level_items {
-            let sz = 2 + it.0.len() + it.1.len() + page::LINE_POINTER_SIZE;
-            if used + sz > limit && !groups.last().expect("group").is_empty() {
-                groups.push(Vec::new());
-                used = 0;
-            }
-            used += sz;
-            groups.last_mut().expect("group").push(it);
-        }
-        let blocks: Vec<BlockNumber> = groups.iter().map(|_| alloc()).collect::<Result<_>>()?;
-        let mut next_level = Vec::new();
-        for (gi, g) in groups.iter().enumerate() {
-            let mut p: Box<PageBuf> = vec![0u8; BLCKSZ]
-                .into_boxed_slice()
-                .try_into()
-                .expect("BLCKSZ");
-            init_node(&mut p, lvl);
-            set_links(
-                &mut p,
-                blocks.get(gi + 1).copied(),
-                gi.checked_sub(1).map(|i| blocks[i]),
-            );
-            let high = groups
-                .get(gi + 1)
-                .map(|n| n[0].0.clone())
-                .unwrap_or_default();
-            page::add_item(&mut p, 0, &make_item(&high, &[]));
-            for (j, (k, v)) in g.iter().enumerate() {
-                let k: &[u8] = if lvl > 0 && j == 0 { &[] } else { k };
-                page::add_item(&mut p, j + 1, &make_item(k, v));
-            }
-            write_new_page(st, rel, xid, blocks[gi], &p)?;
-            next_level.push((
-                g.first().map(|x| x.0.clone()).unwrap_or_default(),
-                blocks[gi].0.to_le_bytes().to_vec(),
-            ));
-        }
-        if blocks.len() == 1 {
-            let mut m: Box<PageBuf> = vec![0u8; BLCKSZ]
-                .into_boxed_slice()
-                .try_into()
-                .expect("BLCKSZ");
-            page::init(&mut m, PageKind::BTreeMeta, 0);
-            m[24..28].copy_from_slice(&blocks[0].0.to_le_bytes());
-            m[28..32].copy_from_slice(&(lvl as u32).to_le_bytes());
-            write_new_page(st, rel, xid, meta_block, &m)?;
-            rel.btree_root.store(blocks[0].0, Ordering::Release);
-            return Ok(());
-        }
-        level_items = next_level;
+    while downlinks.len() > 1 {
         lvl += 1;
+        downlinks = build_level(&mut w, &Downlinks(downlinks), lvl)?;
     }
+    let root = downlinks[0].1;
+    let mut m = blank();
+    page::init(&mut m, PageKind::BTreeMeta, 0);
+    m[24..28].copy_from_slice(&root.0.to_le_bytes());
+    m[28..32].copy_from_slice(&(lvl as u32).to_le_bytes());
+    w.push(meta_block, m)?;
+    w.flush()?;
+    rel.btree_root.store(root.0, Ordering::Release);
+    Ok(())
 }
 
-fn write_new_page(
-    st: &Storage,
-    rel: &Relation,
+fn blank() -> Box<PageBuf> {
+    vec![0u8; BLCKSZ]
+        .into_boxed_slice()
+        .try_into()
+        .expect("BLCKSZ")
+}
+
+/// Packs one level's items into pages (at least one, empty if there are no items), writes
+/// them, and returns the downlinks for the level above: each page's first key and block.
+fn build_level(
+    w: &mut Writer<'_>,
+    items: &dyn LevelItems,
+    lvl: u16,
+) -> Result<Vec<(Vec<u8>, BlockNumber)>> {
+    let limit = (BLCKSZ - page::PAGE_HEADER_SIZE - SPECIAL_SIZE) * BUILD_FILL / 100;
+    let val_len = if lvl == 0 { Tid::SIZE } else { 4 };
+    // Page boundaries: starts[g] is the first item of page g.
+    let mut starts = vec![0usize];
+    let mut used = 0;
+    for i in 0..items.count() {
+        let sz = 2 + items.key(i).len() + val_len + page::LINE_POINTER_SIZE;
+        if used + sz > limit && i > *starts.last().expect("a page") {
+            starts.push(i);
+            used = 0;
+        }
+        used += sz;
+    }
+    let pages = starts.len();
+    let first = w.alloc(pages)?;
+    let block = |g: usize| BlockNumber(first.0 + g as u32);
+    let mut out = Vec::with_capacity(pages);
+    let mut item = Vec::with_capacity(64);
+    for g in 0..pages {
+        let (lo, hi) = (
+            starts[g],
+            starts.get(g + 1).copied().unwrap_or(items.count()),
+        );
+        let mut p = blank();
+        init_node(&mut p, lvl);
+        set_links(
+            &mut p,
+            (g + 1 < pages).then(|| block(g + 1)),
+            g.checked_sub(1).map(block),
+        );
+        // High key: the next page's first key (none on the rightmost page).
+        item.clear();
+        let high: &[u8] = if hi < items.count() {
+            items.key(hi)
+        } else {
+            &[]
+        };
+        item.extend_from_slice(&(high.len() as u16).to_le_bytes());
+        item.extend_from_slice(high);
+        page::add_item(&mut p, 0, &item);
+        for i in lo..hi {
+            // The first downlink of an internal page has an empty key (minus infinity).
+            let k: &[u8] = if lvl > 0 && i == lo {
+                &[]
+            } else {
+                items.key(i)
+            };
+            item.clear();
+            item.extend_from_slice(&(k.len() as u16).to_le_bytes());
+            item.extend_from_slice(k);
+            items.value(i, &mut item);
+            page::add_item(&mut p, i - lo + 1, &item);
+        }
+        out.push((
+            if lo < hi {
+                items.key(lo).to_vec()
+            } else {
+                Vec::new()
+            },
+            block(g),
+        ));
+        w.push(block(g), p)?;
+    }
+    Ok(out)
+}
+
+/// Writes built pages into the new relation, [`BUILD_BATCH_PAGES`] to a WAL record.
+struct Writer<'a> {
+    st: &'a Storage,
+    rel: &'a Relation,
     xid: Xid,
-    block: BlockNumber,
-    img: &PageBuf,
-) -> Result<()> {
-    let pin = st.pool.pin(rel, block, ReadMode::Zero)?;
-    let mut p = pin.write();
-    p.copy_from_slice(img);
-    let (_, end) = st.wal().insert(&mut |_redo| Record {
-        rmgr: RM_BTREE,
-        info: BTREE_NEWPAGE,
-        xid,
-        flags: 0,
-        blocks: vec![BlockRef {
-            rel: rel.id,
-            block,
-            will_init: true,
-            image: Some(img.to_vec()),
-            data: vec![],
-        }],
-        main_data: vec![],
-    })?;
-    page::set_lsn(&mut p, end);
-    pin.mark_dirty();
-    Ok(())
+    batch: Vec<(BlockNumber, Box<PageBuf>)>,
+    batch_pages: usize,
+}
+
+impl Writer<'_> {
+    /// Allocates `n` consecutive blocks (the relation is new and only this build extends it);
+    /// returns the first.
+    fn alloc(&mut self, n: usize) -> Result<BlockNumber> {
+        let _e = self.rel.extend_lock.lock();
+        let first = self.st.smgr.extend(self.rel)?;
+        for i in 1..n {
+            let b = self.st.smgr.extend(self.rel)?;
+            assert_eq!(
+                b.0,
+                first.0 + i as u32,
+                "index build blocks not consecutive"
+            );
+        }
+        Ok(first)
+    }
+
+    fn push(&mut self, block: BlockNumber, img: Box<PageBuf>) -> Result<()> {
+        self.batch.push((block, img));
+        if self.batch.len() >= self.batch_pages {
+            self.flush()?;
+        }
+        Ok(())
+    }
+
+    /// Step by step as every page change: pin (zeroed: new blocks), latch, copy the image,
+    /// one WAL record for the batch, page LSNs, dirty, unlatch.
+    fn flush(&mut self) -> Result<()> {
+        if self.batch.is_empty() {
+            return Ok(());
+        }
+        let (st, rel) = (self.st, self.rel);
+        let pins = self
+            .batch
+            .iter()
+            .map(|(b, _)| st.pool.pin(rel, *b, ReadMode::Zero))
+            .collect::<Result<Vec<_>>>()?;
+        let mut latches: Vec<_> = pins.iter().map(|p| p.write()).collect();
+        for (l, (_, img)) in latches.iter_mut().zip(&self.batch) {
+            l.copy_from_slice(&img[..]);
+        }
+        let batch = &self.batch;
+        let xid = self.xid;
+        let (_, end) = st.wal().insert(&mut |_redo| Record {
+            rmgr: RM_BTREE,
+            info: BTREE_NEWPAGE,
+            xid,
+            flags: 0,
+            blocks: batch
+                .iter()
+                .map(|(block, img)| BlockRef {
+                    rel: rel.id,
+                    block: *block,
+                    will_init: true,
+                    image: Some(img.to_vec()),
+                    data: vec![],
+                })
+                .collect(),
+            main_data: vec![],
+        })?;
+        for (l, pin) in latches.iter_mut().zip(&pins) {
+            page::set_lsn(l, end);
+            pin.mark_dirty();
+        }
+        drop(latches);
+        self.batch.clear();
+        Ok(())
+    }
 }

@@ -59,7 +59,7 @@ mod split;
 #[cfg(test)]
 mod tests;
 
-pub use build::build;
+pub use build::{build, SortedEntries, BUILD_BATCH_PAGES};
 use split::split;
 
 /// B-tree resource manager id.

@@ -40,6 +40,9 @@ use std::sync::atomic::Ordering;
 use walnut_common::{BlockNumber, Error, Result, Tid, Xid, BLCKSZ};
 use walnut_wal::{Record, RmgrId};
 
+mod bulk;
+pub use bulk::{BulkInsert, BULK_BATCH_PAGES_MAX, HEAP_NEWPAGES};
+
 /// Heap resource manager id.
 pub const RM_HEAP: RmgrId = RmgrId(2);
 /// Record types.
@@ -103,19 +106,24 @@ pub fn parse_version(item: &[u8]) -> Result<Version> {
     })
 }
 
-/// Builds a tuple item.
-pub fn build_tuple(xmin: Xid, prev: Tid, data: &[u8]) -> Vec<u8> {
+/// A tuple header: `xmin`, no `xmax`, `prev`, no `next`, flags 0.
+pub fn tuple_header(xmin: Xid, prev: Tid) -> [u8; TUPLE_HEADER_SIZE] {
     assert!(xmin.is_valid(), "tuple with an invalid xmin");
     assert!(
         prev.is_valid() || prev == Tid::INVALID,
         "tuple with a malformed prev link {prev:?}"
     );
+    let mut h = [0u8; TUPLE_HEADER_SIZE];
+    h[0..8].copy_from_slice(&xmin.0.to_le_bytes());
+    h[16..22].copy_from_slice(&prev.to_bytes());
+    h[22..28].copy_from_slice(&Tid::INVALID.to_bytes());
+    h
+}
+
+/// Builds a tuple item.
+pub fn build_tuple(xmin: Xid, prev: Tid, data: &[u8]) -> Vec<u8> {
     let mut t = Vec::with_capacity(TUPLE_HEADER_SIZE + data.len());
-    t.extend_from_slice(&xmin.0.to_le_bytes());
-    t.extend_from_slice(&0u64.to_le_bytes());
-    t.extend_from_slice(&prev.to_bytes());
-    t.extend_from_slice(&Tid::INVALID.to_bytes());
-    t.extend_from_slice(&[0u8; 4]);
+    t.extend_from_slice(&tuple_header(xmin, prev));
     t.extend_from_slice(data);
     assert_eq!(t.len(), TUPLE_HEADER_SIZE + data.len(), "tuple size");
     t
@@ -632,17 +640,34 @@ pub fn update(st: &Storage, rel: &Relation, old: Tid, xid: Xid, data: &[u8]) -> 
     }
 }
 
-/// Calls `visit` with every version on `block` visible to `snap` (TID and row bytes). The page
-/// latch is released before `visit` runs.
+/// Collects every version on `block` visible to `snap` (TID and row bytes) into `out`.
 ///
 /// # Errors
-/// I/O and corruption errors, and `visit`'s.
+/// I/O and corruption errors.
 pub fn scan_block(
     st: &Storage,
     rel: &Relation,
     block: BlockNumber,
     snap: &Snapshot,
     out: &mut Vec<(Tid, Vec<u8>)>,
+) -> Result<()> {
+    visit_block(st, rel, block, snap, &mut |tid, row| {
+        out.push((tid, row.to_vec()));
+        Ok(())
+    })
+}
+
+/// Calls `visit` with every version on `block` visible to `snap` (TID and row bytes), under
+/// the page's shared latch: `visit` must not touch other pages.
+///
+/// # Errors
+/// I/O and corruption errors, and `visit`'s.
+pub fn visit_block(
+    st: &Storage,
+    rel: &Relation,
+    block: BlockNumber,
+    snap: &Snapshot,
+    visit: &mut dyn FnMut(Tid, &[u8]) -> Result<()>,
 ) -> Result<()> {
     let pin = st.pool.pin(rel, block, ReadMode::Normal)?;
     let p = pin.read();
@@ -668,13 +693,11 @@ pub fn scan_block(
         if xmax.is_valid() && st.xact.visible(snap, xmax) {
             continue;
         }
-        out.push((
-            Tid {
-                block,
-                slot: i as u16 + 1,
-            },
-            item[TUPLE_HEADER_SIZE..].to_vec(),
-        ));
+        let tid = Tid {
+            block,
+            slot: i as u16 + 1,
+        };
+        visit(tid, &item[TUPLE_HEADER_SIZE..])?;
     }
     Ok(())
 }

@@ -1,0 +1,416 @@
+//! Crash tests of bulk loads (DESIGN.md, "Bulk load") on the fault-injecting file system
+//! (`walnut_io::fault`): a load (`Txn::insert_bulk`, whole pages logged as `HEAP_NEWPAGES`
+//! images), a checkpoint in its middle, its commit, and then a bottom-up index build
+//! (`Txn::add_primary_key`, pages logged as `BTREE_NEWPAGE` images), with crash images —
+//! power losses (unsynced writes dropped, torn, reordered) and process kills — taken before
+//! every Nth write or sync of the run, through the file-system hook ([`support::hook_vfs`]).
+//!
+//! Each image is recovered and checked:
+//! - the load is all there or not at all: the table holds its first rows plus either every
+//!   loaded row (exactly once, with its values) or none; every one if the commit had been
+//!   acknowledged when the image was taken, none if the load's transaction was never to
+//!   commit;
+//! - the primary key is there only if its build committed (all of it if acknowledged), and
+//!   then a lookup through the index finds every row;
+//! - `walnut_storage::verify` finds no problem after a clean shutdown (pages, heap, B-tree
+//!   structure, index and heap in agreement).
+
+mod support;
+
+use std::collections::BTreeSet;
+use std::ops::Bound;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
+use std::sync::{Arc, Mutex};
+use support::{hook_vfs, Hook, Io};
+use walnut_common::{ColumnDef, DataType, TableDef, Value};
+use walnut_io::fault::{CrashKind, FaultConfig, FaultVfs};
+use walnut_io::Vfs;
+use walnut_storage::control::DbState;
+use walnut_storage::txn::Txn;
+use walnut_storage::{Storage, StorageConfig};
+use walnut_wal::{CommitOpts, SessionId};
+
+const DIR: &str = "/data";
+/// Rows before the load (committed with ordinary inserts).
+const FIRST: i32 = 10;
+
+fn config(pool_pages: usize) -> StorageConfig {
+    StorageConfig {
+        shared_buffers_pages: pool_pages,
+        checkpoint_timeout_s: 3600,
+        max_wal_size_mb: 10_000,
+        wal_writer_delay_ms: 60_000,
+        full_page_writes: true,
+        ..Default::default()
+    }
+}
+
+fn table() -> TableDef {
+    TableDef {
+        name: "t".into(),
+        columns: vec![
+            ColumnDef {
+                name: "k".into(),
+                ty: DataType::Int4,
+                not_null: true,
+            },
+            ColumnDef {
+                name: "v".into(),
+                ty: DataType::Text,
+                not_null: false,
+            },
+        ],
+        primary_key: None,
+        fillfactor: 100,
+    }
+}
+
+/// A row of about 250 bytes: some 30 to a page.
+fn row(k: i32) -> Vec<Value> {
+    vec![
+        Value::Int4(k),
+        Value::Text(format!("{k:07}{}", "b".repeat(240))),
+    ]
+}
+
+fn begin(st: &Arc<Storage>) -> Txn {
+    Txn::begin(st.clone(), Arc::new(AtomicBool::new(false)))
+}
+
+fn commit(t: Txn) {
+    t.commit(&CommitOpts::new(SessionId::next())).unwrap();
+}
+
+/// What the run had done when an image was taken.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+#[repr(u8)]
+enum Phase {
+    /// Loading; the commit not yet acknowledged.
+    Loading = 0,
+    /// The load's commit acknowledged; the index build not yet acknowledged.
+    Loaded = 1,
+    /// The index build's commit acknowledged.
+    Indexed = 2,
+}
+
+struct Taken {
+    kind: CrashKind,
+    phase: Phase,
+    image: FaultVfs,
+}
+
+/// Runs the workload on a hooked file system that takes both kinds of image before every
+/// `every`th changing I/O call. `commit_load`: whether the load commits (else it is dropped,
+/// and nothing more runs). Returns the images and the number of rows loaded.
+fn run(seed: u64, pool_pages: usize, every: u64, commit_load: bool) -> (Vec<Taken>, i32) {
+    let fv = FaultVfs::new(FaultConfig::new(seed));
+    let taken: Arc<Mutex<Vec<Taken>>> = Arc::new(Mutex::new(Vec::new()));
+    let phase = Arc::new(AtomicU8::new(Phase::Loading as u8));
+    let armed = Arc::new(AtomicBool::new(false));
+    let calls = Arc::new(AtomicU64::new(0));
+    let hook: Arc<Hook> = {
+        let (fv, taken, phase, armed, calls) = (
+            fv.clone(),
+            taken.clone(),
+            phase.clone(),
+            armed.clone(),
+            calls.clone(),
+        );
+        Arc::new(
+            move |io: &Io<'_>, run: &mut dyn FnMut() -> std::io::Result<()>| {
+                let relevant =
+                    io.path().starts_with("/data/base") || io.path().starts_with("/data/wal");
+                if armed.load(Ordering::SeqCst)
+                    && relevant
+                    && calls.fetch_add(1, Ordering::SeqCst) % every == every - 1
+                {
+                    let phase = match phase.load(Ordering::SeqCst) {
+                        0 => Phase::Loading,
+                        1 => Phase::Loaded,
+                        _ => Phase::Indexed,
+                    };
+                    let n = calls.load(Ordering::SeqCst);
+                    let mut t = taken.lock().unwrap();
+                    for kind in [CrashKind::ProcessKill, CrashKind::PowerLoss] {
+                        let (image, _) = fv.crash_image(kind, seed ^ n);
+                        t.push(Taken { kind, phase, image });
+                    }
+                }
+                run()
+            },
+        )
+    };
+    let dir = Path::new(DIR);
+    let inner: Arc<dyn Vfs> = Arc::new(fv.clone());
+    Storage::initdb(inner.clone(), dir).unwrap();
+    let st = Storage::open(Arc::new(hook_vfs(inner, hook)), dir, config(pool_pages)).unwrap();
+    let mut t = begin(&st);
+    t.create_table(table()).unwrap();
+    let info = t.table("t").unwrap();
+    for k in 0..FIRST {
+        t.insert(&info, &row(k)).unwrap();
+    }
+    commit(t);
+    st.checkpoint_now(DbState::InProduction).unwrap();
+    armed.store(true, Ordering::SeqCst);
+
+    let loaded = 3000;
+    let mut t = begin(&st);
+    let info = t.table("t").unwrap();
+    for k in FIRST..FIRST + loaded {
+        t.insert_bulk(&info, &row(k)).unwrap();
+        if k == FIRST + loaded / 2 {
+            // A checkpoint in the middle of the load: its redo point falls between batches.
+            st.checkpoint_now(DbState::InProduction).unwrap();
+        }
+    }
+    if !commit_load {
+        t.finish_bulk().unwrap();
+        // Its records may reach the disk with a later flush, never a commit record.
+        st.checkpoint_now(DbState::InProduction).unwrap();
+        drop(t);
+        st.shutdown().unwrap();
+        return (std::mem::take(&mut *taken.lock().unwrap()), loaded);
+    }
+    commit(t);
+    phase.store(Phase::Loaded as u8, Ordering::SeqCst);
+
+    let mut t = begin(&st);
+    t.add_primary_key("t", vec![0]).unwrap();
+    commit(t);
+    phase.store(Phase::Indexed as u8, Ordering::SeqCst);
+    st.checkpoint_now(DbState::InProduction).unwrap();
+    st.shutdown().unwrap();
+    drop(st);
+    let mut t = std::mem::take(&mut *taken.lock().unwrap());
+    for kind in [CrashKind::ProcessKill, CrashKind::PowerLoss] {
+        t.push(Taken {
+            kind,
+            phase: Phase::Indexed,
+            image: fv.crash_image(kind, seed).0,
+        });
+    }
+    (t, loaded)
+}
+
+/// Recovers `image` and checks it (see the module's documentation). Returns whether the load
+/// and the index were there.
+fn check(what: &str, image: &FaultVfs, phase: Phase, loaded: i32, committed: bool) -> (bool, bool) {
+    let dir = Path::new(DIR);
+    let st = Storage::open(Arc::new(image.clone()), dir, config(64))
+        .unwrap_or_else(|e| panic!("{what}: recovery failed: {e}"));
+    let t = begin(&st);
+    let info = t
+        .table("t")
+        .unwrap_or_else(|| panic!("{what}: table t is gone"));
+    let mut keys = BTreeSet::new();
+    t.scan(&info, &mut |_, r| {
+        let k = r[0].as_i64().expect("int4") as i32;
+        assert_eq!(r, row(k), "{what}: row {k} has other values");
+        assert!(keys.insert(k), "{what}: row {k} is there twice");
+        Ok(true)
+    })
+    .unwrap_or_else(|e| panic!("{what}: scan failed: {e}"));
+    let first: BTreeSet<i32> = (0..FIRST).collect();
+    let all: BTreeSet<i32> = (0..FIRST + loaded).collect();
+    let has_load = if keys == all {
+        true
+    } else {
+        assert_eq!(
+            keys.len(),
+            first.len(),
+            "{what}: a load of {loaded} rows is partly there ({} rows)",
+            keys.len()
+        );
+        assert_eq!(keys, first, "{what}");
+        false
+    };
+    if phase >= Phase::Loaded {
+        assert!(has_load, "{what}: the acknowledged load is missing");
+    }
+    if !committed {
+        assert!(
+            !has_load,
+            "{what}: the rows of a load that never committed are visible"
+        );
+    }
+    let has_index = info.index.is_some();
+    if phase == Phase::Indexed {
+        assert!(has_index, "{what}: the acknowledged primary key is missing");
+    }
+    if has_index {
+        assert!(has_load, "{what}: an index without the load");
+        for k in [
+            0,
+            FIRST,
+            FIRST + loaded / 2,
+            FIRST + loaded - 1,
+            7 * loaded / 11,
+        ] {
+            let key = [Value::Int4(k)];
+            let mut found = None;
+            t.index_scan(
+                &info,
+                Bound::Included(&key[..]),
+                Bound::Included(&key[..]),
+                &mut |_, r| {
+                    found = Some(r);
+                    Ok(false)
+                },
+            )
+            .unwrap_or_else(|e| panic!("{what}: index lookup of {k} failed: {e}"));
+            assert_eq!(found, Some(row(k)), "{what}: index lookup of {k}");
+        }
+    }
+    t.rollback();
+    st.shutdown().unwrap();
+    drop(st);
+    let r = walnut_storage::verify::verify(Arc::new(image.clone()), dir).unwrap();
+    assert!(r.is_ok(), "{what}: verify found problems:\n{r}");
+    (has_load, has_index)
+}
+
+fn check_all(seed: u64, pool_pages: usize, every: u64, commit_load: bool) {
+    let (images, loaded) = run(seed, pool_pages, every, commit_load);
+    assert!(
+        images.len() > 20,
+        "seed {seed}: only {} images",
+        images.len()
+    );
+    let (mut with_load, mut without, mut mid_load, mut mid_build) = (0, 0, 0, 0);
+    for (i, tk) in images.iter().enumerate() {
+        let what = format!(
+            "seed {seed}, pool {pool_pages}, image {i} ({:?}, {:?})",
+            tk.kind, tk.phase
+        );
+        let (has_load, has_index) = check(&what, &tk.image, tk.phase, loaded, commit_load);
+        if has_load {
+            with_load += 1;
+        } else {
+            without += 1;
+        }
+        mid_load += (tk.phase == Phase::Loading) as u32;
+        mid_build += (tk.phase == Phase::Loaded && !has_index) as u32;
+    }
+    println!(
+        "seed {seed}, pool {pool_pages}: {} images, {with_load} with the load, {without} \
+         without; {mid_load} taken during the load, {mid_build} during the index build \
+         without the index",
+        images.len()
+    );
+    assert!(mid_load > 0, "seed {seed}: no image taken during the load");
+    if commit_load {
+        assert!(
+            with_load > 0 && without > 0,
+            "seed {seed}: both outcomes seen"
+        );
+        assert!(
+            mid_build > 0,
+            "seed {seed}: no image taken during the index build"
+        );
+    }
+}
+
+#[test]
+fn a_crash_during_a_committed_bulk_load_and_index_build_keeps_all_or_nothing() {
+    // A large pool: the load's pages leave it only at checkpoints.
+    check_all(31, 512, 7, true);
+}
+
+#[test]
+fn a_crash_during_a_bulk_load_with_evictions_keeps_all_or_nothing() {
+    // A small pool: loaded pages are evicted (written, after their WAL) while the load runs.
+    check_all(32, 48, 11, true);
+}
+
+#[test]
+fn a_crash_during_an_uncommitted_bulk_load_shows_none_of_it() {
+    check_all(33, 48, 9, false);
+}
+
+fn keys_of(st: &Arc<Storage>) -> Vec<i32> {
+    let t = begin(st);
+    let info = t.table("t").unwrap();
+    let mut keys = Vec::new();
+    t.scan(&info, &mut |_, r| {
+        keys.push(r[0].as_i64().expect("int4") as i32);
+        Ok(true)
+    })
+    .unwrap();
+    t.rollback();
+    keys
+}
+
+#[test]
+fn a_bulk_load_is_visible_at_its_end_to_itself_and_at_its_commit_to_others() {
+    let fv = FaultVfs::new(FaultConfig::new(34));
+    let dir = Path::new(DIR);
+    Storage::initdb(Arc::new(fv.clone()), dir).unwrap();
+    let st = Storage::open(Arc::new(fv.clone()), dir, config(256)).unwrap();
+    let mut t = begin(&st);
+    t.create_table(table()).unwrap();
+    commit(t);
+
+    // An aborted load leaves no row, and its written pages hold only invisible tuples.
+    let mut t = begin(&st);
+    let info = t.table("t").unwrap();
+    for k in 0..500 {
+        t.insert_bulk(&info, &row(k)).unwrap();
+    }
+    t.finish_bulk().unwrap();
+    t.rollback();
+    assert!(keys_of(&st).is_empty(), "rows of an aborted load");
+
+    let mut t = begin(&st);
+    let info = t.table("t").unwrap();
+    for k in 0..1000 {
+        t.insert_bulk(&info, &row(k)).unwrap();
+    }
+    // A row too large for a page fails like an insert's, and the load goes on.
+    let big = vec![Value::Int4(-1), Value::Text("x".repeat(9000))];
+    let e = t.insert_bulk(&info, &big).unwrap_err();
+    assert_eq!(
+        e.sqlstate,
+        walnut_common::SqlState::PROGRAM_LIMIT_EXCEEDED,
+        "{e}"
+    );
+    assert!(
+        keys_of(&st).is_empty(),
+        "another session sees an uncommitted load"
+    );
+    t.finish_bulk().unwrap();
+    t.new_statement();
+    let mut mine = 0;
+    t.scan(&info, &mut |_, _| {
+        mine += 1;
+        Ok(true)
+    })
+    .unwrap();
+    assert_eq!(
+        mine, 1000,
+        "the loading transaction sees its rows after the load"
+    );
+    // The last, partly filled page takes later rows: one insert extends nothing.
+    let rel_blocks = |st: &Arc<Storage>| {
+        let info = st.catalog.get("t").unwrap();
+        fv.read_file(&Path::new(DIR).join("base").join(info.relfile.0.to_string()))
+            .unwrap()
+            .len()
+    };
+    let before = rel_blocks(&st);
+    t.insert(&info, &row(1000)).unwrap();
+    assert_eq!(
+        rel_blocks(&st),
+        before,
+        "an insert after the load extended the table"
+    );
+    commit(t);
+    let mut keys = keys_of(&st);
+    keys.sort_unstable();
+    assert_eq!(keys, (0..=1000).collect::<Vec<_>>());
+    st.shutdown().unwrap();
+    drop(st);
+    let r = walnut_storage::verify::verify(Arc::new(fv.clone()), dir).unwrap();
+    assert!(r.is_ok(), "verify found problems:\n{r}");
+}
