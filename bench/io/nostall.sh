@@ -13,8 +13,8 @@
 #   pgbench -n -b simple-update -c 10 -j 2 -T SECONDS -P 1 -l
 # and from pgbench's per-transaction log: mean tps, p50/p99 latency, tps in each second, the
 # worst second, the seconds below a quarter of the mean. Checkpoints during the run: PostgreSQL's
-# log_checkpoints lines (on by default); for walnut, which logs none, the changes of
-# global/pg_control (rewritten by every checkpoint), sampled twice a second.
+# log_checkpoints lines (on by default); for walnut, the changes of global/pg_control (rewritten
+# by every checkpoint), sampled twice a second, which also works for binaries that logged none.
 # PostgreSQL comes from postgres18.sh, whose tuned settings PG_EXTRA_CONF overrides back to the
 # defaults (shared_buffers, max_wal_size, checkpoint_timeout, max_connections,
 # shared_preload_libraries); walnut runs with no -c at all. settings.txt records SHOW and every
