@@ -387,9 +387,8 @@ impl Storage {
         let (removed, recycled) = wal.remove_old_segments(redo, keep)?;
         self.retry_removals();
         self.last_redo.store(redo.0, Ordering::Release);
-        self.checkpoints_done.fetch_add(1, Ordering::AcqRel);
         let st = &self.smgr.stats;
-        st.ckpt_done.fetch_add(1, Ordering::Relaxed);
+        st.ckpt_done.fetch_add(1, Ordering::AcqRel);
         st.ckpt_buffers_written
             .fetch_add(written as u64, Ordering::Relaxed);
         st.ckpt_write_time_ms

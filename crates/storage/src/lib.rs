@@ -152,7 +152,6 @@ pub struct Storage {
     /// Immediate checkpoints waiting for `ckpt_running`: a spread checkpoint then hurries.
     ckpt_hurry: AtomicUsize,
     last_redo: AtomicU64,
-    checkpoints_done: AtomicU64,
     stopping: AtomicBool,
     /// `checkpoint_timeout`, seconds, as the checkpointer reads it (reloadable).
     checkpoint_timeout_s: AtomicU64,
@@ -231,6 +230,53 @@ impl Storage {
             image,
             data,
         }
+    }
+
+    /// Logs new pages as one WAL record of full-page images (PostgreSQL's `log_newpages`): the
+    /// caller has pinned each block of `rel` (`ReadMode::Zero`: new blocks), holds its
+    /// exclusive latch in `latches` and copied the page `images[i]` into it. Inserts the record
+    /// (`rmgr`, `info`, every block `will_init` with its image), then sets each page's LSN and
+    /// marks it dirty. Used by the bulk load and the bottom-up index build.
+    ///
+    /// # Errors
+    /// The WAL insert's (53100 if the WAL cannot get space); then nothing was logged, and the
+    /// caller must not release the pages as written.
+    pub(crate) fn log_new_pages(
+        &self,
+        rel: RelFileId,
+        xid: Xid,
+        (rmgr, info): (RmgrId, u8),
+        pins: &[bufpool::Pinned<'_>],
+        latches: &mut [parking_lot::RwLockWriteGuard<'_, Box<page::PageBuf>>],
+        images: &[&page::PageBuf],
+    ) -> Result<Lsn> {
+        assert!(
+            pins.len() == latches.len() && pins.len() == images.len(),
+            "a pin, a latch and an image for each new page"
+        );
+        let (_, end) = self.wal().insert(&mut |_redo| Record {
+            rmgr,
+            info,
+            xid,
+            flags: 0,
+            blocks: pins
+                .iter()
+                .zip(images)
+                .map(|(pin, img)| walnut_wal::BlockRef {
+                    rel,
+                    block: pin.tag.block,
+                    will_init: true,
+                    image: Some(img.to_vec()),
+                    data: vec![],
+                })
+                .collect(),
+            main_data: vec![],
+        })?;
+        for (l, pin) in latches.iter_mut().zip(pins) {
+            page::set_lsn(l, end);
+            pin.mark_dirty();
+        }
+        Ok(end)
     }
 
     /// Allocates a new relation file id.
@@ -318,7 +364,6 @@ impl Storage {
             ckpt_running: Mutex::new(()),
             ckpt_hurry: AtomicUsize::new(0),
             last_redo: AtomicU64::new(ctl.redo_lsn.0),
-            checkpoints_done: AtomicU64::new(0),
             stopping: AtomicBool::new(false),
             checkpoint_timeout_s: AtomicU64::new(config.checkpoint_timeout_s),
             max_wal_size_mb: AtomicU64::new(config.max_wal_size_mb),
@@ -468,7 +513,7 @@ impl Storage {
 
     /// Number of checkpoints completed since start.
     pub fn checkpoints_done(&self) -> u64 {
-        self.checkpoints_done.load(Ordering::Acquire)
+        self.smgr.stats.ckpt_done.load(Ordering::Acquire)
     }
 }
 

@@ -17,7 +17,6 @@ use crate::smgr::Relation;
 use crate::Storage;
 use std::sync::atomic::Ordering;
 use walnut_common::{BlockNumber, Error, Result, SqlState, Tid, Xid, BLCKSZ};
-use walnut_wal::{BlockRef, Record};
 
 /// Most pages one `BTREE_NEWPAGE` record of a build carries (PostgreSQL's `XLR_MAX_BLOCK_ID`).
 pub const BUILD_BATCH_PAGES: usize = 32;
@@ -275,29 +274,14 @@ impl Writer<'_> {
         for (l, (_, img)) in latches.iter_mut().zip(&self.batch) {
             l.copy_from_slice(&img[..]);
         }
-        let batch = &self.batch;
-        let xid = self.xid;
-        let (_, end) = st.wal().insert(&mut |_redo| Record {
-            rmgr: RM_BTREE,
-            info: BTREE_NEWPAGE,
-            xid,
-            flags: 0,
-            blocks: batch
-                .iter()
-                .map(|(block, img)| BlockRef {
-                    rel: rel.id,
-                    block: *block,
-                    will_init: true,
-                    image: Some(img.to_vec()),
-                    data: vec![],
-                })
-                .collect(),
-            main_data: vec![],
-        })?;
-        for (l, pin) in latches.iter_mut().zip(&pins) {
-            page::set_lsn(l, end);
-            pin.mark_dirty();
-        }
+        st.log_new_pages(
+            rel.id,
+            self.xid,
+            (RM_BTREE, BTREE_NEWPAGE),
+            &pins,
+            &mut latches,
+            &self.batch.iter().map(|(_, p)| &**p).collect::<Vec<_>>(),
+        )?;
         drop(latches);
         self.batch.clear();
         Ok(())

@@ -32,7 +32,6 @@ use crate::Storage;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use walnut_common::{Error, Result, SqlState, Tid, Xid, BLCKSZ};
-use walnut_wal::{BlockRef, Record};
 
 /// `NEWPAGES` record: every block carries a full-page image (`will_init`), no data.
 pub const HEAP_NEWPAGES: u8 = 0x30;
@@ -218,31 +217,14 @@ impl BulkInsert {
         for (l, img) in latches.iter_mut().zip(&self.full) {
             l.copy_from_slice(&img[..]);
         }
-        let rel = self.rel.id;
-        let xid = self.xid;
-        let full = &self.full;
-        let (_, end) = st.wal().insert(&mut |_redo| Record {
-            rmgr: RM_HEAP,
-            info: HEAP_NEWPAGES,
-            xid,
-            flags: 0,
-            blocks: pins
-                .iter()
-                .zip(full)
-                .map(|(pin, img)| BlockRef {
-                    rel,
-                    block: pin.tag.block,
-                    will_init: true,
-                    image: Some(img.to_vec()),
-                    data: vec![],
-                })
-                .collect(),
-            main_data: vec![],
-        })?;
-        for (l, pin) in latches.iter_mut().zip(pins) {
-            page::set_lsn(l, end);
-            pin.mark_dirty();
-        }
+        st.log_new_pages(
+            self.rel.id,
+            self.xid,
+            (RM_HEAP, HEAP_NEWPAGES),
+            pins,
+            &mut latches,
+            &self.full.iter().map(|p| &**p).collect::<Vec<_>>(),
+        )?;
         drop(latches);
         self.spare.append(&mut self.full);
         Ok(None)
