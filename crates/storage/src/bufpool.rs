@@ -177,7 +177,7 @@ impl BufferPool {
                     let f = &self.frames[i];
                     f.pins.fetch_add(1, Ordering::AcqRel);
                     drop(map);
-                    self.smgr.stats.add(IoOp::Hit, 1, 0);
+                    self.smgr.stats.add_hit();
                     if f.usage.load(Ordering::Relaxed) < USAGE_MAX {
                         f.usage.fetch_add(1, Ordering::Relaxed);
                     }

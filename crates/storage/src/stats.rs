@@ -56,7 +56,14 @@ impl BackendType {
 
 thread_local! {
     static BACKEND_TYPE: Cell<BackendType> = const { Cell::new(BackendType::ClientBackend) };
+    /// Buffer hits of this thread not yet added to the shared counter.
+    static HITS: Cell<u64> = const { Cell::new(0) };
 }
+
+/// Buffer hits a thread gathers before adding them to the shared counter: a hit is on the
+/// page-access path, and one shared cache line written by every pin would cost more than the
+/// count is worth. `pg_stat_io.hits` lags by fewer than this many per thread.
+pub const HITS_BATCH: u64 = 64;
 
 /// Declares the backend type of the calling thread, for the I/O it does from now on.
 pub fn set_backend_type(t: BackendType) {
@@ -169,6 +176,18 @@ impl IoStats {
         self.counts[t][op.index()].fetch_add(n, Ordering::Relaxed);
         if us > 0 {
             self.time_us[t][op.index()].fetch_add(us, Ordering::Relaxed);
+        }
+    }
+
+    /// Counts a buffer hit, in batches of [`HITS_BATCH`] per thread.
+    pub fn add_hit(&self) {
+        let n = HITS.with(|h| {
+            let n = h.get() + 1;
+            h.set(if n >= HITS_BATCH { 0 } else { n });
+            n
+        });
+        if n >= HITS_BATCH {
+            self.add(IoOp::Hit, n, 0);
         }
     }
 
