@@ -1,7 +1,8 @@
 //! The configuration parameters the WAL reads (PostgreSQL's names; `group_commit` and
 //! `wal_sync_range` are walnut's). [`GUCS`] lists them for the server's registry.
 
-use walnut_common::guc::{int, Context, GucDef, Kind, Unit};
+use walnut_common::guc::{int, Context, GucDef, Kind, Unit, Val};
+use walnut_common::{Error, Result, SqlState};
 
 const WAL_SETTINGS: &str = "Write-Ahead Log / Settings";
 
@@ -128,6 +129,33 @@ pub static WAL_LEVEL: GucDef = GucDef {
     check: None,
 };
 
+/// `wal_compression`: how full-page images are stored (see [`crate::WalCompression`]).
+/// walnut compresses with LZ4 by default (PostgreSQL: `off`); `on` means `lz4` here (pglz in
+/// PostgreSQL). `pglz` and `zstd` are refused (0A000). Reloadable (`sighup`), where
+/// PostgreSQL's may be set per session by a superuser.
+pub static WAL_COMPRESSION: GucDef = GucDef {
+    name: "wal_compression",
+    kind: Kind::Enum(&["lz4", "off", "on", "pglz", "zstd"]),
+    default: "lz4",
+    context: Context::Sighup,
+    category: WAL_SETTINGS,
+    description: "Compresses full-page writes written in WAL file with specified method.",
+    check: Some(check_wal_compression),
+};
+
+fn check_wal_compression(v: Val) -> Result<Val> {
+    match v {
+        Val::Enum(m @ ("pglz" | "zstd")) => Err(Error::user(
+            SqlState::FEATURE_NOT_SUPPORTED,
+            format!("wal_compression = {m} is not supported by this build"),
+        )
+        .with_detail(
+            "walnut compresses full-page images with lz4 (on means lz4), or not at all (off).",
+        )),
+        other => Ok(other),
+    }
+}
+
 /// Every parameter of this crate.
 pub static GUCS: &[&GucDef] = &[
     &COMMIT_DELAY,
@@ -135,6 +163,7 @@ pub static GUCS: &[&GucDef] = &[
     &GROUP_COMMIT,
     &SYNCHRONOUS_COMMIT,
     &WAL_BUFFERS,
+    &WAL_COMPRESSION,
     &WAL_INIT_ZERO,
     &WAL_LEVEL,
     &WAL_RECYCLE,
@@ -145,6 +174,28 @@ pub static GUCS: &[&GucDef] = &[
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn wal_compression_takes_lz4_on_and_off_and_refuses_pglz_and_zstd() {
+        use super::WAL_COMPRESSION;
+        use crate::WalCompression;
+        for (v, want) in [
+            ("lz4", WalCompression::Lz4),
+            ("on", WalCompression::Lz4),
+            ("off", WalCompression::Off),
+        ] {
+            WAL_COMPRESSION.parse(v).unwrap();
+            assert_eq!(WalCompression::parse(v), want);
+        }
+        for v in ["pglz", "zstd"] {
+            let e = WAL_COMPRESSION.parse(v).unwrap_err();
+            assert_eq!(e.sqlstate, walnut_common::SqlState::FEATURE_NOT_SUPPORTED);
+        }
+        assert_eq!(
+            WalCompression::parse(WAL_COMPRESSION.default),
+            WalCompression::Lz4
+        );
+    }
+
     #[test]
     fn every_default_parses() {
         for d in super::GUCS {

@@ -28,8 +28,8 @@ pub use commit::{CommitOpts, CommitOutcome, SessionId, SynchronousCommit};
 pub use guc::GUCS;
 pub use probe::{choose_sync_method, probe, probe_flush_rate, ProbeResult, ProbeSpec};
 pub use record::{
-    align8, decode_record, encode_record, record_len, BLOCK_HEADER_LEN, MAX_RECORD_LEN,
-    RECORD_ALIGN, RECORD_HEADER_LEN,
+    align8, decode_record, encode_record, encode_record_with, record_len, BLOCK_HEADER_LEN,
+    MAX_RECORD_LEN, RECORD_ALIGN, RECORD_HEADER_LEN,
 };
 pub use segment::{parse_segment_file_name, segment_file_name, segment_of, WAL_SEGMENT_SIZE};
 pub use wal::{Wal, WalReader, NUM_INSERT_SLOTS};
@@ -159,6 +159,38 @@ impl std::fmt::Display for SyncMethod {
     }
 }
 
+/// How full-page images are compressed in WAL records (`wal_compression`; PostgreSQL's
+/// `XLogCompressBackupBlock` in `xloginsert.c`). Records of either kind decode under any
+/// setting: each image says how it is stored.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub enum WalCompression {
+    /// Images are stored whole (`BLCKSZ` bytes).
+    Off,
+    /// Images are LZ4 block-compressed (the `lz4_flex` crate), when that saves space: walnut's
+    /// default, unlike PostgreSQL's `off` (see DESIGN.md, "Full-page image compression").
+    #[default]
+    Lz4,
+}
+
+impl WalCompression {
+    /// Parses a value the registry admitted: `off`, or `on`/`lz4` (walnut's `on` means lz4;
+    /// PostgreSQL's means pglz, which walnut refuses).
+    pub fn parse(s: &str) -> WalCompression {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "off" | "false" | "no" | "0" => WalCompression::Off,
+            _ => WalCompression::Lz4,
+        }
+    }
+
+    /// The GUC spelling.
+    pub fn name(self) -> &'static str {
+        match self {
+            WalCompression::Off => "off",
+            WalCompression::Lz4 => "lz4",
+        }
+    }
+}
+
 /// How the group-commit leader decides whether to wait before flushing (`group_commit`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
 pub enum GroupCommitMode {
@@ -218,6 +250,9 @@ pub struct WalConfig {
     pub sync_range: bool,
     /// `group_commit`.
     pub group_commit: GroupCommitMode,
+    /// `wal_compression`: how full-page images are stored (a reload may change it; see
+    /// [`Wal::apply_settings`]).
+    pub compression: WalCompression,
     /// The disk's capacity for durable WAL flushes, flushes/s back to back with `sync_method`,
     /// as the server's start-up probe measures it (`walnut test-fsync` measures the same); `None`
     /// if not measured. The adaptive controller compares it with the flush rate in use to tell
@@ -316,6 +351,7 @@ impl WalConfig {
             sync_range: s.bool(&guc::WAL_SYNC_RANGE),
             group_commit: GroupCommitMode::parse(&s.text(&guc::GROUP_COMMIT))
                 .expect("the registry admits only known modes"),
+            compression: WalCompression::parse(&s.text(&guc::WAL_COMPRESSION)),
             flush_capacity: None,
         }
     }

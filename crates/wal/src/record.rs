@@ -10,8 +10,9 @@
 //! 26  u8  block count
 //! 27  u8  flags
 //! 28  u32 main_data_len
-//! 32  per block: u32 rel, u32 block, u8 flags (bit0 will_init, bit1 has_image), u8 0,
-//!     u16 data_len, [BLCKSZ image], data
+//! 32  per block: u32 rel, u32 block, u8 flags (bit0 will_init, bit1 has_image, bit2
+//!     image_lz4), u8 0, u16 data_len, [u16 image_len if image_lz4], [image: BLCKSZ bytes, or
+//!     image_len bytes of LZ4 if image_lz4], data
 //!     main data
 //!     zero padding to a multiple of 8
 //! ```
@@ -21,7 +22,7 @@
 //! stamps the LSN and the CRC once space has been reserved (PostgreSQL's `XLogInsertRecord`
 //! likewise finishes the header CRC only after `ReserveXLogInsertLocation` fills in `xl_prev`).
 
-use crate::{BlockRef, DecodedRecord, Record, RmgrId};
+use crate::{BlockRef, DecodedRecord, Record, RmgrId, WalCompression};
 use walnut_common::{BlockNumber, Error, Lsn, RelFileId, Result, Xid, BLCKSZ};
 
 /// Size of the fixed record header, bytes.
@@ -35,6 +36,10 @@ pub const RECORD_ALIGN: u64 = 8;
 
 const BLOCK_WILL_INIT: u8 = 0x01;
 const BLOCK_HAS_IMAGE: u8 = 0x02;
+const BLOCK_IMAGE_LZ4: u8 = 0x04;
+/// An image is stored compressed only if that saves at least this many bytes (the `u16`
+/// length it adds, and a margin not worth a decompression).
+const MIN_COMPRESSION_SAVING: usize = 64;
 
 const _: () = assert!(RECORD_HEADER_LEN % 8 == 0);
 const _: () = assert!(BLCKSZ <= u32::MAX as usize);
@@ -45,7 +50,8 @@ pub const fn align8(n: u64) -> u64 {
     (n + (RECORD_ALIGN - 1)) & !(RECORD_ALIGN - 1)
 }
 
-/// Exact length of `rec` without padding (`total_len`), bytes.
+/// Exact length of `rec` without padding (`total_len`), bytes, with its images stored whole:
+/// the encoding's length with `wal_compression = off`, and an upper bound of it otherwise.
 ///
 /// # Panics
 /// If the record breaks the format's limits (more than 255 blocks, per-block data over
@@ -79,13 +85,18 @@ pub fn record_len(rec: &Record) -> usize {
     len
 }
 
-/// Writes `rec` into `out` (cleared first) with lsn = 0 and crc = 0, padded to 8 bytes.
-/// [`seal`] must be called before the bytes are used.
-pub fn encode_body(rec: &Record, out: &mut Vec<u8>) {
-    let total_len = record_len(rec);
+/// Writes `rec` into `out` (cleared first) with lsn = 0 and crc = 0, padded to 8 bytes, with
+/// each full-page image compressed as `compression` says when that saves at least
+/// [`MIN_COMPRESSION_SAVING`] bytes (PostgreSQL's `XLogCompressBackupBlock`). [`seal`] must be
+/// called before the bytes are used.
+///
+/// # Panics
+/// As [`record_len`].
+pub fn encode_body(rec: &Record, out: &mut Vec<u8>, compression: WalCompression) {
+    let bound = record_len(rec);
     out.clear();
-    out.reserve(align8(total_len as u64) as usize);
-    out.extend_from_slice(&(total_len as u32).to_le_bytes());
+    out.reserve(align8(bound as u64) as usize);
+    out.extend_from_slice(&0u32.to_le_bytes()); // total_len, set below
     out.extend_from_slice(&0u32.to_le_bytes());
     out.extend_from_slice(&0u64.to_le_bytes());
     out.extend_from_slice(&rec.xid.0.to_le_bytes());
@@ -104,17 +115,43 @@ pub fn encode_body(rec: &Record, out: &mut Vec<u8>) {
         if b.image.is_some() {
             flags |= BLOCK_HAS_IMAGE;
         }
+        let flags_at = out.len();
         out.push(flags);
         out.push(0);
         out.extend_from_slice(&(b.data.len() as u16).to_le_bytes());
         if let Some(img) = &b.image {
-            out.extend_from_slice(img);
+            if compression == WalCompression::Off || !put_lz4_image(img, out) {
+                out.extend_from_slice(img);
+            } else {
+                out[flags_at] |= BLOCK_IMAGE_LZ4;
+            }
         }
         out.extend_from_slice(&b.data);
     }
     out.extend_from_slice(&rec.main_data);
-    debug_assert_eq!(out.len(), total_len);
+    let total_len = out.len();
+    assert!(total_len <= bound, "an encoding never exceeds record_len");
+    out[0..4].copy_from_slice(&(total_len as u32).to_le_bytes());
     out.resize(align8(total_len as u64) as usize, 0);
+}
+
+/// Appends `u16 image_len` and the LZ4 block of `img` to `out`, if that is at least
+/// [`MIN_COMPRESSION_SAVING`] bytes shorter than `img`; otherwise leaves `out` as it was and
+/// returns false.
+fn put_lz4_image(img: &[u8], out: &mut Vec<u8>) -> bool {
+    let at = out.len();
+    let room = lz4_flex::block::get_maximum_output_size(img.len());
+    out.resize(at + 2 + room, 0);
+    let n = match lz4_flex::block::compress_into(img, &mut out[at + 2..]) {
+        Ok(n) if n + 2 + MIN_COMPRESSION_SAVING <= img.len() => n,
+        _ => {
+            out.truncate(at);
+            return false;
+        }
+    };
+    out[at..at + 2].copy_from_slice(&(n as u16).to_le_bytes());
+    out.truncate(at + 2 + n);
+    true
 }
 
 /// Stamps the record's start `lsn` into bytes produced by [`encode_body`] and computes the CRC.
@@ -131,10 +168,16 @@ fn record_crc(rec: &[u8]) -> u32 {
     walnut_common::crc32c_append(crc, &rec[0..4])
 }
 
-/// Encodes a record at `lsn` into its on-disk bytes (header, blocks, main data, padding to 8).
+/// Encodes a record at `lsn` into its on-disk bytes (header, blocks, main data, padding to 8),
+/// with its images stored whole.
 pub fn encode_record(lsn: Lsn, rec: &Record) -> Vec<u8> {
+    encode_record_with(lsn, rec, WalCompression::Off)
+}
+
+/// [`encode_record`] with images compressed as `compression` says.
+pub fn encode_record_with(lsn: Lsn, rec: &Record, compression: WalCompression) -> Vec<u8> {
     let mut out = Vec::new();
-    encode_body(rec, &mut out);
+    encode_body(rec, &mut out, compression);
     seal(&mut out, lsn.0);
     out
 }
@@ -246,13 +289,28 @@ pub fn decode_record(lsn: Lsn, bytes: &[u8]) -> Result<DecodedRecord> {
         let block = BlockNumber(c.u32()?);
         let bflags = c.u8()?;
         let reserved = c.u8()?;
-        if bflags & !(BLOCK_WILL_INIT | BLOCK_HAS_IMAGE) != 0 || reserved != 0 {
+        let known = BLOCK_WILL_INIT | BLOCK_HAS_IMAGE | BLOCK_IMAGE_LZ4;
+        let lz4 = bflags & BLOCK_IMAGE_LZ4 != 0;
+        if bflags & !known != 0 || reserved != 0 || (lz4 && bflags & BLOCK_HAS_IMAGE == 0) {
             return Err(Error::corruption(format!(
                 "invalid block reference flags in WAL record at {lsn}"
             )));
         }
         let data_len = c.u16()? as usize;
-        let image = if bflags & BLOCK_HAS_IMAGE != 0 {
+        let image = if lz4 {
+            let len = c.u16()? as usize;
+            let mut page = vec![0u8; BLCKSZ];
+            match lz4_flex::block::decompress_into(c.take(len)?, &mut page) {
+                Ok(BLCKSZ) => Some(page),
+                // PostgreSQL's RestoreBlockImage: "invalid compressed image at %X/%X, block %d".
+                _ => {
+                    return Err(Error::corruption(format!(
+                        "invalid compressed image at {lsn}, block {}",
+                        blocks.len()
+                    )))
+                }
+            }
+        } else if bflags & BLOCK_HAS_IMAGE != 0 {
             Some(c.take(BLCKSZ)?.to_vec())
         } else {
             None

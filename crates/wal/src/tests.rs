@@ -88,7 +88,8 @@ fn create_open(vfs: Arc<dyn Vfs>, cfg: &WalConfig) -> Arc<Wal> {
 }
 
 /// A record tagged with (thread, seq) in its main data, optionally with a full-page image
-/// whose bytes derive from the tag.
+/// whose bytes derive from the tag and do not compress (so that a record's size does not
+/// depend on `wal_compression`).
 fn tagged_record(thread: u32, seq: u32, image: bool) -> Record {
     let tag = (u64::from(thread) << 32) | u64::from(seq);
     let mut main_data = tag.to_le_bytes().to_vec();
@@ -102,11 +103,31 @@ fn tagged_record(thread: u32, seq: u32, image: bool) -> Record {
             rel: RelFileId(16384 + thread),
             block: BlockNumber(seq),
             will_init: seq % 2 == 0,
-            image: image.then(|| (0..BLCKSZ).map(|i| (i as u64 ^ tag) as u8).collect()),
+            image: image.then(|| {
+                // xorshift64*, seeded by the tag: bytes LZ4 cannot shrink.
+                let mut x = tag.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+                (0..BLCKSZ)
+                    .map(|_| {
+                        x ^= x >> 12;
+                        x ^= x << 25;
+                        x ^= x >> 27;
+                        (x.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 56) as u8
+                    })
+                    .collect()
+            }),
             data: vec![seq as u8; (seq % 13) as usize],
         }],
         main_data,
     }
+}
+
+/// [`tagged_record`] with an image that compresses (stored LZ4-compressed under the default
+/// `wal_compression`).
+fn tagged_record_compressible(thread: u32, seq: u32) -> Record {
+    let mut r = tagged_record(thread, seq, false);
+    let tag = u64::from_le_bytes(r.main_data[..8].try_into().unwrap());
+    r.blocks[0].image = Some((0..BLCKSZ).map(|i| (i as u64 ^ tag) as u8).collect());
+    r
 }
 
 fn tag_of(rec: &Record) -> (u32, u32) {

@@ -169,8 +169,12 @@ fn power_loss_images_never_look_corrupt() {
             let (wal, acked, fv) = (&wal, &acked, &fv);
             s.spawn(move || {
                 for seq in 0..150u32 {
+                    // Every other image compresses (stored LZ4-compressed).
                     let (_, e) = wal
-                        .insert(&mut |_| tagged_record(t, seq, seq % 7 == 0))
+                        .insert(&mut |_| match seq % 14 {
+                            0 => tagged_record_compressible(t, seq),
+                            _ => tagged_record(t, seq, seq % 7 == 0),
+                        })
                         .unwrap();
                     commit(&wal, e).unwrap();
                     let at = fv.seq();

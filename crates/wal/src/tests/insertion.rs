@@ -209,3 +209,43 @@ fn checkpoint_concurrent_with_inserts_never_splits_assembly_from_reservation() {
     stop.store(true, Ordering::SeqCst);
     ckpt.join().unwrap();
 }
+
+/// With `wal_compression` at its default (lz4), images that compress are stored compressed and
+/// read back whole; with `off` the same records take a full page each; a reload switches.
+#[test]
+fn compressed_images_read_back_whole_and_take_less_wal() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = config(tmp.path(), 1 << 20, 1);
+    assert_eq!(cfg.compression, WalCompression::Lz4, "the default");
+    let wal = create_open(vfs(), &cfg);
+    let insert_all = |first: u32| {
+        let start = wal.insert_lsn();
+        let mut want = Vec::new();
+        for seq in first..first + 50 {
+            let rec = tagged_record_compressible(3, seq);
+            wal.insert(&mut |_| rec.clone()).unwrap();
+            want.push(rec);
+        }
+        (wal.insert_lsn().0 - start.0, want)
+    };
+    let (lz4_bytes, mut want) = insert_all(0);
+    use walnut_common::guc::{Registry, Settings, Source};
+    let mut s = Settings::defaults(std::sync::Arc::new(Registry::new(&[crate::GUCS])));
+    s.set("wal_compression", "off", Source::Default).unwrap();
+    wal.apply_settings(&s);
+    assert_eq!(wal.compression(), WalCompression::Off);
+    let (off_bytes, more) = insert_all(50);
+    want.extend(more);
+    wal.flush(wal.insert_lsn()).unwrap();
+    assert!(
+        off_bytes >= 50 * BLCKSZ as u64 && lz4_bytes * 4 < off_bytes,
+        "lz4 {lz4_bytes} bytes, off {off_bytes} bytes"
+    );
+    let (got, _) = read_all(vfs(), tmp.path().join("wal"), Lsn::FIRST);
+    let got: Vec<Record> = got
+        .into_iter()
+        .map(|d| d.record)
+        .filter(|r| r.rmgr == RmgrId(3))
+        .collect();
+    assert_eq!(got, want);
+}

@@ -129,6 +129,8 @@ struct Counters {
 
 /// The `sighup` parameters the WAL reads while running; [`Wal::apply_settings`] updates them.
 struct Live {
+    /// `wal_compression` is lz4 (else off).
+    compression_lz4: AtomicBool,
     /// `wal_init_zero`.
     init_zero: AtomicBool,
     /// `wal_recycle`.
@@ -264,6 +266,7 @@ impl Wal {
         let flusher = range_sync_flusher(vfs.as_ref(), &cfg);
         // Read before `cfg` moves into the struct.
         let (flush_capacity, init_zero, recycle) = (cfg.flush_capacity, cfg.init_zero, cfg.recycle);
+        let lz4 = cfg.compression == crate::WalCompression::Lz4;
         let wal = Arc::new(Wal {
             flusher,
             ring: Ring::new(cfg.wal_buffers_bytes),
@@ -294,6 +297,7 @@ impl Wal {
             writer: Mutex::new(None),
             writer_ctl: Arc::new(WriterCtl::new()),
             live: Live {
+                compression_lz4: AtomicBool::new(lz4),
                 init_zero: AtomicBool::new(init_zero),
                 recycle: AtomicBool::new(recycle),
             },
@@ -357,7 +361,7 @@ impl Wal {
         let mut redo = self.redo_lsn.load(Ordering::SeqCst);
         loop {
             let rec = assemble(Lsn(redo));
-            record::encode_body(&rec, buf);
+            record::encode_body(&rec, buf, self.compression());
             let slot = self.claim_slot();
             // RedoRecPtr recheck: begin_checkpoint changes redo_lsn only while holding every
             // slot, so what we read here stays valid until we release ours.
@@ -792,13 +796,26 @@ impl Wal {
         }
     }
 
-    /// Applies the `sighup` parameters the WAL reads while running (`wal_init_zero`,
-    /// `wal_recycle`, `wal_writer_delay`) from reloaded settings. A segment created or
+    /// `wal_compression` in effect.
+    pub fn compression(&self) -> crate::WalCompression {
+        if self.live.compression_lz4.load(Ordering::Relaxed) {
+            crate::WalCompression::Lz4
+        } else {
+            crate::WalCompression::Off
+        }
+    }
+
+    /// Applies the `sighup` parameters the WAL reads while running (`wal_compression`,
+    /// `wal_init_zero`, `wal_recycle`, `wal_writer_delay`) from reloaded settings. A segment created or
     /// recycled after this uses the new values; `wal_sync_range` keeps deciding per segment
     /// from how much of it is allocated, so a segment made with `wal_init_zero = off` is
     /// synced with `fdatasync`.
     pub fn apply_settings(&self, s: &walnut_common::guc::Settings) {
-        use crate::guc::{WAL_INIT_ZERO, WAL_RECYCLE, WAL_WRITER_DELAY};
+        use crate::guc::{WAL_COMPRESSION, WAL_INIT_ZERO, WAL_RECYCLE, WAL_WRITER_DELAY};
+        self.live.compression_lz4.store(
+            crate::WalCompression::parse(&s.text(&WAL_COMPRESSION)) == crate::WalCompression::Lz4,
+            Ordering::Relaxed,
+        );
         self.live
             .init_zero
             .store(s.bool(&WAL_INIT_ZERO), Ordering::Relaxed);
