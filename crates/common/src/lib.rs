@@ -31,7 +31,7 @@ pub use value::{DataType, Value};
 
 /// Size of every data page and every block of a relation file, in bytes.
 pub const BLCKSZ: usize = 8192;
-const _: () = assert!(BLCKSZ % 4096 == 0);
+const _: () = assert!(BLCKSZ.is_multiple_of(4096));
 
 /// CRC-32C (Castagnoli) of `bytes`, the checksum of WAL records and pages.
 #[inline]
