@@ -39,7 +39,8 @@
 //!
 //! Half the rounds (bit 1 of the round's seed, [`direct_for`]) run with `io_direct =
 //! 'data,wal,wal_init'`: relation files and WAL through O_DIRECT, which the fault layer checks
-//! for alignment as the kernel does; their unsynced writes are torn the same way.
+//! for alignment as the kernel does; their unsynced writes are torn the same way. Half (bit 2)
+//! store full-page images whole (`wal_compression = off`), the others LZ4-compressed.
 //!
 //! `WALNUT_CRASH_SEED` replays a seed (workload and crash choices; thread interleaving is the
 //! OS's), `WALNUT_CRASH_ROUNDS` sets the number of rounds (default 8, each with
@@ -598,7 +599,14 @@ fn round(seed: u64, images: u64) -> Tally {
     let dynvfs: Arc<dyn Vfs> = Arc::new(vfs.clone());
     Storage::initdb(dynvfs.clone(), dir).unwrap();
     let direct = direct_for(seed);
-    let st = Storage::open(Arc::new(hook_vfs(dynvfs, hook)), dir, config(direct)).unwrap();
+    // Bit 2 of the seed: full-page images stored whole (`wal_compression = off`) rather than
+    // LZ4-compressed; recovery, opened with the default, decodes either.
+    let mut cfg = config(direct);
+    if seed & 4 != 0 {
+        cfg.wal.compression = walnut_wal::WalCompression::Off;
+    }
+    let compression = cfg.wal.compression.name();
+    let st = Storage::open(Arc::new(hook_vfs(dynvfs, hook)), dir, cfg).unwrap();
     setup(&st);
     let index = st.catalog.get("history").unwrap().index.unwrap();
     let _ = probe.index.set(dir.join("base").join(index.0.to_string()));
@@ -715,7 +723,7 @@ fn round(seed: u64, images: u64) -> Tally {
         tally.half_split += u64::from(image.half_split);
     }
     eprintln!(
-        "seed {seed} ({}): {commits} commits in {:?}, {images} crash images ({} mid-checkpoint, {} mid-split, {} with a split half on disk)",
+        "seed {seed} ({}, wal_compression = {compression}): {commits} commits in {:?}, {images} crash images ({} mid-checkpoint, {} mid-split, {} with a split half on disk)",
         if direct { "io_direct = data,wal,wal_init" } else { "buffered" },
         started.elapsed(),
         tally.mid_checkpoint,
