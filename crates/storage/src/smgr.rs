@@ -416,6 +416,24 @@ impl Smgr {
         Ok(report)
     }
 
+    /// Fsyncs `rel`'s file now, leaving it registered for the next checkpoint's sync too (a
+    /// checkpoint draining the set at the same time must still sync it). For writes made
+    /// outside the buffer pool that a checkpoint may have missed: PostgreSQL's
+    /// `smgrimmedsync`, called by `smgr_bulk_finish` (`bulk_write.c`) when the redo point
+    /// moved during a bulk write.
+    ///
+    /// # Errors
+    /// An I/O error from the fsync; the caller must PANIC (`panic_fatal`), never retry it.
+    pub fn sync_relation(&self, rel: &Relation) -> Result<()> {
+        let start = Instant::now();
+        rel.file.sync_data().map_err(|e| {
+            Error::io(format!("could not fsync file \"base/{}\"", rel.id.0), e)
+        })?;
+        self.stats
+            .add(IoOp::Fsync, 1, start.elapsed().as_micros() as u64);
+        Ok(())
+    }
+
     /// Removes the relation's file (the caller already dropped its buffers). Missing files are
     /// ignored, so redo can repeat it.
     ///

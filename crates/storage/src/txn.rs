@@ -401,11 +401,13 @@ impl Txn {
         let xid = self.xid();
         if self.bulk.is_none() {
             let rel = self.st.smgr.open(info.relfile)?;
+            let created_here = self.created.contains(&info.relfile);
             self.bulk = Some(heap::BulkInsert::new(
                 &self.st,
                 rel,
                 xid,
                 info.def.fillfactor,
+                created_here,
             ));
         }
         let bulk = self.bulk.as_mut().expect("just set");

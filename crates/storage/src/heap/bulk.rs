@@ -31,7 +31,7 @@ use crate::smgr::Relation;
 use crate::Storage;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use walnut_common::{Error, Result, SqlState, Tid, Xid, BLCKSZ};
+use walnut_common::{BlockNumber, Error, Lsn, Result, SqlState, Tid, Xid, BLCKSZ};
 
 /// `NEWPAGES` record: every block carries a full-page image (`will_init`), no data.
 pub const HEAP_NEWPAGES: u8 = 0x30;
@@ -58,6 +58,10 @@ pub struct BulkInsert {
     /// Tuple being built (reused).
     scratch: Vec<u8>,
     rows: u64,
+    /// `Some(redo point when the load began)` if the transaction created `rel` (CREATE TABLE
+    /// or TRUNCATE in this transaction): no other session can reach its blocks, so batches
+    /// are written straight to the file, bypassing the buffer pool ([`BulkInsert::flush`]).
+    direct: Option<Lsn>,
 }
 
 fn new_page() -> Box<PageBuf> {
@@ -71,11 +75,25 @@ fn new_page() -> Box<PageBuf> {
 
 impl BulkInsert {
     /// Starts a bulk load into `rel` for `xid` (already assigned), with the table's
-    /// `fillfactor` (percent).
-    pub fn new(st: &Storage, rel: Arc<Relation>, xid: Xid, fillfactor: u8) -> BulkInsert {
+    /// `fillfactor` (percent). `created_by_xid` says that `xid` created `rel`'s file (CREATE
+    /// TABLE or TRUNCATE in this transaction, not yet committed): then no other session can
+    /// read or write its blocks, and full pages go straight to the file rather than through
+    /// the buffer pool (PostgreSQL's `bulk_write.c`).
+    pub fn new(
+        st: &Storage,
+        rel: Arc<Relation>,
+        xid: Xid,
+        fillfactor: u8,
+        created_by_xid: bool,
+    ) -> BulkInsert {
         super::assert_writer(st, xid);
-        // A batch pins its pages all at once: keep it a small share of the pool.
-        let batch_pages = (st.pool.len() / 16).clamp(1, BULK_BATCH_PAGES_MAX);
+        // A batch through the pool pins its pages all at once: keep it a small share of the
+        // pool. Direct batches pin nothing.
+        let batch_pages = if created_by_xid {
+            BULK_BATCH_PAGES_MAX
+        } else {
+            (st.pool.len() / 16).clamp(1, BULK_BATCH_PAGES_MAX)
+        };
         BulkInsert {
             rel,
             xid,
@@ -86,6 +104,7 @@ impl BulkInsert {
             batch_pages,
             scratch: Vec::with_capacity(256),
             rows: 0,
+            direct: created_by_xid.then(|| st.wal().redo_lsn()),
         }
     }
 
@@ -170,6 +189,8 @@ impl BulkInsert {
     }
 
     /// Writes the full pages into the relation: one block each, one WAL record for all.
+    /// Through the buffer pool, or, into a relation the transaction created, straight to the
+    /// file ([`BulkInsert::flush_direct`]).
     ///
     /// # Errors
     /// 53100 if the WAL or the relation's disk is full (the pages stay here, nothing of them
@@ -181,6 +202,9 @@ impl BulkInsert {
         let n = self.full.len();
         assert!(n <= BULK_BATCH_PAGES_MAX, "bulk batch of {n} pages");
         st.wal().check_space((n * (BLCKSZ + 64) + 4096) as u64)?;
+        if self.direct.is_some() {
+            return self.flush_direct(st);
+        }
         // Step 2: a block for each page, pinned; a block someone else took before we latched
         // it is given up and replaced.
         let mut pins = Vec::with_capacity(n);
@@ -199,6 +223,38 @@ impl BulkInsert {
                 }
             }
         }
+    }
+
+    /// A flush into a relation the transaction created (DESIGN.md, "Bulk load", direct
+    /// steps): takes the next `n` blocks (`nblocks` moves on under `extend_lock`; nothing is
+    /// written for them yet), inserts the `NEWPAGES` record, sets each page's LSN and
+    /// checksum and writes the pages to those blocks. The WAL-before-data rule does not bind
+    /// these writes: until the transaction commits, which flushes the WAL past this record,
+    /// the relation is reachable from no committed catalog row, and after a crash its file is
+    /// an orphan.
+    fn flush_direct(&mut self, st: &Storage) -> Result<()> {
+        let n = self.full.len() as u32;
+        let first = {
+            let _ext = self.rel.extend_lock.lock();
+            let first = self.rel.nblocks.load(Ordering::Acquire);
+            self.rel.nblocks.store(first + n, Ordering::Release);
+            first
+        };
+        let blocks: Vec<BlockNumber> = (first..first + n).map(BlockNumber).collect();
+        let end = st.log_page_images(
+            self.rel.id,
+            self.xid,
+            (RM_HEAP, HEAP_NEWPAGES),
+            &blocks,
+            &self.full.iter().map(|p| &**p).collect::<Vec<_>>(),
+        )?;
+        for (p, &block) in self.full.iter_mut().zip(&blocks) {
+            page::set_lsn(p, end);
+            page::set_checksum(p);
+            st.smgr.write(&self.rel, block, &p[..])?;
+        }
+        self.spare.append(&mut self.full);
+        Ok(())
     }
 
     /// Steps 2 (latches) and 3 of a flush into the pinned blocks `pins`, one per full page,
@@ -240,6 +296,17 @@ impl BulkInsert {
             self.full.push(p);
         }
         self.flush(st)?;
+        if let Some(redo_at_start) = self.direct {
+            // A checkpoint that began during the load may have synced the files before some
+            // of these writes, yet its redo point lies past their records: sync them now, as
+            // `smgr_bulk_finish` does. Otherwise the next checkpoint syncs the file (each
+            // write registered it), and redo from any earlier redo point replays the images.
+            if st.wal().redo_lsn() != redo_at_start {
+                if let Err(e) = st.smgr.sync_relation(&self.rel) {
+                    crate::panic_fatal(&format!("bulk load: {e}"));
+                }
+            }
+        }
         let last = self.rel.nblocks.load(Ordering::Acquire).saturating_sub(1);
         self.rel.insert_hint.store(last, Ordering::Release);
         Ok(self.rows)
