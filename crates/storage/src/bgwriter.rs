@@ -1,118 +1,66 @@
 //! The background writer: every `bgwriter_delay` it
 //! 1. cleans the buffers the next evictions will reach, so that a session rarely has to write
 //!    a page before it can read another (PostgreSQL's `bgwriter.c` and `BgBufferSync`); and
-//! 2. sweeps the page cache of the relation files written since the last checkpoint, asking
-//!    the kernel to write their dirty pages back a chunk (`checkpoint_flush_after`) at a time
-//!    ([`Sweep`]), no faster than one pass per [`SWEEP_PERIOD`]. This part is walnut's own: pages written by sessions' evictions would
-//!    otherwise sit dirty in the page cache until the checkpoint's fsync pushes them all into
-//!    the device queue at once, ahead of the WAL's flushes. The sweep spends a share of the
-//!    device that follows the WAL's flush latency: it grows while commits' flushes are fast and
-//!    halves when they slow down (additive increase, multiplicative decrease).
+//! 2. writes back the pages sessions evicted into the page cache ([`PendingWriteback`], the
+//!    queue `backend_wrote` fills), oldest first, sorted and combined: at least the share that
+//!    keeps their wait near [`WRITEBACK_DELAY`], and more within a share of the round that
+//!    follows the WAL's flush latency (grows while commits' flushes are fast, halves when they
+//!    slow down: additive increase, multiplicative decrease). This part is walnut's own:
+//!    evicted pages would otherwise sit dirty in the page cache until the checkpoint's fsync
+//!    pushes them all into the device queue at once, ahead of the WAL's flushes.
 
 use crate::checkpointer::{WalPressure, HIGH_PRESSURE};
-use crate::smgr::{Relation, Smgr};
+use crate::smgr::Smgr;
 use crate::stats::{set_backend_type, BackendType};
-use crate::writeback::Writeback;
+use crate::writeback::{write_back, PendingWriteback, Writeback, WRITEBACK_DELAY};
 use crate::Storage;
-use std::collections::HashMap;
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
-use walnut_common::{BlockNumber, RelFileId};
 
-/// The largest share of its round the sweep may spend waiting for write-back.
+/// The largest share of its round the write-back beyond the due pages may take.
 pub const MAX_SHARE: f64 = 0.5;
-/// The smallest: the sweep never stops altogether, or dirt would pile up for the fsync.
+/// The smallest.
 pub const MIN_SHARE: f64 = 0.02;
 /// The share added per round while the WAL's flushes are fast.
 pub const SHARE_STEP: f64 = 0.02;
-/// The shortest time a sweep takes through a file: a page written back waits at least about
-/// this long for its next write-back, so that the page cache absorbs the changes a hot page
-/// gets meanwhile into one device write (the kernel's own `dirty_expire_centisecs` is 30 s).
-pub const SWEEP_PERIOD: Duration = Duration::from_secs(30);
 
-/// A sweep over the dirty relation files' page cache: where it is in each file.
-#[derive(Debug, Default)]
-pub struct Sweep {
-    cursor: HashMap<RelFileId, u32>,
-    next_file: usize,
-}
-
-impl Sweep {
-    /// Asks the kernel to write back chunks of `chunk` pages of the files written since the
-    /// last checkpoint, one after another, each file from where the last round stopped, until
-    /// the write-backs have taken `budget`, or every file has been swept once, or each file
-    /// has advanced by `round / SWEEP_PERIOD` of its length. Returns the time spent waiting for
-    /// write-back.
-    ///
-    /// # Panics
-    /// PANICs if a write-back fails (see [`Smgr::flush_range`]).
-    pub fn round(
-        &mut self,
-        smgr: &Smgr,
-        chunk: u32,
-        budget: Duration,
-        round: Duration,
-    ) -> Duration {
-        let files = smgr.dirty_files();
-        let mut busy = Duration::ZERO;
-        if files.is_empty() || chunk == 0 || smgr.direct_io() {
-            return busy;
-        }
-        self.cursor
-            .retain(|id, _| files.iter().any(|r| r.id == *id));
-        for k in 0..files.len() {
-            let rel = &files[(self.next_file + k) % files.len()];
-            let nblocks = rel.nblocks.load(Ordering::Acquire) as f64;
-            let limit = (nblocks * round.as_secs_f64() / SWEEP_PERIOD.as_secs_f64()).ceil() as u32;
-            busy += self.sweep_file(
-                smgr,
-                rel,
-                chunk,
-                budget.saturating_sub(busy),
-                limit.max(chunk),
-            );
-            if busy >= budget {
-                self.next_file = (self.next_file + k) % files.len();
-                return busy;
-            }
-        }
-        self.next_file = 0;
-        busy
+/// One round's write-back of the sessions' evictions: first the pages due (`queued × round /
+/// WRITEBACK_DELAY`, rounded up, oldest first), then further chunks of `chunk` pages while
+/// the time spent waiting for write-back stays under `budget`. Returns the pages taken from
+/// the queue. A `chunk` of 0 (`bgwriter_flush_after = 0`) leaves the queue to the sessions
+/// and the checkpoint.
+///
+/// # Panics
+/// PANICs if a write-back fails (see [`Smgr::flush_range`]).
+pub fn write_back_evictions(
+    smgr: &Smgr,
+    queue: &PendingWriteback,
+    chunk: usize,
+    round: Duration,
+    budget: Duration,
+) -> usize {
+    if chunk == 0 {
+        return 0;
     }
-
-    /// Sweeps `rel` from its cursor to its end or until `budget` is spent; wraps to the start
-    /// when it reaches the end.
-    fn sweep_file(
-        &mut self,
-        smgr: &Smgr,
-        rel: &Arc<Relation>,
-        chunk: u32,
-        budget: Duration,
-        limit: u32,
-    ) -> Duration {
-        let nblocks = rel.nblocks.load(Ordering::Acquire);
-        let pos = self.cursor.entry(rel.id).or_insert(0);
-        let stop = pos.saturating_add(limit);
-        let mut busy = Duration::ZERO;
-        while *pos < nblocks && *pos < stop && busy < budget {
-            let n = chunk.min(nblocks - *pos);
-            let t = Instant::now();
-            smgr.flush_range(rel, BlockNumber(*pos), n);
-            busy += t.elapsed();
-            *pos += n;
+    let started = Instant::now();
+    let due = (queue.len() as f64 * round.as_secs_f64() / WRITEBACK_DELAY.as_secs_f64()).ceil();
+    let mut batch = queue.take_oldest(due as usize);
+    let mut taken = batch.len();
+    write_back(smgr, &mut batch);
+    while started.elapsed() < budget {
+        let mut batch = queue.take_oldest(chunk);
+        if batch.is_empty() {
+            break;
         }
-        if *pos >= nblocks {
-            *pos = 0;
-        }
-        busy
+        taken += batch.len();
+        write_back(smgr, &mut batch);
     }
+    taken
 }
 
 /// The background writer's thread.
 pub(crate) fn bgwriter(weak: std::sync::Weak<Storage>) {
     set_backend_type(BackendType::BackgroundWriter);
-    let mut sweep = Sweep::default();
     let mut pressure = WalPressure::default();
     let mut wb = Writeback::new(0);
     let mut share = MIN_SHARE;
@@ -157,7 +105,8 @@ pub(crate) fn bgwriter(weak: std::sync::Weak<Storage>) {
                 Err(e) => tracing::error!("background writer: {e}"),
             }
         }
-        // 2. Sweep the page cache within the share of the device the WAL leaves.
+        // 2. Write back the sessions' evictions: what is due, and more within the share of
+        //    the device the WAL leaves.
         if let Some(wal) = st.wal.get() {
             let p = pressure.sample(wal.flush_latency_us(), Instant::now());
             share = if p < HIGH_PRESSURE {
@@ -166,13 +115,51 @@ pub(crate) fn bgwriter(weak: std::sync::Weak<Storage>) {
                 (share / 2.0).max(MIN_SHARE)
             };
         }
-        sweep.round(
+        write_back_evictions(
             &st.smgr,
-            s.checkpoint_flush_after as u32,
-            round.mul_f64(share),
+            &st.smgr.pending_writeback,
+            s.bgwriter_flush_after,
             round,
+            round.mul_f64(share),
         );
         drop(st);
         std::thread::sleep(round.saturating_sub(started.elapsed()).max(round / 4));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bufpool::BufTag;
+    use std::sync::Arc;
+    use walnut_common::{BlockNumber, RelFileId};
+
+    fn queue_of(n: u32) -> PendingWriteback {
+        let q = PendingWriteback::default();
+        for b in 0..n {
+            q.push(BufTag {
+                rel: RelFileId(7),
+                block: BlockNumber(b),
+            });
+        }
+        q
+    }
+
+    #[test]
+    fn a_round_writes_back_at_least_the_pages_due_and_more_only_within_its_budget() {
+        // The relation is not open, so the write-backs themselves do nothing.
+        let smgr = Smgr::new(Arc::new(walnut_io::RealVfs), "/nonexistent".into());
+        let round = WRITEBACK_DELAY / 10;
+        // Due: a tenth of the queue, rounded up, even with no budget.
+        let q = queue_of(1001);
+        assert_eq!(write_back_evictions(&smgr, &q, 64, round, Duration::ZERO), 101);
+        assert_eq!(q.len(), 900);
+        // With a budget, chunks after the due pages until the queue is empty.
+        assert_eq!(write_back_evictions(&smgr, &q, 64, round, Duration::from_secs(60)), 900);
+        assert!(q.is_empty());
+        // bgwriter_flush_after = 0: the queue is left alone.
+        let q = queue_of(10);
+        assert_eq!(write_back_evictions(&smgr, &q, 0, round, Duration::from_secs(60)), 0);
+        assert_eq!(q.len(), 10);
     }
 }

@@ -98,7 +98,8 @@ pub static CHECKPOINT_COMPLETION_TARGET: GucDef = GucDef {
 
 /// `checkpoint_flush_after`, 8 kB pages: after this many pages written by the checkpointer,
 /// ask the kernel to write them back (`sync_file_range`), so the final fsync finds little.
-/// Also the chunk size of the background writer's page-cache sweep. 0 disables both.
+/// Also the checkpoint's last write-back pass over the files it is about to fsync, in chunks
+/// of this many pages. 0 disables both.
 pub static CHECKPOINT_FLUSH_AFTER: GucDef = GucDef {
     name: "checkpoint_flush_after",
     kind: int(0, 256, Unit::Blocks),
@@ -169,7 +170,10 @@ pub static BGWRITER_LRU_MULTIPLIER: GucDef = GucDef {
     check: None,
 };
 
-/// `bgwriter_flush_after`, 8 kB pages: write-back batch of the background writer's writes.
+/// `bgwriter_flush_after`, 8 kB pages: write-back batch of the background writer's writes,
+/// and the chunk in which it writes back the sessions' evictions beyond those due
+/// (`crate::writeback`). 0 disables both: evictions are then left to the kernel and the
+/// checkpoint's fsync, as in PostgreSQL.
 pub static BGWRITER_FLUSH_AFTER: GucDef = GucDef {
     name: "bgwriter_flush_after",
     kind: int(0, 256, Unit::Blocks),
@@ -181,7 +185,8 @@ pub static BGWRITER_FLUSH_AFTER: GucDef = GucDef {
 };
 
 /// `backend_flush_after`, 8 kB pages: write-back batch of the pages sessions write themselves
-/// (evictions). 0, the default, leaves them to the background writer's sweep. walnut reads it
+/// (evictions). 0, the default, queues them for the background writer to write back
+/// (`crate::writeback::PendingWriteback`). walnut reads it
 /// server-wide (PostgreSQL lets each session set it).
 pub static BACKEND_FLUSH_AFTER: GucDef = GucDef {
     name: "backend_flush_after",

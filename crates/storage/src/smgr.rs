@@ -82,6 +82,9 @@ pub struct Smgr {
     pub stats: Arc<IoStats>,
     /// `backend_flush_after`, pages (reloadable).
     pub backend_flush_after: AtomicU32,
+    /// Sessions' evictions awaiting write-back by the background writer
+    /// ([`crate::writeback`]).
+    pub pending_writeback: crate::writeback::PendingWriteback,
     /// `io_direct` includes `data`: files are opened with O_DIRECT and every transfer is
     /// aligned.
     direct: bool,
@@ -109,6 +112,7 @@ impl Smgr {
             writable: true,
             stats: Arc::default(),
             backend_flush_after: AtomicU32::new(0),
+            pending_writeback: Default::default(),
             direct: false,
         }
     }
