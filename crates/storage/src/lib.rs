@@ -10,6 +10,7 @@ pub mod aio;
 pub mod bgwriter;
 pub mod btree;
 pub mod bufpool;
+pub mod bulk_write;
 pub mod catalog;
 pub mod checkpointer;
 pub mod control;

@@ -26,12 +26,13 @@
 
 use super::{tuple_header, MAX_TUPLE_SIZE, RM_HEAP};
 use crate::bufpool::{Pinned, ReadMode};
+use crate::bulk_write::BulkWriter;
 use crate::page::{self, PageBuf, PageKind};
 use crate::smgr::Relation;
 use crate::Storage;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use walnut_common::{BlockNumber, Error, Lsn, Result, SqlState, Tid, Xid, BLCKSZ};
+use walnut_common::{BlockNumber, Error, Result, SqlState, Tid, Xid, BLCKSZ};
 
 /// `NEWPAGES` record: every block carries a full-page image (`will_init`), no data.
 pub const HEAP_NEWPAGES: u8 = 0x30;
@@ -58,10 +59,10 @@ pub struct BulkInsert {
     /// Tuple being built (reused).
     scratch: Vec<u8>,
     rows: u64,
-    /// `Some(redo point when the load began)` if the transaction created `rel` (CREATE TABLE
-    /// or TRUNCATE in this transaction): no other session can reach its blocks, so batches
-    /// are written straight to the file, bypassing the buffer pool ([`BulkInsert::flush`]).
-    direct: Option<Lsn>,
+    /// Set if the transaction created `rel` (CREATE TABLE or TRUNCATE in this transaction):
+    /// no other session can reach its blocks, so batches are written straight to the file,
+    /// bypassing the buffer pool ([`BulkInsert::flush`]).
+    direct: Option<BulkWriter>,
 }
 
 fn new_page() -> Box<PageBuf> {
@@ -94,6 +95,8 @@ impl BulkInsert {
         } else {
             (st.pool.len() / 16).clamp(1, BULK_BATCH_PAGES_MAX)
         };
+        let direct = created_by_xid
+            .then(|| BulkWriter::new(st, rel.clone(), xid, (RM_HEAP, HEAP_NEWPAGES)));
         BulkInsert {
             rel,
             xid,
@@ -104,7 +107,7 @@ impl BulkInsert {
             batch_pages,
             scratch: Vec::with_capacity(256),
             rows: 0,
-            direct: created_by_xid.then(|| st.wal().redo_lsn()),
+            direct,
         }
     }
 
@@ -225,34 +228,19 @@ impl BulkInsert {
         }
     }
 
-    /// A flush into a relation the transaction created (DESIGN.md, "Bulk load", direct
-    /// steps): takes the next `n` blocks (`nblocks` moves on under `extend_lock`; nothing is
-    /// written for them yet), inserts the `NEWPAGES` record, sets each page's LSN and
-    /// checksum and writes the pages to those blocks. The WAL-before-data rule does not bind
-    /// these writes: until the transaction commits, which flushes the WAL past this record,
-    /// the relation is reachable from no committed catalog row, and after a crash its file is
-    /// an orphan.
+    /// A flush into a relation the transaction created (DESIGN.md, "Bulk load", steps 3'-5'):
+    /// the next `n` blocks, one `NEWPAGES` record, the pages written straight to the file
+    /// ([`BulkWriter`]).
     fn flush_direct(&mut self, st: &Storage) -> Result<()> {
+        let w = self.direct.as_ref().expect("a direct load");
         let n = self.full.len() as u32;
-        let first = {
-            let _ext = self.rel.extend_lock.lock();
-            let first = self.rel.nblocks.load(Ordering::Acquire);
-            self.rel.nblocks.store(first + n, Ordering::Release);
-            first
-        };
-        let blocks: Vec<BlockNumber> = (first..first + n).map(BlockNumber).collect();
-        let end = st.log_page_images(
-            self.rel.id,
-            self.xid,
-            (RM_HEAP, HEAP_NEWPAGES),
+        let first = w.reserve(n);
+        let blocks: Vec<BlockNumber> = (first.0..first.0 + n).map(BlockNumber).collect();
+        w.write(
+            st,
             &blocks,
-            &self.full.iter().map(|p| &**p).collect::<Vec<_>>(),
+            &mut self.full.iter_mut().map(|p| &mut **p).collect::<Vec<_>>(),
         )?;
-        for (p, &block) in self.full.iter_mut().zip(&blocks) {
-            page::set_lsn(p, end);
-            page::set_checksum(p);
-            st.smgr.write(&self.rel, block, &p[..])?;
-        }
         self.spare.append(&mut self.full);
         Ok(())
     }
@@ -296,16 +284,8 @@ impl BulkInsert {
             self.full.push(p);
         }
         self.flush(st)?;
-        if let Some(redo_at_start) = self.direct {
-            // A checkpoint that began during the load may have synced the files before some
-            // of these writes, yet its redo point lies past their records: sync them now, as
-            // `smgr_bulk_finish` does. Otherwise the next checkpoint syncs the file (each
-            // write registered it), and redo from any earlier redo point replays the images.
-            if st.wal().redo_lsn() != redo_at_start {
-                if let Err(e) = st.smgr.sync_relation(&self.rel) {
-                    crate::panic_fatal(&format!("bulk load: {e}"));
-                }
-            }
+        if let Some(w) = &self.direct {
+            w.finish(st);
         }
         let last = self.rel.nblocks.load(Ordering::Acquire).saturating_sub(1);
         self.rel.insert_hint.store(last, Ordering::Release);

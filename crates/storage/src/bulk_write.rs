@@ -1,0 +1,109 @@
+//! Whole new pages written straight into a relation file that the writing transaction created,
+//! bypassing the buffer pool: PostgreSQL 17's `bulk_write.c` (`smgr_bulk_start_rel`,
+//! `smgr_bulk_write`, `smgr_bulk_finish`). Used by COPY into a table created or truncated in the
+//! same transaction (`heap::BulkInsert`) and by the bottom-up index build (`btree::build`).
+//!
+//! No other session can read or write such a file's blocks before the transaction commits, so
+//! the pages need no pin, latch or buffer: each batch is one WAL record of full-page images
+//! ([`Storage::log_page_images`]), then the pages, with their LSN and checksum set, are written
+//! to the file (`Smgr::write`, which registers the file for the next checkpoint's fsync after
+//! each write). The writes do not wait for the WAL: until the commit, which flushes the WAL past
+//! every record of the load, the file is named by no committed catalog row, and after a crash
+//! it is an orphan.
+//!
+//! Durability at commit ([`BulkWriter::finish`]): redo restores every image whose record lies
+//! after the redo point it starts from. A checkpoint that began during the load has a redo point
+//! past some records, and may have drained the set of files to fsync before some of their pages
+//! were written; so if the redo point moved since [`BulkWriter::new`], `finish` fsyncs the file
+//! itself (`smgrimmedsync`). Otherwise the next checkpoint fsyncs it. The crash windows:
+//! DESIGN.md, "Bulk load".
+
+use crate::page::{self, PageBuf};
+use crate::smgr::Relation;
+use crate::Storage;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use walnut_common::{BlockNumber, Lsn, Result, Xid};
+use walnut_wal::RmgrId;
+
+/// A bulk write into one relation file created by transaction `xid`.
+pub struct BulkWriter {
+    rel: Arc<Relation>,
+    xid: Xid,
+    /// The record type of each batch: resource manager and info.
+    record: (RmgrId, u8),
+    /// The redo point when the write began.
+    redo_at_start: Lsn,
+}
+
+impl BulkWriter {
+    /// Starts a bulk write into `rel`, whose file `xid` created and has not committed; each
+    /// batch is logged as one record of type `record` (rmgr, info) naming every block with its
+    /// image (`will_init`).
+    pub fn new(st: &Storage, rel: Arc<Relation>, xid: Xid, record: (RmgrId, u8)) -> BulkWriter {
+        BulkWriter {
+            rel,
+            xid,
+            record,
+            redo_at_start: st.wal().redo_lsn(),
+        }
+    }
+
+    /// The relation written.
+    pub fn relation(&self) -> &Arc<Relation> {
+        &self.rel
+    }
+
+    /// Takes the next `n` blocks of the relation (`nblocks` moves on under `extend_lock`;
+    /// nothing is written for them: the pages themselves extend the file) and returns the
+    /// first.
+    pub fn reserve(&self, n: u32) -> BlockNumber {
+        let _ext = self.rel.extend_lock.lock();
+        let first = self.rel.nblocks.load(Ordering::Acquire);
+        self.rel.nblocks.store(first + n, Ordering::Release);
+        BlockNumber(first)
+    }
+
+    /// Logs `pages[i]` as the new content of block `blocks[i]` (one WAL record for all, at
+    /// most 255 blocks), then sets each page's LSN to the record's end and its checksum, and
+    /// writes it to its block. Returns the record's end.
+    ///
+    /// # Errors
+    /// The WAL insert's (53100 if the WAL cannot get space; nothing is written then); the
+    /// writes' I/O errors (53100 for ENOSPC). After an error the transaction must abort.
+    pub fn write(
+        &self,
+        st: &Storage,
+        blocks: &[BlockNumber],
+        pages: &mut [&mut PageBuf],
+    ) -> Result<Lsn> {
+        assert_eq!(blocks.len(), pages.len(), "a block for each page");
+        let end = st.log_page_images(
+            self.rel.id,
+            self.xid,
+            self.record,
+            blocks,
+            &pages.iter().map(|p| &**p).collect::<Vec<_>>(),
+        )?;
+        for (p, &block) in pages.iter_mut().zip(blocks) {
+            page::set_lsn(p, end);
+            page::set_checksum(p);
+            st.smgr.write(&self.rel, block, &p[..])?;
+        }
+        Ok(end)
+    }
+
+    /// Ends the write: if the redo point moved since it began, fsyncs the file (see the
+    /// module documentation). Call it after the last [`BulkWriter::write`] and before the
+    /// transaction's commit.
+    ///
+    /// # Panics
+    /// PANICs if the fsync fails: the kernel may have dropped the pages.
+    pub fn finish(&self, st: &Storage) {
+        if st.wal().redo_lsn() != self.redo_at_start {
+            if let Err(e) = st.smgr.sync_relation(&self.rel) {
+                crate::panic_fatal(&format!("bulk write: {e}"));
+            }
+        }
+    }
+}
