@@ -7,10 +7,10 @@
 //! with the inner file system, file (and its path and open mode) or flusher; every hook's
 //! default passes the call on unchanged. So a `HookVfs` whose hooks override nothing makes
 //! exactly the calls of the file system it wraps — the trait defaults included: the inner
-//! file's own `write_back`, `allocated_bytes` and `read_exact_at`, and the inner file system's
+//! file's own `write_back`, `allocate`, `allocated_bytes` and `read_exact_at`, and the inner file system's
 //! own `cache_flusher` — and a test through it takes production's sync path unless it says
 //! otherwise. (A hand-written wrapper that forgets to forward a defaulted method silently gets
-//! the trait's default instead: `write_back` becomes `sync_data`, `allocated_bytes` 0, and no
+//! the trait's default instead: `write_back` becomes `sync_data`, `allocate` a refusal (so zeros are written), `allocated_bytes` 0, and no
 //! cache flusher is offered, so the WAL never takes its `wal_sync_range` path.)
 //!
 //! ```text
@@ -195,6 +195,15 @@ pub trait Hooks: Send + Sync {
         file.io.flush_range(offset, len)
     }
 
+    /// [`FileIo::allocate`] of `[offset, offset + len)` (bytes): by default the inner file's
+    /// own, not the trait's refusal.
+    ///
+    /// # Errors
+    /// The inner file's, by default.
+    fn allocate(&self, file: FileRef<'_>, offset: u64, len: u64) -> io::Result<()> {
+        file.io.allocate(offset, len)
+    }
+
     /// [`FileIo::allocated_bytes`]: by default the inner file's own.
     ///
     /// # Errors
@@ -341,6 +350,10 @@ impl FileIo for HookFile {
 
     fn flush_range(&self, offset: u64, len: u64) -> io::Result<()> {
         self.hooks.flush_range(self.at(), offset, len)
+    }
+
+    fn allocate(&self, offset: u64, len: u64) -> io::Result<()> {
+        self.hooks.allocate(self.at(), offset, len)
     }
 
     fn allocated_bytes(&self) -> io::Result<u64> {

@@ -130,6 +130,25 @@ pub trait FileIo: Send + Sync {
         Ok(())
     }
 
+    /// Reserves storage for the bytes `[offset, offset + len)` and, if that reaches past the
+    /// end of the file, lengthens the file to `offset + len` bytes: afterwards a write inside
+    /// the range cannot fail for lack of space (on file systems that overwrite in place), and
+    /// the range reads as zeros where the file held nothing. Bytes the file already holds are
+    /// left as they are. Like a write, the new size and the allocation are not durable until
+    /// the file is synced: after a crash the file may be shorter. Linux: `fallocate(2)` with
+    /// mode 0, as PostgreSQL's `FileFallocate` (`posix_fallocate`) for `mdzeroextend`.
+    ///
+    /// The default refuses with EOPNOTSUPP, the error of a file system that cannot allocate
+    /// without writing; callers then write zeros instead.
+    ///
+    /// # Errors
+    /// The OS error: ENOSPC (raw os error 28) if the space is not there; EOPNOTSUPP or EINVAL
+    /// if the file system does not support it, which callers answer by writing zeros.
+    fn allocate(&self, offset: u64, len: u64) -> io::Result<()> {
+        let _ = (offset, len);
+        Err(io::Error::from_raw_os_error(libc::EOPNOTSUPP))
+    }
+
     /// Bytes of storage allocated to the file (`st_blocks` × 512), to tell a segment written
     /// in full from a sparse one. The default, 0, means "unknown": callers then never rely on
     /// [`FileIo::write_back`] for this file.
@@ -368,6 +387,11 @@ impl FileIo for RealFile {
                 format!("sync_file_range {}: {e}", self.path.display()),
             )
         })
+    }
+
+    fn allocate(&self, offset: u64, len: u64) -> io::Result<()> {
+        rustix::fs::fallocate(&self.file, rustix::fs::FallocateFlags::empty(), offset, len)
+            .map_err(io::Error::from)
     }
 
     fn allocated_bytes(&self) -> io::Result<u64> {
@@ -682,6 +706,36 @@ mod tests {
         let mut buf = [0u8; 6];
         f.read_exact_at(&mut buf, 4096).unwrap();
         assert_eq!(&buf, b"walnut");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn allocate_lengthens_the_file_with_zeros_and_keeps_its_bytes() {
+        let dir = tempfile_dir("alloc");
+        let f = RealVfs
+            .open(
+                &dir.join("rel"),
+                OpenMode {
+                    create: true,
+                    ..Default::default()
+                },
+            )
+            .unwrap();
+        f.write_at(&[7u8; 8192], 0).unwrap();
+        match f.allocate(0, 10 * 8192) {
+            Ok(()) => {
+                assert_eq!(f.len().unwrap(), 10 * 8192);
+                let mut buf = vec![1u8; 10 * 8192];
+                f.read_exact_at(&mut buf, 0).unwrap();
+                assert!(buf[..8192].iter().all(|&b| b == 7), "kept its bytes");
+                assert!(buf[8192..].iter().all(|&b| b == 0), "new space is zeros");
+            }
+            // A file system without fallocate (callers then write zeros).
+            Err(e) => assert!(
+                matches!(e.raw_os_error(), Some(libc::EOPNOTSUPP | libc::EINVAL)),
+                "{e}"
+            ),
+        }
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

@@ -1,11 +1,14 @@
 //! Storage manager: relation files `base/<relfile>` of 8 KiB blocks, through the I/O trait.
 //!
-//! A relation's size in blocks is tracked in memory (`nblocks`). A new block is allocated by
-//! extending the file with a zero block at once (`Smgr::extend`, PostgreSQL's `mdextend`), so
-//! that a full disk fails the allocation rather than a later write-out. The zeros are not
-//! synced, so a file may be shorter than the blocks redo finds in the WAL after a crash:
-//! reading a block at or past the file's end yields an all-zero ("new") page, which redo then
-//! initializes from a WAL record with `will_init` or a full-page image.
+//! A relation's size in blocks is tracked in memory (`nblocks`). New blocks are allocated by
+//! extending the file at once, so that a full disk fails the allocation rather than a later
+//! write-out: one block by writing zeros (`Smgr::extend`, PostgreSQL's `mdextend`), several in
+//! one call (`Smgr::extend_by`, PostgreSQL 16's `mdzeroextend`) by `fallocate` when more than
+//! 8, else (or where the file system refuses `fallocate`) by one write of zeros. Neither the
+//! zeros nor the allocation are synced, so a file may be shorter than the blocks redo finds in
+//! the WAL after a crash: reading a block at or past the file's end yields an all-zero ("new")
+//! page, which redo then initializes from a WAL record with `will_init` or a full-page image.
+//! Allocated space that no page was written to reads as zeros too (a new page).
 //!
 //! With `io_direct = data` the files are opened with O_DIRECT ([`Smgr::with_direct_io`]):
 //! reads and writes bypass the page cache, so every buffer, offset and length must be aligned
@@ -33,8 +36,26 @@ const _: () = assert!(std::mem::align_of::<AlignedBlock>() == DIRECT_IO_ALIGN);
 const _: () = assert!(std::mem::size_of::<AlignedBlock>() == BLCKSZ);
 const _: () = assert!(BLCKSZ % DIRECT_IO_ALIGN == 0);
 
-/// The zero block `Smgr::extend` writes, aligned so that O_DIRECT can write it as it is.
-static ZERO_BLOCK: AlignedBlock = AlignedBlock([0; BLCKSZ]);
+/// Blocks [`Smgr::extend_by`] writes as zeros in one write at most, when it does not use
+/// `fallocate`.
+pub const ZERO_CHUNK_BLOCKS: usize = 16;
+
+/// [`Smgr::extend_by`] reserves more blocks than this with `fallocate` instead of writing
+/// zeros (PostgreSQL's `mdzeroextend`: "More than 8 blocks").
+pub const FALLOCATE_MIN_BLOCKS: u32 = 8;
+
+/// [`ZERO_CHUNK_BLOCKS`] zero blocks, aligned for O_DIRECT (in `.bss`: no memory until used).
+#[repr(C, align(4096))]
+struct AlignedZeros([u8; BLCKSZ * ZERO_CHUNK_BLOCKS]);
+
+const _: () = assert!(std::mem::align_of::<AlignedZeros>() == DIRECT_IO_ALIGN);
+
+/// The zeros `Smgr::extend_by` writes, aligned so that O_DIRECT can write them as they are.
+static ZEROS: AlignedZeros = AlignedZeros([0; BLCKSZ * ZERO_CHUNK_BLOCKS]);
+
+/// errno values of a file system that cannot `fallocate` (Linux: EOPNOTSUPP 95, EINVAL 22).
+const EOPNOTSUPP: i32 = 95;
+const EINVAL: i32 = 22;
 
 thread_local! {
     /// Each thread's bounce block for O_DIRECT reads and writes of unaligned buffers.
@@ -350,29 +371,67 @@ impl Smgr {
         ids.iter().filter_map(|id| rels.get(id).cloned()).collect()
     }
 
-    /// Allocates the next block of `rel` and writes it to the file as zeros at once (the
-    /// caller holds `extend_lock`), as PostgreSQL's `mdextend` does: a full disk fails the
-    /// allocation, before any page changes, and not a later write-out of the page, which
-    /// overwrites space the file already has (so a full disk cannot fill the buffer pool with
-    /// pages that cannot be evicted). No file holds data at or past block `nblocks`, so the
-    /// zeros overwrite nothing; if the file is shorter (blocks redo noted), the gap is a hole
-    /// that reads as zeros. The zeros need no sync: after a crash a missing block reads as a
-    /// new page. They come from an aligned static block, which O_DIRECT writes as it is.
+    /// Allocates the next block of `rel` ([`Smgr::extend_by`] of one block: zeros written at
+    /// once). The caller holds `extend_lock`.
     ///
     /// # Errors
-    /// I/O errors (53100 for ENOSPC); a partly written block is cut off, and `nblocks` is
-    /// unchanged.
+    /// As [`Smgr::extend_by`].
     pub fn extend(&self, rel: &Relation) -> Result<BlockNumber> {
+        self.extend_by(rel, 1)
+    }
+
+    /// Allocates the next `nblocks` blocks of `rel` (at least 1) in one call and returns the
+    /// first; the caller holds `extend_lock`. PostgreSQL 16's `smgrzeroextend`/`mdzeroextend`
+    /// (`src/backend/storage/smgr/md.c`): more than [`FALLOCATE_MIN_BLOCKS`] blocks are
+    /// reserved with `fallocate` ([`walnut_io::FileIo::allocate`]), which writes no data;
+    /// fewer, or a file system that refuses `fallocate` (EOPNOTSUPP, EINVAL), get zeros written
+    /// in one write per [`ZERO_CHUNK_BLOCKS`] blocks, from an aligned static buffer that
+    /// O_DIRECT writes as it is.
+    ///
+    /// Either way the space exists when this returns, so a full disk fails the allocation,
+    /// before any page changes, and not a later write-out of the pages, which overwrites space
+    /// the file already has (so a full disk cannot fill the buffer pool with pages that cannot
+    /// be evicted). No file holds data at or past block `nblocks`, so nothing is overwritten;
+    /// if the file is shorter (blocks redo noted), the gap is a hole that reads as zeros. The
+    /// new space needs no sync: after a crash a missing block reads as a new page.
+    ///
+    /// # Errors
+    /// I/O errors (53100 for ENOSPC); a partial block the failed extension left at the end of
+    /// the file is cut off, and `nblocks` is unchanged.
+    ///
+    /// # Panics
+    /// If `nblocks` is 0, the caller does not hold `extend_lock`, or the relation would pass
+    /// 2^32 - 1 blocks.
+    pub fn extend_by(&self, rel: &Relation, nblocks: u32) -> Result<BlockNumber> {
         assert!(
             rel.extend_lock.is_locked(),
-            "Smgr::extend without the relation's extend_lock"
+            "Smgr::extend_by without the relation's extend_lock"
         );
-        let block = rel.nblocks.load(Ordering::Acquire);
-        let off = block as u64 * BLCKSZ as u64;
-        if let Err(e) = rel.file.write_at(&ZERO_BLOCK.0, off) {
-            if let Ok(len) = rel.file.len() {
-                if len > off && len < off + BLCKSZ as u64 {
-                    let _ = rel.file.set_len(off);
+        assert!(nblocks > 0, "Smgr::extend_by of no blocks");
+        let first = rel.nblocks.load(Ordering::Acquire);
+        let end = first
+            .checked_add(nblocks)
+            .filter(|&e| e < u32::MAX)
+            .expect("relation size past the largest block number");
+        let off = first as u64 * BLCKSZ as u64;
+        let len = nblocks as u64 * BLCKSZ as u64;
+        let start = Instant::now();
+        let mut r = Err(std::io::Error::from_raw_os_error(EOPNOTSUPP));
+        if nblocks > FALLOCATE_MIN_BLOCKS {
+            r = rel.file.allocate(off, len);
+        }
+        if matches!(&r, Err(e) if matches!(e.raw_os_error(), Some(EOPNOTSUPP | EINVAL))) {
+            r = self.write_zeros(rel, off, len);
+        }
+        if let Err(e) = r {
+            // A short write (or a partial allocation) must not leave a partial block: cut the
+            // file back to whole blocks. Whole zero blocks past `first` are left as they are:
+            // they hold nothing, `nblocks` does not count them, and the next extension
+            // allocates them again.
+            if let Ok(flen) = rel.file.len() {
+                let whole = flen / BLCKSZ as u64 * BLCKSZ as u64;
+                if flen > off && whole != flen {
+                    let _ = rel.file.set_len(whole.max(off));
                 }
             }
             return Err(Error::io(
@@ -380,9 +439,21 @@ impl Smgr {
                 e,
             ));
         }
-        rel.nblocks.store(block + 1, Ordering::Release);
-        self.stats.add(IoOp::Extend, 1, 0);
-        Ok(BlockNumber(block))
+        rel.nblocks.store(end, Ordering::Release);
+        self.stats.add_since(IoOp::Extend, nblocks as u64, start);
+        Ok(BlockNumber(first))
+    }
+
+    /// Writes `len` bytes of zeros at `off` of `rel`'s file, [`ZERO_CHUNK_BLOCKS`] blocks per
+    /// write at most.
+    fn write_zeros(&self, rel: &Relation, off: u64, len: u64) -> std::io::Result<()> {
+        let mut done = 0;
+        while done < len {
+            let n = (len - done).min(ZEROS.0.len() as u64) as usize;
+            rel.file.write_at(&ZEROS.0[..n], off + done)?;
+            done += n as u64;
+        }
+        Ok(())
     }
 
     /// Notes that `block` exists (redo of a record that initialized it).

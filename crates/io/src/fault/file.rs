@@ -179,6 +179,50 @@ impl FileIo for FaultFile {
         self.write_back(offset, len)
     }
 
+    /// Modelled as an unsynced write of zeros over the part of the range past the file's
+    /// end (bytes the file holds are left alone): a power loss may drop it, tear it or order
+    /// it after later writes into the range, so the file may come back shorter, or a later
+    /// unsynced write there may be lost, as the contract allows. Subject to the plan's write
+    /// faults (counted as a `write_at`): an injected EIO or ENOSPC fails it whole, changing
+    /// nothing.
+    fn allocate(&self, offset: u64, len: u64) -> io::Result<()> {
+        let mut st = self.vfs.lock();
+        st.seq += 1;
+        st.stats.writes += 1;
+        if st.subject(&self.path) {
+            st.write_calls += 1;
+            let n = st.write_calls;
+            let (p_eio, p_enospc) = (st.plan.write_eio, st.plan.write_enospc);
+            if st.rng.chance(p_eio) {
+                st.stats.injected_eio += 1;
+                return Err(eio("fallocate", &self.path));
+            }
+            if st.plan.write_enospc_at == Some(n) || st.rng.chance(p_enospc) {
+                st.stats.injected_enospc += 1;
+                return Err(enospc());
+            }
+        }
+        let end = offset
+            .checked_add(len)
+            .ok_or_else(|| io::Error::from_raw_os_error(27))?; // EFBIG
+        let node = st.inodes.get_mut(&self.ino).expect("open inode");
+        if len > 0 {
+            node.allocated.extend(offset / 4096..end.div_ceil(4096));
+        }
+        let old = node.data.len() as u64;
+        if end > old {
+            let start = offset.max(old);
+            let zeros = vec![0u8; (end - start) as usize];
+            write_into(&mut node.data, start, &zeros);
+            node.pending.push(PendingOp::Write {
+                off: start,
+                bytes: zeros,
+                cached: false,
+            });
+        }
+        Ok(())
+    }
+
     fn allocated_bytes(&self) -> io::Result<u64> {
         let st = self.vfs.lock();
         Ok(st.inodes[&self.ino].allocated.len() as u64 * 4096)

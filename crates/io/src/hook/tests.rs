@@ -117,6 +117,13 @@ impl FileIo for TracerFile {
         );
         Ok(())
     }
+    fn allocate(&self, offset: u64, len: u64) -> io::Result<()> {
+        note(
+            &self.log,
+            format!("allocate {} {offset} {len}", self.path.display()),
+        );
+        Ok(())
+    }
     fn allocated_bytes(&self) -> io::Result<u64> {
         note(
             &self.log,
@@ -204,6 +211,7 @@ fn exercise(v: &dyn Vfs, log: &Log) {
         "flush_range",
         format!("{:?}", f.flush_range(15, 16).is_ok()),
     );
+    result("allocate", format!("{:?}", f.allocate(17, 18).is_ok()));
     result(
         "allocated_bytes",
         format!("{:?}", f.allocated_bytes().unwrap()),
@@ -217,7 +225,7 @@ fn exercise(v: &dyn Vfs, log: &Log) {
 }
 
 /// The calls [`exercise`] makes, by the name of their hook.
-const CALLS: [&str; 19] = [
+const CALLS: [&str; 20] = [
     "open",
     "remove",
     "rename",
@@ -234,6 +242,7 @@ const CALLS: [&str; 19] = [
     "set_len",
     "write_back",
     "flush_range",
+    "allocate",
     "allocated_bytes",
     "cache_flusher",
     "flush",
@@ -269,6 +278,8 @@ fn pass_through_hooks_make_exactly_the_inner_calls_with_their_results() {
         );
     }
     assert!(direct.contains(&"= allocated_bytes: 4242".to_string()));
+    // The tracer's allocate succeeds; the trait's default would refuse.
+    assert!(direct.contains(&"= allocate: true".to_string()));
     assert!(direct.contains(&"= describe: tracer flush of /d".to_string()));
 }
 
@@ -351,6 +362,10 @@ impl Hooks for Naming {
     fn flush_range(&self, file: FileRef<'_>, offset: u64, len: u64) -> io::Result<()> {
         self.saw("flush_range");
         file.io.flush_range(offset, len)
+    }
+    fn allocate(&self, file: FileRef<'_>, offset: u64, len: u64) -> io::Result<()> {
+        self.saw("allocate");
+        file.io.allocate(offset, len)
     }
     fn allocated_bytes(&self, file: FileRef<'_>) -> io::Result<u64> {
         self.saw("allocated_bytes");
