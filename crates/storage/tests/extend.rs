@@ -216,3 +216,93 @@ fn allocated_blocks_past_a_power_loss_read_as_new_pages_or_are_gone() {
     }
     assert!(shorter && whole, "the unsynced allocation may be lost or kept");
 }
+
+/// Counts `allocate` calls and writes of zero blocks (extensions written as zeros) on files
+/// under `base`.
+#[derive(Default)]
+struct CountExtensions {
+    allocs: AtomicU64,
+    zero_writes: AtomicU64,
+}
+
+impl Hooks for CountExtensions {
+    fn write_at(&self, file: FileRef<'_>, buf: &[u8], offset: u64) -> io::Result<()> {
+        if file.path.to_string_lossy().contains("/base/") && buf.iter().all(|&b| b == 0) {
+            self.zero_writes.fetch_add(1, Ordering::Relaxed);
+        }
+        file.io.write_at(buf, offset)
+    }
+
+    fn allocate(&self, file: FileRef<'_>, offset: u64, len: u64) -> io::Result<()> {
+        if file.path.to_string_lossy().contains("/base/") {
+            self.allocs.fetch_add(1, Ordering::Relaxed);
+        }
+        file.io.allocate(offset, len)
+    }
+}
+
+#[test]
+fn a_bulk_load_extends_its_relation_once_per_batch() {
+    use std::sync::atomic::AtomicBool;
+    use walnut_common::{ColumnDef, DataType, TableDef, Value};
+    use walnut_storage::txn::Txn;
+    use walnut_storage::{Storage, StorageConfig};
+    use walnut_wal::{CommitOpts, SessionId};
+
+    for direct in [false, true] {
+        let fault: Arc<dyn Vfs> = Arc::new(FaultVfs::new(FaultConfig::new(21)));
+        let dir = Path::new("/data");
+        Storage::initdb(fault.clone(), dir).unwrap();
+        let counts = Arc::new(CountExtensions::default());
+        let vfs: Arc<dyn Vfs> = Arc::new(HookVfs::new(fault, counts.clone()));
+        let mut cfg = StorageConfig {
+            shared_buffers_pages: 1024,
+            ..Default::default()
+        };
+        cfg.io_direct.data = direct;
+        let st = Storage::open(vfs, dir, cfg).unwrap();
+        let mut t = Txn::begin(st.clone(), Arc::new(AtomicBool::new(false)));
+        t.create_table(TableDef {
+            name: "t".into(),
+            columns: vec![
+                ColumnDef {
+                    name: "id".into(),
+                    ty: DataType::Int4,
+                    not_null: true,
+                },
+                ColumnDef {
+                    name: "v".into(),
+                    ty: DataType::Text,
+                    not_null: true,
+                },
+            ],
+            primary_key: None,
+            fillfactor: 100,
+        })
+        .unwrap();
+        t.commit(&CommitOpts::new(SessionId::next())).unwrap();
+        let (a0, z0) = (
+            counts.allocs.load(Ordering::Relaxed),
+            counts.zero_writes.load(Ordering::Relaxed),
+        );
+        let mut t = Txn::begin(st.clone(), Arc::new(AtomicBool::new(false)));
+        let info = t.table("t").unwrap();
+        for id in 0..800 {
+            t.insert_bulk(&info, &[Value::Int4(id), Value::Text("r".repeat(1000))])
+                .unwrap();
+        }
+        t.finish_bulk().unwrap();
+        t.commit(&CommitOpts::new(SessionId::next())).unwrap();
+        let allocs = counts.allocs.load(Ordering::Relaxed) - a0;
+        let zero_writes = counts.zero_writes.load(Ordering::Relaxed) - z0;
+        let rel = st.smgr.open(info.relfile).unwrap();
+        let pages = rel.nblocks.load(Ordering::Acquire) as u64;
+        eprintln!("direct {direct}: {pages} pages, {allocs} allocations, {zero_writes} zero writes");
+        assert!(pages >= 90, "{pages} pages");
+        // Batches of 32 pages: one allocation each, and the last, smaller batch one
+        // allocation or one write of zeros.
+        assert_eq!(allocs + zero_writes, pages.div_ceil(32), "direct {direct}");
+        assert!(allocs >= pages / 32);
+        st.shutdown().unwrap();
+    }
+}
