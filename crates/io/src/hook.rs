@@ -7,7 +7,7 @@
 //! with the inner file system, file (and its path and open mode) or flusher; every hook's
 //! default passes the call on unchanged. So a `HookVfs` whose hooks override nothing makes
 //! exactly the calls of the file system it wraps — the trait defaults included: the inner
-//! file's own `write_back`, `allocate`, `allocated_bytes` and `read_exact_at`, and the inner file system's
+//! file's own `write_back`, `allocate`, `allocated_bytes`, `write_vectored_at` and `read_exact_at`, and the inner file system's
 //! own `cache_flusher` — and a test through it takes production's sync path unless it says
 //! otherwise. (A hand-written wrapper that forgets to forward a defaulted method silently gets
 //! the trait's default instead: `write_back` becomes `sync_data`, `allocate` a refusal (so zeros are written), `allocated_bytes` 0, and no
@@ -20,7 +20,8 @@
 //! ```
 //!
 //! `read_exact_at` is a call of its own (the inner file's, which may not loop over `read_at`):
-//! a hook that changes what reads return overrides both `read_at` and `read_exact_at`.
+//! a hook that changes what reads return overrides both `read_at` and `read_exact_at`; so is
+//! `write_vectored_at`: a hook that changes or counts writes overrides it with `write_at`.
 //!
 //! When a method is added to [`Vfs`], [`FileIo`] or [`CacheFlush`], it gets a hook here, and
 //! the test at the end of this file, which checks that a `HookVfs` with no overrides behaves
@@ -144,6 +145,15 @@ pub trait Hooks: Send + Sync {
     /// The inner file's, by default.
     fn write_at(&self, file: FileRef<'_>, buf: &[u8], offset: u64) -> io::Result<()> {
         file.io.write_at(buf, offset)
+    }
+
+    /// [`FileIo::write_vectored_at`]: by default the inner file's own, not a loop over
+    /// [`Hooks::write_at`].
+    ///
+    /// # Errors
+    /// The inner file's, by default.
+    fn write_vectored_at(&self, file: FileRef<'_>, bufs: &[&[u8]], offset: u64) -> io::Result<()> {
+        file.io.write_vectored_at(bufs, offset)
     }
 
     /// [`FileIo::sync_data`].
@@ -326,6 +336,10 @@ impl FileIo for HookFile {
 
     fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
         self.hooks.write_at(self.at(), buf, offset)
+    }
+
+    fn write_vectored_at(&self, bufs: &[&[u8]], offset: u64) -> io::Result<()> {
+        self.hooks.write_vectored_at(self.at(), bufs, offset)
     }
 
     fn sync_data(&self) -> io::Result<()> {

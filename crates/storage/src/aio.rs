@@ -11,17 +11,23 @@
 //! page do. A worker's read that fails is dropped: the scan's own pin reads the block again and
 //! reports the error where it is handled.
 //!
+//! Adjacent blocks are read together (PostgreSQL 17's read stream and `io_combine_limit`): a
+//! scan queues runs of up to `io_combine_limit` blocks (default 16, 128 kB), and a worker
+//! reads a run with one system call into as many frames (`BufferPool::prefetch_run`, which
+//! reads only blocks not in the pool, checks each page as a pin does, and never overwrites a
+//! valid or dirty frame). A run is queued once its first block is within
+//! `effective_io_concurrency` blocks of the scan, so up to `effective_io_concurrency +
+//! io_combine_limit` blocks are requested at once.
+//!
 //! The pool never changes a page and holds a pin only while it loads one, so it adds no crash
-//! window and no write. It needs no new buffer-pool code: a prefetch is `BufferPool::pin` and a
-//! drop. What it does not do (yet): combine adjacent blocks into one larger read
-//! (`io_combine_limit`), read ahead of index range scans, and io_uring.
+//! window and no write. What it does not do (yet): read ahead of index range scans, and
+//! io_uring.
 //!
 //! `io_method = sync` (or `effective_io_concurrency = 0`) turns it off: the scan reads each
 //! block when it reaches it, as before. So does buffered I/O (no `io_direct = data`), where
 //! the kernel reads ahead of a sequential scan itself and the workers only cost time.
 
-use crate::bufpool::ReadMode;
-use crate::smgr::Relation;
+use crate::smgr::{Relation, MAX_IO_COMBINE_BLOCKS};
 use crate::Storage;
 use parking_lot::Mutex;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -50,10 +56,12 @@ impl IoMethod {
     }
 }
 
-/// One block to read into the buffer pool for a scan.
+/// A run of adjacent blocks to read into the buffer pool for a scan.
 struct Prefetch {
     rel: Arc<Relation>,
     block: BlockNumber,
+    /// Blocks in the run (1 ..= `io_combine_limit`).
+    nblocks: u32,
     scan: Arc<ScanState>,
 }
 
@@ -63,7 +71,7 @@ struct ScanState {
     /// The block the scan reads now: a request at or before it is stale (the scan read the
     /// block itself), and the worker drops it.
     current: AtomicU32,
-    /// Requests queued and not yet finished by a worker.
+    /// Blocks queued and not yet finished by a worker.
     in_flight: AtomicU32,
 }
 
@@ -72,15 +80,24 @@ pub struct IoWorkers {
     queue: Sender<Prefetch>,
     /// `effective_io_concurrency`: blocks a scan keeps queued ahead of itself (reloadable).
     distance: AtomicU32,
+    /// `io_combine_limit`: most blocks one read brings in (reloadable).
+    combine: AtomicU32,
 }
 
 impl IoWorkers {
-    /// Starts `workers` threads (at least one) that prefetch into `st`'s buffer pool. They end
-    /// when the returned pool is dropped (its queue closes) or `st` is gone.
+    /// Starts `workers` threads (at least one) that prefetch into `st`'s buffer pool, reading
+    /// ahead `distance` blocks (`effective_io_concurrency`) in runs of up to `combine` blocks
+    /// (`io_combine_limit`, clamped to 1 ..= [`MAX_IO_COMBINE_BLOCKS`]). They end when the
+    /// returned pool is dropped (its queue closes) or `st` is gone.
     ///
     /// # Errors
     /// I/O error if a thread cannot be started.
-    pub fn start(st: Weak<Storage>, workers: usize, distance: u32) -> Result<IoWorkers> {
+    pub fn start(
+        st: Weak<Storage>,
+        workers: usize,
+        distance: u32,
+        combine: u32,
+    ) -> Result<IoWorkers> {
         let (tx, rx) = channel::<Prefetch>();
         let rx = Arc::new(Mutex::new(rx));
         for i in 0..workers.max(1) {
@@ -90,15 +107,25 @@ impl IoWorkers {
                 .spawn(move || worker(&st, &rx))
                 .map_err(|e| Error::io("could not start an I/O worker", e))?;
         }
-        Ok(IoWorkers {
+        let w = IoWorkers {
             queue: tx,
             distance: AtomicU32::new(distance),
-        })
+            combine: AtomicU32::new(1),
+        };
+        w.set_combine(combine);
+        Ok(w)
     }
 
-    /// Sets `effective_io_concurrency` (a reload).
+    /// Sets `effective_io_concurrency` (a reload), blocks.
     pub fn set_distance(&self, distance: u32) {
         self.distance.store(distance, Ordering::Relaxed);
+    }
+
+    /// Sets `io_combine_limit` (a reload), blocks; clamped to 1 ..=
+    /// [`MAX_IO_COMBINE_BLOCKS`]. Scans started later use it.
+    pub fn set_combine(&self, combine: u32) {
+        let c = combine.clamp(1, MAX_IO_COMBINE_BLOCKS as u32);
+        self.combine.store(c, Ordering::Relaxed);
     }
 }
 
@@ -110,11 +137,17 @@ fn worker(st: &Weak<Storage>, rx: &Mutex<Receiver<Prefetch>>) {
         let Some(st) = st.upgrade() else {
             return;
         };
-        if p.block.0 > p.scan.current.load(Ordering::Acquire) {
+        // Blocks at or before the scan's current one are stale: it read them itself.
+        let last = p.block.0 + (p.nblocks - 1);
+        let current = p.scan.current.load(Ordering::Acquire);
+        if last > current {
+            let first = p.block.0.max(current + 1);
             // The scan's own pin reports any error: a prefetch only saves it the wait.
-            drop(st.pool.pin(&p.rel, p.block, ReadMode::Normal));
+            let _ = st
+                .pool
+                .prefetch_run(&p.rel, BlockNumber(first), last + 1 - first);
         }
-        p.scan.in_flight.fetch_sub(1, Ordering::AcqRel);
+        p.scan.in_flight.fetch_sub(p.nblocks, Ordering::AcqRel);
     }
 }
 
@@ -125,8 +158,10 @@ pub struct ReadAhead {
     /// Next block not yet queued.
     next: u32,
     end: u32,
-    /// Blocks kept queued ahead of the current one, and the most requests in flight.
+    /// Blocks ahead of the current one within which a run may start.
     distance: u32,
+    /// Blocks per run (`io_combine_limit`, at most `distance`).
+    run: u32,
     scan: Arc<ScanState>,
 }
 
@@ -143,18 +178,24 @@ impl ReadAhead {
         let distance = workers
             .as_ref()
             .map_or(0, |w| w.distance.load(Ordering::Relaxed).min(cap));
+        let run = workers
+            .as_ref()
+            .map_or(1, |w| w.combine.load(Ordering::Relaxed))
+            .clamp(1, distance.max(1));
         ReadAhead {
             workers: workers.filter(|_| distance > 0),
             rel: rel.clone(),
             next: 1,
             end,
             distance,
+            run,
             scan: Arc::new(ScanState::default()),
         }
     }
 
-    /// Called before the scan reads block `current`: queues the blocks after it, up to
-    /// `current + distance`, that are not queued yet, while fewer than `distance` requests are
+    /// Called before the scan reads block `current`: queues the runs not queued yet whose
+    /// first block is at most `current + distance`, each of `io_combine_limit` blocks (fewer
+    /// only at the relation's end), while fewer than `distance + io_combine_limit` blocks are
     /// in flight (so the queue never grows beyond what the workers keep up with).
     pub fn before(&mut self, current: u32) {
         let Some(w) = &self.workers else {
@@ -162,19 +203,23 @@ impl ReadAhead {
         };
         self.scan.current.store(current, Ordering::Release);
         self.next = self.next.max(current + 1);
-        let until = self.end.min(current.saturating_add(1 + self.distance));
-        while self.next < until && self.scan.in_flight.load(Ordering::Acquire) < self.distance {
+        let horizon = self.end.min(current.saturating_add(1 + self.distance));
+        while self.next < horizon
+            && self.scan.in_flight.load(Ordering::Acquire) < self.distance + self.run
+        {
+            let n = self.run.min(self.end - self.next);
             let p = Prefetch {
                 rel: self.rel.clone(),
                 block: BlockNumber(self.next),
+                nblocks: n,
                 scan: self.scan.clone(),
             };
-            self.scan.in_flight.fetch_add(1, Ordering::AcqRel);
+            self.scan.in_flight.fetch_add(n, Ordering::AcqRel);
             if w.queue.send(p).is_err() {
                 self.workers = None;
                 return;
             }
-            self.next += 1;
+            self.next += n;
         }
     }
 }

@@ -1,6 +1,7 @@
 //! Read-ahead of sequential scans by the I/O workers (`io_method = worker`, `crate::aio`):
 //! with a buffer pool too small for the table, a full scan's blocks are read by the
-//! `io worker` threads ahead of the scanning thread; with `io_method = sync`,
+//! `io worker` threads ahead of the scanning thread, in reads of up to `io_combine_limit`
+//! blocks; with `io_method = sync`,
 //! `effective_io_concurrency = 0` or buffered data files (which the kernel reads ahead) only
 //! the scanning thread reads. On the fault-injecting file system (which checks O_DIRECT's
 //! alignment).
@@ -19,13 +20,15 @@ use walnut_storage::txn::Txn;
 use walnut_storage::{IoDirect, Storage, StorageConfig};
 use walnut_wal::{CommitOpts, SessionId};
 
-/// Counts reads of relation files by I/O worker threads and by other threads, each after
-/// 200 µs, as a device would take (the in-memory file system reads in a microsecond, and a
-/// scan would then always outrun the workers).
+/// Counts blocks read from relation files by I/O worker threads and by other threads, each
+/// read after 200 µs, as a device would take (the in-memory file system reads in a
+/// microsecond, and a scan would then always outrun the workers), and the largest read by a
+/// worker, in blocks.
 #[derive(Default)]
 struct CountReads {
     by_workers: AtomicU64,
     by_others: AtomicU64,
+    largest_by_workers: AtomicU64,
 }
 
 impl Hooks for CountReads {
@@ -39,7 +42,11 @@ impl Hooks for CountReads {
             } else {
                 &self.by_others
             };
-            c.fetch_add(1, Ordering::Relaxed);
+            let blocks = (buf.len() / 8192) as u64;
+            c.fetch_add(blocks, Ordering::Relaxed);
+            if worker {
+                self.largest_by_workers.fetch_max(blocks, Ordering::Relaxed);
+            }
             std::thread::sleep(std::time::Duration::from_micros(200));
         }
         file.io.read_at(buf, offset)
@@ -49,8 +56,20 @@ impl Hooks for CountReads {
 /// Loads 2000 rows of 1000 bytes (about 250 heap blocks), reopens the storage with a 64-page
 /// pool,
 /// `io_method` and `effective_io_concurrency` as given, scans the table twice
-/// and returns (reads by I/O workers, reads by others) during the scans.
+/// and returns (blocks read by I/O workers, blocks read by others) during the scans.
 fn scan_reads(method: IoMethod, distance: u32, direct: bool) -> (u64, u64) {
+    let (w, o, _) = scan_reads_combined(method, distance, direct, 16);
+    (w, o)
+}
+
+/// [`scan_reads`] with `io_combine_limit = combine`; also returns the largest read by a
+/// worker, in blocks.
+fn scan_reads_combined(
+    method: IoMethod,
+    distance: u32,
+    direct: bool,
+    combine: u32,
+) -> (u64, u64, u64) {
     let dir = Path::new("/data");
     let fault: Arc<dyn Vfs> = Arc::new(FaultVfs::new(FaultConfig::new(3)));
     let mut cfg = StorageConfig {
@@ -61,6 +80,7 @@ fn scan_reads(method: IoMethod, distance: u32, direct: bool) -> (u64, u64) {
         },
         io_method: method,
         effective_io_concurrency: distance,
+        io_combine_limit: combine,
         ..Default::default()
     };
     Storage::initdb(fault.clone(), dir).unwrap();
@@ -119,7 +139,25 @@ fn scan_reads(method: IoMethod, distance: u32, direct: bool) -> (u64, u64) {
     (
         counts.by_workers.load(Ordering::Relaxed) - w0,
         counts.by_others.load(Ordering::Relaxed) - o0,
+        counts.largest_by_workers.load(Ordering::Relaxed),
     )
+}
+
+#[test]
+fn io_workers_combine_adjacent_blocks_up_to_io_combine_limit() {
+    for combine in [1, 4, 16] {
+        let (workers, others, largest) = scan_reads_combined(IoMethod::Worker, 16, true, combine);
+        eprintln!("io_combine_limit = {combine}: {workers} blocks read by I/O workers, {others} by the scan, largest read {largest} blocks");
+        assert!(workers > others, "{workers} by workers, {others} by the scan");
+        assert!(largest <= combine as u64, "a read of {largest} blocks");
+        // A run is cut short only where a block is cached already or the scan passed it, so
+        // with more than one block allowed some read takes several (how many depends on the
+        // schedule, which the test does not assert on).
+        assert!(
+            combine == 1 || largest > 1,
+            "io_combine_limit = {combine}: largest read {largest} blocks"
+        );
+    }
 }
 
 #[test]

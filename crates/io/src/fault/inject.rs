@@ -153,6 +153,12 @@ impl Hooks for Inject {
         file.io.set_len(len)
     }
 
+    fn write_vectored_at(&self, file: FileRef<'_>, bufs: &[&[u8]], offset: u64) -> io::Result<()> {
+        let len: usize = bufs.iter().map(|b| b.len()).sum();
+        self.check_growth(file, offset + len as u64)?;
+        file.io.write_vectored_at(bufs, offset)
+    }
+
     fn allocate(&self, file: FileRef<'_>, offset: u64, len: u64) -> io::Result<()> {
         self.check_growth(file, offset + len)?;
         file.io.allocate(offset, len)

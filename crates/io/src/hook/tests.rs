@@ -87,6 +87,13 @@ impl FileIo for TracerFile {
         );
         Ok(())
     }
+    fn write_vectored_at(&self, bufs: &[&[u8]], offset: u64) -> io::Result<()> {
+        note(
+            &self.log,
+            format!("write_vectored_at {} {bufs:?} {offset}", self.path.display()),
+        );
+        Err(io::Error::from_raw_os_error(28))
+    }
     fn sync_data(&self) -> io::Result<()> {
         note(&self.log, format!("sync_data {}", self.path.display()));
         Ok(())
@@ -199,6 +206,14 @@ fn exercise(v: &dyn Vfs, log: &Log) {
     f.read_exact_at(&mut buf, 10).unwrap();
     result("read_exact_at", format!("{buf:?}"));
     result("write_at", format!("{:?}", f.write_at(b"xyz", 11).is_ok()));
+    result(
+        "write_vectored_at",
+        format!(
+            "{:?}",
+            f.write_vectored_at(&[b"ab", b"c"], 19)
+                .map_err(|e| e.raw_os_error())
+        ),
+    );
     result("sync_data", format!("{:?}", f.sync_data().is_ok()));
     result(
         "sync_all",
@@ -225,7 +240,7 @@ fn exercise(v: &dyn Vfs, log: &Log) {
 }
 
 /// The calls [`exercise`] makes, by the name of their hook.
-const CALLS: [&str; 20] = [
+const CALLS: [&str; 21] = [
     "open",
     "remove",
     "rename",
@@ -236,6 +251,7 @@ const CALLS: [&str; 20] = [
     "read_at",
     "read_exact_at",
     "write_at",
+    "write_vectored_at",
     "sync_data",
     "sync_all",
     "len",
@@ -338,6 +354,10 @@ impl Hooks for Naming {
     fn write_at(&self, file: FileRef<'_>, buf: &[u8], offset: u64) -> io::Result<()> {
         self.saw("write_at");
         file.io.write_at(buf, offset)
+    }
+    fn write_vectored_at(&self, file: FileRef<'_>, bufs: &[&[u8]], offset: u64) -> io::Result<()> {
+        self.saw("write_vectored_at");
+        file.io.write_vectored_at(bufs, offset)
     }
     fn sync_data(&self, file: FileRef<'_>) -> io::Result<()> {
         self.saw("sync_data");
