@@ -150,15 +150,40 @@ impl FileIo for FaultFile {
         if offset >= end {
             return Ok(());
         }
-        // Writing back sends the range's current bytes; older unsynced writes wholly inside it
-        // are superseded (their pages now hold the newer bytes) and can no longer reach the
-        // disk on their own.
-        node.pending.retain(|op| match op {
-            PendingOp::Write {
-                off, bytes, cached, ..
-            } => *cached || *off < offset || off + bytes.len() as u64 > end,
-            PendingOp::SetLen(_) => true,
-        });
+        // Writing back sends the range's current bytes; the parts of older unsynced writes
+        // inside it are superseded (their pages now hold the newer bytes) and can no longer
+        // reach the disk on their own: a write wholly inside is dropped, one that overlaps the
+        // range is cut to its parts outside it. (Keeping the overlapped part would let a later
+        // sync or crash image apply it over the written-back bytes once a cache flush had made
+        // those durable and taken them off the pending list: older bytes over newer.)
+        let mut kept = Vec::with_capacity(node.pending.len());
+        for op in std::mem::take(&mut node.pending) {
+            match op {
+                PendingOp::Write {
+                    off,
+                    bytes,
+                    cached: false,
+                } if off < end && off + bytes.len() as u64 > offset => {
+                    let w_end = off + bytes.len() as u64;
+                    if off < offset {
+                        kept.push(PendingOp::Write {
+                            off,
+                            bytes: bytes[..(offset - off) as usize].to_vec(),
+                            cached: false,
+                        });
+                    }
+                    if w_end > end {
+                        kept.push(PendingOp::Write {
+                            off: end,
+                            bytes: bytes[(end - off) as usize..].to_vec(),
+                            cached: false,
+                        });
+                    }
+                }
+                op => kept.push(op),
+            }
+        }
+        node.pending = kept;
         let bytes = node.data[offset as usize..end as usize].to_vec();
         node.pending.push(PendingOp::Write {
             off: offset,

@@ -127,6 +127,34 @@ fn write_back_is_durable_only_after_a_cache_flush() {
 }
 
 #[test]
+fn a_write_back_supersedes_the_part_of_an_older_write_inside_its_range() {
+    let (v, f) = setup(6);
+    // An older write over three blocks (an extension's zeros), a newer one of the middle
+    // block, written back and made durable by a cache flush.
+    f.write_at(&[0u8; 3 * 4096], 0).unwrap();
+    f.write_at(&[7u8; 4096], 4096).unwrap();
+    f.write_back(4096, 4096).unwrap();
+    v.cache_flusher(Path::new("/d"))
+        .unwrap()
+        .unwrap()
+        .flush()
+        .unwrap();
+    // The older write's middle no longer exists anywhere: no crash and no later sync can put
+    // it over the newer bytes; its outer blocks are still pending.
+    for s in 0..50 {
+        let c = content(&v.crash_image(CrashKind::PowerLoss, s).0);
+        assert_eq!(&c[4096..8192], &[7u8; 4096][..], "seed {s}");
+    }
+    assert_eq!(v.pending_ops(Path::new("/d/f")), 2, "the two outer parts");
+    f.sync_data().unwrap();
+    let (img, _) = v.crash_image(CrashKind::PowerLoss, 1);
+    let c = content(&img);
+    assert_eq!(c.len(), 3 * 4096);
+    assert_eq!(&c[4096..8192], &[7u8; 4096][..], "the sync keeps the newer bytes");
+    assert!(c[..4096].iter().chain(&c[8192..]).all(|&b| b == 0));
+}
+
+#[test]
 fn failed_fsync_forgets_the_pending_writes() {
     let (v, f) = setup(6);
     f.write_at(&[7u8; 4096], 0).unwrap();
