@@ -20,8 +20,8 @@
 //! io_combine_limit` blocks are requested at once.
 //!
 //! The pool never changes a page and holds a pin only while it loads one, so it adds no crash
-//! window and no write. What it does not do (yet): read ahead of index range scans, and
-//! io_uring.
+//! window and no write. [`IndexReadAhead`] does the same for a B-tree range scan's heap fetches
+//! and next leaf. What it does not do (yet): io_uring.
 //!
 //! `io_method = sync` (or `effective_io_concurrency = 0`) turns it off: the scan reads each
 //! block when it reaches it, as before. So does buffered I/O (no `io_direct = data`), where
@@ -69,8 +69,11 @@ struct Prefetch {
 #[derive(Default)]
 struct ScanState {
     /// The block the scan reads now: a request at or before it is stale (the scan read the
-    /// block itself), and the worker drops it.
+    /// block itself), and the worker drops it. For a scan in no block order (`unordered`), only
+    /// `u32::MAX` means anything: the scan ended, and every request is stale.
     current: AtomicU32,
+    /// An index scan's heap and leaf reads, in no block order.
+    unordered: bool,
     /// Blocks queued and not yet finished by a worker.
     in_flight: AtomicU32,
 }
@@ -82,6 +85,8 @@ pub struct IoWorkers {
     distance: AtomicU32,
     /// `io_combine_limit`: most blocks one read brings in (reloadable).
     combine: AtomicU32,
+    /// `maintenance_io_concurrency`: the distance of maintenance scans (reloadable).
+    maintenance_distance: AtomicU32,
 }
 
 impl IoWorkers {
@@ -111,6 +116,7 @@ impl IoWorkers {
             queue: tx,
             distance: AtomicU32::new(distance),
             combine: AtomicU32::new(1),
+            maintenance_distance: AtomicU32::new(distance),
         };
         w.set_combine(combine);
         Ok(w)
@@ -119,6 +125,12 @@ impl IoWorkers {
     /// Sets `effective_io_concurrency` (a reload), blocks.
     pub fn set_distance(&self, distance: u32) {
         self.distance.store(distance, Ordering::Relaxed);
+    }
+
+    /// Sets `maintenance_io_concurrency` (a reload), blocks: the distance of
+    /// [`ReadAhead::maintenance`] scans.
+    pub fn set_maintenance_distance(&self, distance: u32) {
+        self.maintenance_distance.store(distance, Ordering::Relaxed);
     }
 
     /// Sets `io_combine_limit` (a reload), blocks; clamped to 1 ..=
@@ -140,7 +152,9 @@ fn worker(st: &Weak<Storage>, rx: &Mutex<Receiver<Prefetch>>) {
         // Blocks at or before the scan's current one are stale: it read them itself.
         let last = p.block.0 + (p.nblocks - 1);
         let current = p.scan.current.load(Ordering::Acquire);
-        if last > current {
+        if p.scan.unordered && current != u32::MAX {
+            let _ = st.pool.prefetch_run(&p.rel, p.block, p.nblocks);
+        } else if !p.scan.unordered && last > current {
             let first = p.block.0.max(current + 1);
             // The scan's own pin reports any error: a prefetch only saves it the wait.
             let _ = st
@@ -173,11 +187,27 @@ impl ReadAhead {
     /// capped at a quarter of the buffer pool, so that blocks read ahead are not evicted
     /// before the scan reaches them.
     pub fn new(st: &Storage, rel: &Arc<Relation>, end: u32) -> ReadAhead {
+        Self::with_distance(st, rel, end, |w| &w.distance)
+    }
+
+    /// [`ReadAhead::new`] for a maintenance scan (the heap scan of an index build, PostgreSQL's
+    /// `maintenance_io_concurrency` users such as `ANALYZE` and `VACUUM`): its distance is
+    /// `maintenance_io_concurrency` instead of `effective_io_concurrency`.
+    pub fn maintenance(st: &Storage, rel: &Arc<Relation>, end: u32) -> ReadAhead {
+        Self::with_distance(st, rel, end, |w| &w.maintenance_distance)
+    }
+
+    fn with_distance(
+        st: &Storage,
+        rel: &Arc<Relation>,
+        end: u32,
+        setting: fn(&IoWorkers) -> &AtomicU32,
+    ) -> ReadAhead {
         let workers = st.io_workers().filter(|_| st.smgr.direct_io()).cloned();
         let cap = (st.pool.len() / 4) as u32;
         let distance = workers
             .as_ref()
-            .map_or(0, |w| w.distance.load(Ordering::Relaxed).min(cap));
+            .map_or(0, |w| setting(w).load(Ordering::Relaxed).min(cap));
         let run = workers
             .as_ref()
             .map_or(1, |w| w.combine.load(Ordering::Relaxed))
@@ -225,6 +255,139 @@ impl ReadAhead {
 }
 
 impl Drop for ReadAhead {
+    /// Marks every request of this scan stale: the workers drop what is still queued.
+    fn drop(&mut self) {
+        self.scan.current.store(u32::MAX, Ordering::Release);
+    }
+}
+
+/// Read-ahead of one B-tree range scan (`btree::range`) over O_DIRECT data files: when the
+/// scan has collected a leaf's entries, the heap blocks their TIDs point at are queued to the
+/// I/O workers in the order the scan will fetch them, up to `effective_io_concurrency`
+/// distinct blocks ahead of the entry being visited, and the next leaf (the right link) when
+/// the scan will go on to it. PostgreSQL 18 reads ahead only of bitmap heap scans; this is
+/// the read stream of its index-prefetching work for plain index scans, on the same
+/// machinery as [`ReadAhead`]: the workers pin and drop, so a fetch finds the page cached or
+/// waits for the read in progress. Off, as for [`ReadAhead`], with `io_method = sync`,
+/// `effective_io_concurrency = 0` or buffered data files.
+pub struct IndexReadAhead {
+    workers: Option<Arc<IoWorkers>>,
+    heap: Option<Arc<Relation>>,
+    /// Most blocks in flight, and most distinct heap blocks queued ahead of the visit.
+    distance: u32,
+    /// The current leaf's heap blocks in visit order, one per entry.
+    blocks: Vec<u32>,
+    /// Entries of `blocks` whose block is queued (or needs no read: the same as the one before).
+    queued: usize,
+    scan: Arc<ScanState>,
+}
+
+impl IndexReadAhead {
+    /// Read-ahead for a range scan whose TIDs point into the relation `heap` returns (called
+    /// only if read-ahead is on; `None` if the index's heap is not known: then only leaves are
+    /// read ahead), or none at all if read-ahead is off. Cheap when off: no allocation.
+    pub fn new(
+        st: &Storage,
+        heap: impl FnOnce() -> Option<Arc<Relation>>,
+    ) -> IndexReadAhead {
+        let workers = st.io_workers().filter(|_| st.smgr.direct_io()).cloned();
+        let cap = (st.pool.len() / 4) as u32;
+        let distance = workers
+            .as_ref()
+            .map_or(0, |w| w.distance.load(Ordering::Relaxed).min(cap));
+        let workers = workers.filter(|_| distance > 0);
+        IndexReadAhead {
+            heap: workers.as_ref().and_then(|_| heap()),
+            workers,
+            distance,
+            blocks: Vec::new(),
+            queued: 0,
+            scan: Arc::new(ScanState {
+                unordered: true,
+                ..ScanState::default()
+            }),
+        }
+    }
+
+    /// True if it reads anything ahead.
+    pub fn active(&self) -> bool {
+        self.workers.is_some()
+    }
+
+    /// A leaf's entries were collected: `heap_blocks` are their TIDs' blocks in visit order;
+    /// `next_leaf` is the leaf the scan goes on to after them, if it does. Queues the next
+    /// leaf at once (its read overlaps the heap fetches of this one) and the first heap blocks.
+    pub fn leaf(
+        &mut self,
+        index: Option<Arc<Relation>>,
+        heap_blocks: impl Iterator<Item = u32>,
+        next_leaf: Option<BlockNumber>,
+    ) {
+        if self.workers.is_none() {
+            return;
+        }
+        self.blocks.clear();
+        self.blocks.extend(heap_blocks);
+        self.queued = 0;
+        if let (Some(index), Some(b)) = (index, next_leaf) {
+            self.send(index, b.0);
+        }
+        self.before(0);
+    }
+
+    /// Called before the scan fetches the heap tuple of entry `i` of the current leaf: queues
+    /// the blocks of the entries after it until `distance` distinct blocks past entry `i` are
+    /// queued or `distance` blocks are in flight. Entry `i`'s own block is the scan's to read.
+    pub fn before(&mut self, i: usize) {
+        let Some(heap) = self.heap.clone() else {
+            return;
+        };
+        if self.workers.is_none() {
+            return;
+        }
+        if i >= self.blocks.len() {
+            return;
+        }
+        self.queued = self.queued.max(i + 1);
+        let mut ahead = block_runs(&self.blocks[i..self.queued]) - 1;
+        while self.queued < self.blocks.len()
+            && ahead < self.distance
+            && self.scan.in_flight.load(Ordering::Acquire) < self.distance
+        {
+            let b = self.blocks[self.queued];
+            // One request per run of entries on one block (a leaf's TIDs often cluster).
+            if self.blocks[self.queued - 1] != b && self.blocks[i] != b {
+                self.send(heap.clone(), b);
+                ahead += 1;
+            }
+            self.queued += 1;
+        }
+    }
+
+    fn send(&mut self, rel: Arc<Relation>, block: u32) {
+        let Some(w) = &self.workers else {
+            return;
+        };
+        let p = Prefetch {
+            rel,
+            block: BlockNumber(block),
+            nblocks: 1,
+            scan: self.scan.clone(),
+        };
+        self.scan.in_flight.fetch_add(1, Ordering::AcqRel);
+        if w.queue.send(p).is_err() {
+            self.workers = None;
+        }
+    }
+}
+
+/// Runs of equal adjacent blocks in `blocks` (the distinct blocks a scan in that order reads).
+fn block_runs(blocks: &[u32]) -> u32 {
+    let changes = blocks.windows(2).filter(|w| w[0] != w[1]).count();
+    (changes + usize::from(!blocks.is_empty())) as u32
+}
+
+impl Drop for IndexReadAhead {
     /// Marks every request of this scan stale: the workers drop what is still queued.
     fn drop(&mut self) {
         self.scan.current.store(u32::MAX, Ordering::Release);

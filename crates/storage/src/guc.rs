@@ -215,6 +215,7 @@ pub static GUCS: &[&GucDef] = &[
     &IO_WORKERS,
     &EFFECTIVE_IO_CONCURRENCY,
     &IO_COMBINE_LIMIT,
+    &MAINTENANCE_IO_CONCURRENCY,
 ];
 
 fn check_fsync(v: Val) -> Result<Val> {
@@ -343,6 +344,20 @@ mod tests {
     }
 
     #[test]
+    fn maintenance_io_concurrency_is_0_to_1000_default_16() {
+        assert_eq!(MAINTENANCE_IO_CONCURRENCY.default_value(), Val::Int(16));
+        assert_eq!(MAINTENANCE_IO_CONCURRENCY.parse("0").unwrap(), Val::Int(0));
+        assert_eq!(MAINTENANCE_IO_CONCURRENCY.parse("1000").unwrap(), Val::Int(1000));
+        assert!(MAINTENANCE_IO_CONCURRENCY.parse("1001").is_err());
+        assert!(MAINTENANCE_IO_CONCURRENCY.parse("-1").is_err());
+        assert!(GUCS.iter().any(|g| g.name == "maintenance_io_concurrency"));
+        assert_eq!(
+            crate::StorageConfig::default().maintenance_io_concurrency,
+            16
+        );
+    }
+
+    #[test]
     fn io_combine_limit_is_in_blocks_up_to_1mb() {
         assert_eq!(IO_COMBINE_LIMIT.default_value(), Val::Int(16));
         assert_eq!(IO_COMBINE_LIMIT.parse("256kB").unwrap(), Val::Int(32));
@@ -424,5 +439,19 @@ pub static IO_COMBINE_LIMIT: GucDef = GucDef {
     context: Context::Sighup,
     category: "Resource Usage / I/O",
     description: "Limit on the size of data reads and writes.",
+    check: None,
+};
+
+/// `maintenance_io_concurrency`, blocks: how far maintenance scans read ahead with `io_method
+/// = worker` ([`crate::aio::ReadAhead::maintenance`]; 0 turns it off). PostgreSQL's range and
+/// default (0 ..= 1000, 16); read from the server's configuration (`sighup`), not per session
+/// as PostgreSQL's `user` parameter.
+pub static MAINTENANCE_IO_CONCURRENCY: GucDef = GucDef {
+    name: "maintenance_io_concurrency",
+    kind: int(0, 1000, Unit::None),
+    default: "16",
+    context: Context::Sighup,
+    category: "Resource Usage / I/O",
+    description: "A variant of \"effective_io_concurrency\" that is used for maintenance work.",
     check: None,
 };

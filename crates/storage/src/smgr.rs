@@ -27,7 +27,7 @@ use parking_lot::{Mutex, RwLock};
 use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 use walnut_common::{panic_fatal, BlockNumber, Error, RelFileId, Result, BLCKSZ};
 use walnut_io::{AlignedBuf, FileIo, OpenMode, Vfs, DIRECT_IO_ALIGN};
@@ -114,6 +114,10 @@ pub struct Relation {
     /// B-tree root block, cached from the meta page (`u32::MAX` = not read yet). Changes only
     /// under `tree_lock` held exclusively.
     pub btree_root: AtomicU32,
+    /// For a B-tree: the relation file of the heap it indexes, looked up in the catalog by the
+    /// first range scan that reads ahead (`btree::range`); never changes (TRUNCATE makes new
+    /// files for both).
+    pub index_heap: OnceLock<RelFileId>,
 }
 
 /// The relation files of one data directory.
@@ -253,6 +257,7 @@ impl Smgr {
             extend_lock: Mutex::new(()),
             tree_lock: RwLock::new(()),
             btree_root: AtomicU32::new(u32::MAX),
+            index_heap: OnceLock::new(),
         });
         rels.insert(id, rel.clone());
         Ok(rel)
