@@ -7,10 +7,10 @@
 //! with the inner file system, file (and its path and open mode) or flusher; every hook's
 //! default passes the call on unchanged. So a `HookVfs` whose hooks override nothing makes
 //! exactly the calls of the file system it wraps — the trait defaults included: the inner
-//! file's own `write_back`, `allocated_bytes` and `read_exact_at`, and the inner file system's
+//! file's own `write_back`, `allocate`, `allocated_bytes`, `write_vectored_at` and `read_exact_at`, and the inner file system's
 //! own `cache_flusher` — and a test through it takes production's sync path unless it says
 //! otherwise. (A hand-written wrapper that forgets to forward a defaulted method silently gets
-//! the trait's default instead: `write_back` becomes `sync_data`, `allocated_bytes` 0, and no
+//! the trait's default instead: `write_back` becomes `sync_data`, `allocate` a refusal (so zeros are written), `allocated_bytes` 0, and no
 //! cache flusher is offered, so the WAL never takes its `wal_sync_range` path.)
 //!
 //! ```text
@@ -20,7 +20,8 @@
 //! ```
 //!
 //! `read_exact_at` is a call of its own (the inner file's, which may not loop over `read_at`):
-//! a hook that changes what reads return overrides both `read_at` and `read_exact_at`.
+//! a hook that changes what reads return overrides both `read_at` and `read_exact_at`; so is
+//! `write_vectored_at`: a hook that changes or counts writes overrides it with `write_at`.
 //!
 //! When a method is added to [`Vfs`], [`FileIo`] or [`CacheFlush`], it gets a hook here, and
 //! the test at the end of this file, which checks that a `HookVfs` with no overrides behaves
@@ -146,6 +147,15 @@ pub trait Hooks: Send + Sync {
         file.io.write_at(buf, offset)
     }
 
+    /// [`FileIo::write_vectored_at`]: by default the inner file's own, not a loop over
+    /// [`Hooks::write_at`].
+    ///
+    /// # Errors
+    /// The inner file's, by default.
+    fn write_vectored_at(&self, file: FileRef<'_>, bufs: &[&[u8]], offset: u64) -> io::Result<()> {
+        file.io.write_vectored_at(bufs, offset)
+    }
+
     /// [`FileIo::sync_data`].
     ///
     /// # Errors
@@ -193,6 +203,15 @@ pub trait Hooks: Send + Sync {
     /// The inner file's, by default.
     fn flush_range(&self, file: FileRef<'_>, offset: u64, len: u64) -> io::Result<()> {
         file.io.flush_range(offset, len)
+    }
+
+    /// [`FileIo::allocate`] of `[offset, offset + len)` (bytes): by default the inner file's
+    /// own, not the trait's refusal.
+    ///
+    /// # Errors
+    /// The inner file's, by default.
+    fn allocate(&self, file: FileRef<'_>, offset: u64, len: u64) -> io::Result<()> {
+        file.io.allocate(offset, len)
     }
 
     /// [`FileIo::allocated_bytes`]: by default the inner file's own.
@@ -319,6 +338,10 @@ impl FileIo for HookFile {
         self.hooks.write_at(self.at(), buf, offset)
     }
 
+    fn write_vectored_at(&self, bufs: &[&[u8]], offset: u64) -> io::Result<()> {
+        self.hooks.write_vectored_at(self.at(), bufs, offset)
+    }
+
     fn sync_data(&self) -> io::Result<()> {
         self.hooks.sync_data(self.at())
     }
@@ -341,6 +364,10 @@ impl FileIo for HookFile {
 
     fn flush_range(&self, offset: u64, len: u64) -> io::Result<()> {
         self.hooks.flush_range(self.at(), offset, len)
+    }
+
+    fn allocate(&self, offset: u64, len: u64) -> io::Result<()> {
+        self.hooks.allocate(self.at(), offset, len)
     }
 
     fn allocated_bytes(&self) -> io::Result<u64> {

@@ -69,6 +69,23 @@ pub trait FileIo: Send + Sync {
     /// The OS error (ENOSPC as `StorageFull`/raw os error 28).
     fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()>;
 
+    /// Writes the buffers `bufs`, one after another, as one contiguous range starting at
+    /// `offset` (bytes), extending the file if needed: `pwritev(2)`, so adjacent blocks in
+    /// separate buffers go out in one call. Not durable until synced; may be torn between
+    /// and within the buffers like any write. The default writes each buffer with
+    /// [`FileIo::write_at`].
+    ///
+    /// # Errors
+    /// As [`FileIo::write_at`]; after an error any prefix of the range may have been written.
+    fn write_vectored_at(&self, bufs: &[&[u8]], offset: u64) -> io::Result<()> {
+        let mut off = offset;
+        for b in bufs {
+            self.write_at(b, off)?;
+            off += b.len() as u64;
+        }
+        Ok(())
+    }
+
     /// Makes the file's data (and the size, if it changed) durable: fdatasync(2).
     ///
     /// # Errors
@@ -128,6 +145,25 @@ pub trait FileIo: Send + Sync {
     fn flush_range(&self, offset: u64, len: u64) -> io::Result<()> {
         let _ = (offset, len);
         Ok(())
+    }
+
+    /// Reserves storage for the bytes `[offset, offset + len)` and, if that reaches past the
+    /// end of the file, lengthens the file to `offset + len` bytes: afterwards a write inside
+    /// the range cannot fail for lack of space (on file systems that overwrite in place), and
+    /// the range reads as zeros where the file held nothing. Bytes the file already holds are
+    /// left as they are. Like a write, the new size and the allocation are not durable until
+    /// the file is synced: after a crash the file may be shorter. Linux: `fallocate(2)` with
+    /// mode 0, as PostgreSQL's `FileFallocate` (`posix_fallocate`) for `mdzeroextend`.
+    ///
+    /// The default refuses with EOPNOTSUPP, the error of a file system that cannot allocate
+    /// without writing; callers then write zeros instead.
+    ///
+    /// # Errors
+    /// The OS error: ENOSPC (raw os error 28) if the space is not there; EOPNOTSUPP or EINVAL
+    /// if the file system does not support it, which callers answer by writing zeros.
+    fn allocate(&self, offset: u64, len: u64) -> io::Result<()> {
+        let _ = (offset, len);
+        Err(io::Error::from_raw_os_error(libc::EOPNOTSUPP))
     }
 
     /// Bytes of storage allocated to the file (`st_blocks` × 512), to tell a segment written
@@ -322,6 +358,31 @@ impl FileIo for RealFile {
         self.file.write_all_at(buf, offset)
     }
 
+    fn write_vectored_at(&self, bufs: &[&[u8]], offset: u64) -> io::Result<()> {
+        let total: usize = bufs.iter().map(|b| b.len()).sum();
+        let slices: Vec<io::IoSlice<'_>> = bufs.iter().map(|b| io::IoSlice::new(b)).collect();
+        let mut done = loop {
+            match rustix::io::pwritev(&self.file, &slices, offset) {
+                Ok(n) => break n,
+                Err(rustix::io::Errno::INTR) => continue,
+                Err(e) => return Err(e.into()),
+            }
+        };
+        // A short pwritev (a full disk, a signal): the rest one buffer at a time, so that the
+        // error, if any, is the one `write_at` reports.
+        let mut start = 0;
+        for b in bufs {
+            let end = start + b.len();
+            if done < end {
+                self.file.write_all_at(&b[done - start..], offset + done as u64)?;
+                done = end;
+            }
+            start = end;
+        }
+        debug_assert_eq!(done, total);
+        Ok(())
+    }
+
     fn sync_data(&self) -> io::Result<()> {
         rustix::fs::fdatasync(&self.file).map_err(|e| {
             io::Error::new(
@@ -368,6 +429,11 @@ impl FileIo for RealFile {
                 format!("sync_file_range {}: {e}", self.path.display()),
             )
         })
+    }
+
+    fn allocate(&self, offset: u64, len: u64) -> io::Result<()> {
+        rustix::fs::fallocate(&self.file, rustix::fs::FallocateFlags::empty(), offset, len)
+            .map_err(io::Error::from)
     }
 
     fn allocated_bytes(&self) -> io::Result<u64> {
@@ -682,6 +748,59 @@ mod tests {
         let mut buf = [0u8; 6];
         f.read_exact_at(&mut buf, 4096).unwrap();
         assert_eq!(&buf, b"walnut");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn allocate_lengthens_the_file_with_zeros_and_keeps_its_bytes() {
+        let dir = tempfile_dir("alloc");
+        let f = RealVfs
+            .open(
+                &dir.join("rel"),
+                OpenMode {
+                    create: true,
+                    ..Default::default()
+                },
+            )
+            .unwrap();
+        f.write_at(&[7u8; 8192], 0).unwrap();
+        match f.allocate(0, 10 * 8192) {
+            Ok(()) => {
+                assert_eq!(f.len().unwrap(), 10 * 8192);
+                let mut buf = vec![1u8; 10 * 8192];
+                f.read_exact_at(&mut buf, 0).unwrap();
+                assert!(buf[..8192].iter().all(|&b| b == 7), "kept its bytes");
+                assert!(buf[8192..].iter().all(|&b| b == 0), "new space is zeros");
+            }
+            // A file system without fallocate (callers then write zeros).
+            Err(e) => assert!(
+                matches!(e.raw_os_error(), Some(libc::EOPNOTSUPP | libc::EINVAL)),
+                "{e}"
+            ),
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn write_vectored_at_writes_the_buffers_back_to_back() {
+        let dir = tempfile_dir("wv");
+        let f = RealVfs
+            .open(
+                &dir.join("rel"),
+                OpenMode {
+                    create: true,
+                    ..Default::default()
+                },
+            )
+            .unwrap();
+        let (a, b, c) = (vec![1u8; 8192], vec![2u8; 8192], vec![3u8; 100]);
+        f.write_vectored_at(&[&a, &b, &c], 4096).unwrap();
+        assert_eq!(f.len().unwrap(), 4096 + 2 * 8192 + 100);
+        let mut buf = vec![0u8; 2 * 8192 + 100];
+        f.read_exact_at(&mut buf, 4096).unwrap();
+        assert_eq!(&buf[..8192], &a[..]);
+        assert_eq!(&buf[8192..16384], &b[..]);
+        assert_eq!(&buf[16384..], &c[..]);
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

@@ -11,17 +11,23 @@
 //! page do. A worker's read that fails is dropped: the scan's own pin reads the block again and
 //! reports the error where it is handled.
 //!
+//! Adjacent blocks are read together (PostgreSQL 17's read stream and `io_combine_limit`): a
+//! scan queues runs of up to `io_combine_limit` blocks (default 16, 128 kB), and a worker
+//! reads a run with one system call into as many frames (`BufferPool::prefetch_run`, which
+//! reads only blocks not in the pool, checks each page as a pin does, and never overwrites a
+//! valid or dirty frame). A run is queued once its first block is within
+//! `effective_io_concurrency` blocks of the scan, so up to `effective_io_concurrency +
+//! io_combine_limit` blocks are requested at once.
+//!
 //! The pool never changes a page and holds a pin only while it loads one, so it adds no crash
-//! window and no write. It needs no new buffer-pool code: a prefetch is `BufferPool::pin` and a
-//! drop. What it does not do (yet): combine adjacent blocks into one larger read
-//! (`io_combine_limit`), read ahead of index range scans, and io_uring.
+//! window and no write. [`IndexReadAhead`] does the same for a B-tree range scan's heap fetches
+//! and next leaf. What it does not do (yet): io_uring.
 //!
 //! `io_method = sync` (or `effective_io_concurrency = 0`) turns it off: the scan reads each
 //! block when it reaches it, as before. So does buffered I/O (no `io_direct = data`), where
 //! the kernel reads ahead of a sequential scan itself and the workers only cost time.
 
-use crate::bufpool::ReadMode;
-use crate::smgr::Relation;
+use crate::smgr::{Relation, MAX_IO_COMBINE_BLOCKS};
 use crate::Storage;
 use parking_lot::Mutex;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -50,10 +56,12 @@ impl IoMethod {
     }
 }
 
-/// One block to read into the buffer pool for a scan.
+/// A run of adjacent blocks to read into the buffer pool for a scan.
 struct Prefetch {
     rel: Arc<Relation>,
     block: BlockNumber,
+    /// Blocks in the run (1 ..= `io_combine_limit`).
+    nblocks: u32,
     scan: Arc<ScanState>,
 }
 
@@ -61,9 +69,12 @@ struct Prefetch {
 #[derive(Default)]
 struct ScanState {
     /// The block the scan reads now: a request at or before it is stale (the scan read the
-    /// block itself), and the worker drops it.
+    /// block itself), and the worker drops it. For a scan in no block order (`unordered`), only
+    /// `u32::MAX` means anything: the scan ended, and every request is stale.
     current: AtomicU32,
-    /// Requests queued and not yet finished by a worker.
+    /// An index scan's heap and leaf reads, in no block order.
+    unordered: bool,
+    /// Blocks queued and not yet finished by a worker.
     in_flight: AtomicU32,
 }
 
@@ -72,15 +83,26 @@ pub struct IoWorkers {
     queue: Sender<Prefetch>,
     /// `effective_io_concurrency`: blocks a scan keeps queued ahead of itself (reloadable).
     distance: AtomicU32,
+    /// `io_combine_limit`: most blocks one read brings in (reloadable).
+    combine: AtomicU32,
+    /// `maintenance_io_concurrency`: the distance of maintenance scans (reloadable).
+    maintenance_distance: AtomicU32,
 }
 
 impl IoWorkers {
-    /// Starts `workers` threads (at least one) that prefetch into `st`'s buffer pool. They end
-    /// when the returned pool is dropped (its queue closes) or `st` is gone.
+    /// Starts `workers` threads (at least one) that prefetch into `st`'s buffer pool, reading
+    /// ahead `distance` blocks (`effective_io_concurrency`) in runs of up to `combine` blocks
+    /// (`io_combine_limit`, clamped to 1 ..= [`MAX_IO_COMBINE_BLOCKS`]). They end when the
+    /// returned pool is dropped (its queue closes) or `st` is gone.
     ///
     /// # Errors
     /// I/O error if a thread cannot be started.
-    pub fn start(st: Weak<Storage>, workers: usize, distance: u32) -> Result<IoWorkers> {
+    pub fn start(
+        st: Weak<Storage>,
+        workers: usize,
+        distance: u32,
+        combine: u32,
+    ) -> Result<IoWorkers> {
         let (tx, rx) = channel::<Prefetch>();
         let rx = Arc::new(Mutex::new(rx));
         for i in 0..workers.max(1) {
@@ -90,15 +112,32 @@ impl IoWorkers {
                 .spawn(move || worker(&st, &rx))
                 .map_err(|e| Error::io("could not start an I/O worker", e))?;
         }
-        Ok(IoWorkers {
+        let w = IoWorkers {
             queue: tx,
             distance: AtomicU32::new(distance),
-        })
+            combine: AtomicU32::new(1),
+            maintenance_distance: AtomicU32::new(distance),
+        };
+        w.set_combine(combine);
+        Ok(w)
     }
 
-    /// Sets `effective_io_concurrency` (a reload).
+    /// Sets `effective_io_concurrency` (a reload), blocks.
     pub fn set_distance(&self, distance: u32) {
         self.distance.store(distance, Ordering::Relaxed);
+    }
+
+    /// Sets `maintenance_io_concurrency` (a reload), blocks: the distance of
+    /// [`ReadAhead::maintenance`] scans.
+    pub fn set_maintenance_distance(&self, distance: u32) {
+        self.maintenance_distance.store(distance, Ordering::Relaxed);
+    }
+
+    /// Sets `io_combine_limit` (a reload), blocks; clamped to 1 ..=
+    /// [`MAX_IO_COMBINE_BLOCKS`]. Scans started later use it.
+    pub fn set_combine(&self, combine: u32) {
+        let c = combine.clamp(1, MAX_IO_COMBINE_BLOCKS as u32);
+        self.combine.store(c, Ordering::Relaxed);
     }
 }
 
@@ -110,11 +149,19 @@ fn worker(st: &Weak<Storage>, rx: &Mutex<Receiver<Prefetch>>) {
         let Some(st) = st.upgrade() else {
             return;
         };
-        if p.block.0 > p.scan.current.load(Ordering::Acquire) {
+        // Blocks at or before the scan's current one are stale: it read them itself.
+        let last = p.block.0 + (p.nblocks - 1);
+        let current = p.scan.current.load(Ordering::Acquire);
+        if p.scan.unordered && current != u32::MAX {
+            let _ = st.pool.prefetch_run(&p.rel, p.block, p.nblocks);
+        } else if !p.scan.unordered && last > current {
+            let first = p.block.0.max(current + 1);
             // The scan's own pin reports any error: a prefetch only saves it the wait.
-            drop(st.pool.pin(&p.rel, p.block, ReadMode::Normal));
+            let _ = st
+                .pool
+                .prefetch_run(&p.rel, BlockNumber(first), last + 1 - first);
         }
-        p.scan.in_flight.fetch_sub(1, Ordering::AcqRel);
+        p.scan.in_flight.fetch_sub(p.nblocks, Ordering::AcqRel);
     }
 }
 
@@ -125,8 +172,10 @@ pub struct ReadAhead {
     /// Next block not yet queued.
     next: u32,
     end: u32,
-    /// Blocks kept queued ahead of the current one, and the most requests in flight.
+    /// Blocks ahead of the current one within which a run may start.
     distance: u32,
+    /// Blocks per run (`io_combine_limit`, at most `distance`).
+    run: u32,
     scan: Arc<ScanState>,
 }
 
@@ -138,23 +187,45 @@ impl ReadAhead {
     /// capped at a quarter of the buffer pool, so that blocks read ahead are not evicted
     /// before the scan reaches them.
     pub fn new(st: &Storage, rel: &Arc<Relation>, end: u32) -> ReadAhead {
+        Self::with_distance(st, rel, end, |w| &w.distance)
+    }
+
+    /// [`ReadAhead::new`] for a maintenance scan (the heap scan of an index build, PostgreSQL's
+    /// `maintenance_io_concurrency` users such as `ANALYZE` and `VACUUM`): its distance is
+    /// `maintenance_io_concurrency` instead of `effective_io_concurrency`.
+    pub fn maintenance(st: &Storage, rel: &Arc<Relation>, end: u32) -> ReadAhead {
+        Self::with_distance(st, rel, end, |w| &w.maintenance_distance)
+    }
+
+    fn with_distance(
+        st: &Storage,
+        rel: &Arc<Relation>,
+        end: u32,
+        setting: fn(&IoWorkers) -> &AtomicU32,
+    ) -> ReadAhead {
         let workers = st.io_workers().filter(|_| st.smgr.direct_io()).cloned();
         let cap = (st.pool.len() / 4) as u32;
         let distance = workers
             .as_ref()
-            .map_or(0, |w| w.distance.load(Ordering::Relaxed).min(cap));
+            .map_or(0, |w| setting(w).load(Ordering::Relaxed).min(cap));
+        let run = workers
+            .as_ref()
+            .map_or(1, |w| w.combine.load(Ordering::Relaxed))
+            .clamp(1, distance.max(1));
         ReadAhead {
             workers: workers.filter(|_| distance > 0),
             rel: rel.clone(),
             next: 1,
             end,
             distance,
+            run,
             scan: Arc::new(ScanState::default()),
         }
     }
 
-    /// Called before the scan reads block `current`: queues the blocks after it, up to
-    /// `current + distance`, that are not queued yet, while fewer than `distance` requests are
+    /// Called before the scan reads block `current`: queues the runs not queued yet whose
+    /// first block is at most `current + distance`, each of `io_combine_limit` blocks (fewer
+    /// only at the relation's end), while fewer than `distance + io_combine_limit` blocks are
     /// in flight (so the queue never grows beyond what the workers keep up with).
     pub fn before(&mut self, current: u32) {
         let Some(w) = &self.workers else {
@@ -162,24 +233,161 @@ impl ReadAhead {
         };
         self.scan.current.store(current, Ordering::Release);
         self.next = self.next.max(current + 1);
-        let until = self.end.min(current.saturating_add(1 + self.distance));
-        while self.next < until && self.scan.in_flight.load(Ordering::Acquire) < self.distance {
+        let horizon = self.end.min(current.saturating_add(1 + self.distance));
+        while self.next < horizon
+            && self.scan.in_flight.load(Ordering::Acquire) < self.distance + self.run
+        {
+            let n = self.run.min(self.end - self.next);
             let p = Prefetch {
                 rel: self.rel.clone(),
                 block: BlockNumber(self.next),
+                nblocks: n,
                 scan: self.scan.clone(),
             };
-            self.scan.in_flight.fetch_add(1, Ordering::AcqRel);
+            self.scan.in_flight.fetch_add(n, Ordering::AcqRel);
             if w.queue.send(p).is_err() {
                 self.workers = None;
                 return;
             }
-            self.next += 1;
+            self.next += n;
         }
     }
 }
 
 impl Drop for ReadAhead {
+    /// Marks every request of this scan stale: the workers drop what is still queued.
+    fn drop(&mut self) {
+        self.scan.current.store(u32::MAX, Ordering::Release);
+    }
+}
+
+/// Read-ahead of one B-tree range scan (`btree::range`) over O_DIRECT data files: when the
+/// scan has collected a leaf's entries, the heap blocks their TIDs point at are queued to the
+/// I/O workers in the order the scan will fetch them, up to `effective_io_concurrency`
+/// distinct blocks ahead of the entry being visited, and the next leaf (the right link) when
+/// the scan will go on to it. PostgreSQL 18 reads ahead only of bitmap heap scans; this is
+/// the read stream of its index-prefetching work for plain index scans, on the same
+/// machinery as [`ReadAhead`]: the workers pin and drop, so a fetch finds the page cached or
+/// waits for the read in progress. Off, as for [`ReadAhead`], with `io_method = sync`,
+/// `effective_io_concurrency = 0` or buffered data files.
+pub struct IndexReadAhead {
+    workers: Option<Arc<IoWorkers>>,
+    heap: Option<Arc<Relation>>,
+    /// Most blocks in flight, and most distinct heap blocks queued ahead of the visit.
+    distance: u32,
+    /// The current leaf's heap blocks in visit order, one per entry.
+    blocks: Vec<u32>,
+    /// Entries of `blocks` whose block is queued (or needs no read: the same as the one before).
+    queued: usize,
+    scan: Arc<ScanState>,
+}
+
+impl IndexReadAhead {
+    /// Read-ahead for a range scan whose TIDs point into the relation `heap` returns (called
+    /// only if read-ahead is on; `None` if the index's heap is not known: then only leaves are
+    /// read ahead), or none at all if read-ahead is off. Cheap when off: no allocation.
+    pub fn new(
+        st: &Storage,
+        heap: impl FnOnce() -> Option<Arc<Relation>>,
+    ) -> IndexReadAhead {
+        let workers = st.io_workers().filter(|_| st.smgr.direct_io()).cloned();
+        let cap = (st.pool.len() / 4) as u32;
+        let distance = workers
+            .as_ref()
+            .map_or(0, |w| w.distance.load(Ordering::Relaxed).min(cap));
+        let workers = workers.filter(|_| distance > 0);
+        IndexReadAhead {
+            heap: workers.as_ref().and_then(|_| heap()),
+            workers,
+            distance,
+            blocks: Vec::new(),
+            queued: 0,
+            scan: Arc::new(ScanState {
+                unordered: true,
+                ..ScanState::default()
+            }),
+        }
+    }
+
+    /// True if it reads anything ahead.
+    pub fn active(&self) -> bool {
+        self.workers.is_some()
+    }
+
+    /// A leaf's entries were collected: `heap_blocks` are their TIDs' blocks in visit order;
+    /// `next_leaf` is the leaf the scan goes on to after them, if it does. Queues the next
+    /// leaf at once (its read overlaps the heap fetches of this one) and the first heap blocks.
+    pub fn leaf(
+        &mut self,
+        index: Option<Arc<Relation>>,
+        heap_blocks: impl Iterator<Item = u32>,
+        next_leaf: Option<BlockNumber>,
+    ) {
+        if self.workers.is_none() {
+            return;
+        }
+        self.blocks.clear();
+        self.blocks.extend(heap_blocks);
+        self.queued = 0;
+        if let (Some(index), Some(b)) = (index, next_leaf) {
+            self.send(index, b.0);
+        }
+        self.before(0);
+    }
+
+    /// Called before the scan fetches the heap tuple of entry `i` of the current leaf: queues
+    /// the blocks of the entries after it until `distance` distinct blocks past entry `i` are
+    /// queued or `distance` blocks are in flight. Entry `i`'s own block is the scan's to read.
+    pub fn before(&mut self, i: usize) {
+        let Some(heap) = self.heap.clone() else {
+            return;
+        };
+        if self.workers.is_none() {
+            return;
+        }
+        if i >= self.blocks.len() {
+            return;
+        }
+        self.queued = self.queued.max(i + 1);
+        let mut ahead = block_runs(&self.blocks[i..self.queued]) - 1;
+        while self.queued < self.blocks.len()
+            && ahead < self.distance
+            && self.scan.in_flight.load(Ordering::Acquire) < self.distance
+        {
+            let b = self.blocks[self.queued];
+            // One request per run of entries on one block (a leaf's TIDs often cluster).
+            if self.blocks[self.queued - 1] != b && self.blocks[i] != b {
+                self.send(heap.clone(), b);
+                ahead += 1;
+            }
+            self.queued += 1;
+        }
+    }
+
+    fn send(&mut self, rel: Arc<Relation>, block: u32) {
+        let Some(w) = &self.workers else {
+            return;
+        };
+        let p = Prefetch {
+            rel,
+            block: BlockNumber(block),
+            nblocks: 1,
+            scan: self.scan.clone(),
+        };
+        self.scan.in_flight.fetch_add(1, Ordering::AcqRel);
+        if w.queue.send(p).is_err() {
+            self.workers = None;
+        }
+    }
+}
+
+/// Runs of equal adjacent blocks in `blocks` (the distinct blocks a scan in that order reads).
+fn block_runs(blocks: &[u32]) -> u32 {
+    let changes = blocks.windows(2).filter(|w| w[0] != w[1]).count();
+    (changes + usize::from(!blocks.is_empty())) as u32
+}
+
+impl Drop for IndexReadAhead {
     /// Marks every request of this scan stale: the workers drop what is still queued.
     fn drop(&mut self) {
         self.scan.current.store(u32::MAX, Ordering::Release);

@@ -254,6 +254,101 @@ impl BufferPool {
         }
     }
 
+    /// Reads blocks `first .. first + nblocks` of `rel` into the pool with one combined read
+    /// ([`Smgr::read_blocks`]) and leaves them unpinned, for read-ahead (PostgreSQL 17's
+    /// `StartReadBuffers`/`WaitReadBuffers` of a read stream, up to `io_combine_limit` blocks).
+    /// Only blocks that are not in the pool are read: blocks at the start of the range that
+    /// are cached are skipped, and the run read ends before the next cached block, so a frame
+    /// that holds a valid or dirty page (or one being read) is never overwritten. Each block
+    /// gets a frame of its own, mapped before the read with its `io` lock held, so a session
+    /// that pins one meanwhile waits for the read as for any read in progress; each page is
+    /// checked (checksum and header) as [`BufferPool::pin`] checks it, and one that fails is
+    /// dropped from the pool, to be read (and reported) again by the pin that needs it.
+    /// Returns the number of blocks read (0 if the first uncached block could get no frame).
+    ///
+    /// # Errors
+    /// The read's I/O error (every block of the run is then dropped from the pool again).
+    ///
+    /// # Panics
+    /// If `nblocks` exceeds [`crate::smgr::MAX_IO_COMBINE_BLOCKS`].
+    pub fn prefetch_run(&self, rel: &Relation, first: BlockNumber, nblocks: u32) -> Result<usize> {
+        assert!(
+            nblocks as usize <= crate::smgr::MAX_IO_COMBINE_BLOCKS,
+            "prefetch run of {nblocks} blocks"
+        );
+        let end = first.0.saturating_add(nblocks);
+        let mut start = first.0;
+        // Frames claimed for blocks start, start + 1, ...: (frame, its io lock).
+        let mut claimed: Vec<(usize, parking_lot::MutexGuard<'_, ()>)> = Vec::new();
+        for b in first.0..end {
+            let tag = BufTag {
+                rel: rel.id,
+                block: BlockNumber(b),
+            };
+            if self.shard(tag).lock().contains_key(&tag) {
+                if claimed.is_empty() {
+                    start = b + 1;
+                    continue;
+                }
+                break;
+            }
+            let Ok(v) = self.find_victim() else {
+                break; // every frame pinned: read what we have
+            };
+            self.smgr
+                .stats
+                .buffers_alloc
+                .fetch_add(1, Ordering::Relaxed);
+            let f = &self.frames[v];
+            let mut map = self.shard(tag).lock();
+            if map.contains_key(&tag) {
+                drop(map);
+                f.pins.fetch_sub(1, Ordering::AcqRel);
+                break;
+            }
+            let io = f.io.lock();
+            f.valid.store(false, Ordering::Release);
+            f.tag.store(tag.pack(), Ordering::Release);
+            map.insert(tag, v);
+            drop(map);
+            claimed.push((v, io));
+        }
+        if claimed.is_empty() {
+            return Ok(0);
+        }
+        let mut pages: Vec<_> = claimed
+            .iter()
+            .map(|&(v, _)| self.frames[v].page.write())
+            .collect();
+        let read = {
+            let mut bufs: Vec<&mut [u8]> = pages.iter_mut().map(|p| &mut p[..]).collect();
+            self.smgr.read_blocks(rel, BlockNumber(start), &mut bufs)
+        };
+        let mut loaded = 0;
+        for (k, ((v, io), page)) in claimed.into_iter().zip(pages).enumerate() {
+            let f = &self.frames[v];
+            let ok = read.is_ok() && page::check(&page).is_ok();
+            drop(page);
+            if ok {
+                f.usage.store(1, Ordering::Relaxed);
+                f.valid.store(true, Ordering::Release);
+                loaded += 1;
+            } else {
+                let tag = BufTag {
+                    rel: rel.id,
+                    block: BlockNumber(start + k as u32),
+                };
+                let mut map = self.shard(tag).lock();
+                map.remove(&tag);
+                f.tag.store(NO_TAG, Ordering::Release);
+                drop(map);
+            }
+            drop(io);
+            f.pins.fetch_sub(1, Ordering::AcqRel);
+        }
+        read.map(|()| loaded)
+    }
+
     /// Finds a frame by clock sweep, writes it out if dirty, unmaps it, and returns it pinned
     /// once (pins == 1) and unmapped.
     fn find_victim(&self) -> Result<usize> {

@@ -219,6 +219,8 @@ pub static GUCS: &[&GucDef] = &[
     &IO_METHOD,
     &IO_WORKERS,
     &EFFECTIVE_IO_CONCURRENCY,
+    &IO_COMBINE_LIMIT,
+    &MAINTENANCE_IO_CONCURRENCY,
 ];
 
 fn check_fsync(v: Val) -> Result<Val> {
@@ -345,6 +347,36 @@ mod tests {
         assert!(IO_WORKERS.parse("0").is_err());
         assert_eq!(EFFECTIVE_IO_CONCURRENCY.parse("0").unwrap(), Val::Int(0));
     }
+
+    #[test]
+    fn maintenance_io_concurrency_is_0_to_1000_default_16() {
+        assert_eq!(MAINTENANCE_IO_CONCURRENCY.default_value(), Val::Int(16));
+        assert_eq!(MAINTENANCE_IO_CONCURRENCY.parse("0").unwrap(), Val::Int(0));
+        assert_eq!(MAINTENANCE_IO_CONCURRENCY.parse("1000").unwrap(), Val::Int(1000));
+        assert!(MAINTENANCE_IO_CONCURRENCY.parse("1001").is_err());
+        assert!(MAINTENANCE_IO_CONCURRENCY.parse("-1").is_err());
+        assert!(GUCS.iter().any(|g| g.name == "maintenance_io_concurrency"));
+        assert_eq!(
+            crate::StorageConfig::default().maintenance_io_concurrency,
+            16
+        );
+    }
+
+    #[test]
+    fn io_combine_limit_is_in_blocks_up_to_1mb() {
+        assert_eq!(IO_COMBINE_LIMIT.default_value(), Val::Int(16));
+        assert_eq!(IO_COMBINE_LIMIT.parse("256kB").unwrap(), Val::Int(32));
+        assert_eq!(IO_COMBINE_LIMIT.parse("1MB").unwrap(), Val::Int(128));
+        assert_eq!(IO_COMBINE_LIMIT.parse("1").unwrap(), Val::Int(1));
+        assert!(IO_COMBINE_LIMIT.parse("0").is_err());
+        assert!(IO_COMBINE_LIMIT.parse("2MB").is_err());
+        assert!(GUCS.iter().any(|g| g.name == "io_combine_limit"));
+        assert_eq!(
+            crate::StorageConfig::default().io_combine_limit,
+            16,
+            "StorageConfig reads it"
+        );
+    }
 }
 
 /// `io_method` (PostgreSQL 18): how reads ahead are done (see [`crate::aio`]). `worker`: a
@@ -399,3 +431,32 @@ fn check_io_method(v: Val) -> Result<Val> {
     }
     Ok(v)
 }
+
+/// `io_combine_limit`, 8 kB blocks: most adjacent blocks one read ahead brings in with one
+/// system call (see [`crate::aio`]). PostgreSQL 18's range and default: 1 ..= 128 blocks (1 MB,
+/// `PG_IOV_MAX` on Unix; 32, 256 kB, in PostgreSQL 17), default 128 kB. walnut reads it from
+/// the server's configuration (`sighup`), not per session as PostgreSQL's `user` parameter,
+/// and has no separate `io_max_combine_limit`.
+pub static IO_COMBINE_LIMIT: GucDef = GucDef {
+    name: "io_combine_limit",
+    kind: int(1, crate::smgr::MAX_IO_COMBINE_BLOCKS as i64, Unit::Blocks),
+    default: "128kB",
+    context: Context::Sighup,
+    category: "Resource Usage / I/O",
+    description: "Limit on the size of data reads and writes.",
+    check: None,
+};
+
+/// `maintenance_io_concurrency`, blocks: how far maintenance scans read ahead with `io_method
+/// = worker` ([`crate::aio::ReadAhead::maintenance`]; 0 turns it off). PostgreSQL's range and
+/// default (0 ..= 1000, 16); read from the server's configuration (`sighup`), not per session
+/// as PostgreSQL's `user` parameter.
+pub static MAINTENANCE_IO_CONCURRENCY: GucDef = GucDef {
+    name: "maintenance_io_concurrency",
+    kind: int(0, 1000, Unit::None),
+    default: "16",
+    context: Context::Sighup,
+    category: "Resource Usage / I/O",
+    description: "A variant of \"effective_io_concurrency\" that is used for maintenance work.",
+    check: None,
+};

@@ -81,6 +81,10 @@ pub struct StorageConfig {
     pub io_workers: usize,
     /// `effective_io_concurrency`: blocks a sequential scan reads ahead (`sighup`).
     pub effective_io_concurrency: u32,
+    /// `io_combine_limit`: most blocks one read ahead reads at once (`sighup`).
+    pub io_combine_limit: u32,
+    /// `maintenance_io_concurrency`: blocks a maintenance scan reads ahead (`sighup`).
+    pub maintenance_io_concurrency: u32,
     /// The WAL's configuration (`wal_sync_method`, `wal_buffers`, `group_commit`, ...); its
     /// `dir` is replaced by the data directory's `wal` at open.
     pub wal: WalConfig,
@@ -108,6 +112,8 @@ impl StorageConfig {
             io_method: aio::IoMethod::parse(&s.text(&guc::IO_METHOD)),
             io_workers: s.int(&guc::IO_WORKERS) as usize,
             effective_io_concurrency: s.int(&guc::EFFECTIVE_IO_CONCURRENCY) as u32,
+            io_combine_limit: s.int(&guc::IO_COMBINE_LIMIT) as u32,
+            maintenance_io_concurrency: s.int(&guc::MAINTENANCE_IO_CONCURRENCY) as u32,
             wal,
         }
     }
@@ -196,6 +202,8 @@ impl Storage {
         *self.write_settings.write() = c.write;
         if let Some(w) = self.io_workers.get() {
             w.set_distance(c.effective_io_concurrency);
+            w.set_combine(c.io_combine_limit);
+            w.set_maintenance_distance(c.maintenance_io_concurrency);
         }
         if let Some(wal) = self.wal.get() {
             wal.apply_settings(s);
@@ -440,7 +448,9 @@ impl Storage {
                 Arc::downgrade(&st),
                 config.io_workers,
                 config.effective_io_concurrency,
+                config.io_combine_limit,
             )?;
+            workers.set_maintenance_distance(config.maintenance_io_concurrency);
             let _ = st.io_workers.set(Arc::new(workers));
         }
         let weak = Arc::downgrade(&st);

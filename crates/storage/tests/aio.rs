@@ -1,11 +1,13 @@
 //! Read-ahead of sequential scans by the I/O workers (`io_method = worker`, `crate::aio`):
 //! with a buffer pool too small for the table, a full scan's blocks are read by the
-//! `io worker` threads ahead of the scanning thread; with `io_method = sync`,
-//! `effective_io_concurrency = 0` or buffered data files (which the kernel reads ahead) only
-//! the scanning thread reads. On the fault-injecting file system (which checks O_DIRECT's
-//! alignment).
+//! `io worker` threads ahead of the scanning thread, in reads of up to `io_combine_limit`
+//! blocks; with `io_method = sync`, `effective_io_concurrency = 0` or buffered data files
+//! (which the kernel reads ahead) only the scanning thread reads. The same for an index range
+//! scan's heap fetches and next leaves. On the fault-injecting file system (which checks
+//! O_DIRECT's alignment).
 
 use std::io;
+use std::ops::Bound;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -13,19 +15,26 @@ use walnut_common::{ColumnDef, DataType, TableDef, Value};
 use walnut_io::fault::{FaultConfig, FaultVfs};
 use walnut_io::hook::{FileRef, HookVfs, Hooks};
 use walnut_io::Vfs;
-use walnut_storage::aio::IoMethod;
+use walnut_common::BlockNumber;
+use walnut_storage::aio::{IoMethod, ReadAhead};
+use walnut_storage::bufpool::ReadMode;
 use walnut_storage::control::DbState;
 use walnut_storage::txn::Txn;
 use walnut_storage::{IoDirect, Storage, StorageConfig};
 use walnut_wal::{CommitOpts, SessionId};
 
-/// Counts reads of relation files by I/O worker threads and by other threads, each after
-/// 200 µs, as a device would take (the in-memory file system reads in a microsecond, and a
-/// scan would then always outrun the workers).
+/// Counts blocks read from relation files by I/O worker threads and by other threads, each
+/// read after 200 µs, as a device would take (the in-memory file system reads in a
+/// microsecond, and a scan would then always outrun the workers), and the largest read by a
+/// worker, in blocks.
 #[derive(Default)]
 struct CountReads {
     by_workers: AtomicU64,
     by_others: AtomicU64,
+    largest_by_workers: AtomicU64,
+    /// The primary-key index's file name, and the blocks of it read by workers.
+    index_file: std::sync::OnceLock<String>,
+    index_by_workers: AtomicU64,
 }
 
 impl Hooks for CountReads {
@@ -39,7 +48,14 @@ impl Hooks for CountReads {
             } else {
                 &self.by_others
             };
-            c.fetch_add(1, Ordering::Relaxed);
+            let blocks = (buf.len() / 8192) as u64;
+            c.fetch_add(blocks, Ordering::Relaxed);
+            if worker {
+                self.largest_by_workers.fetch_max(blocks, Ordering::Relaxed);
+                if file.path.file_name().and_then(|n| n.to_str()) == self.index_file.get().map(String::as_str) {
+                    self.index_by_workers.fetch_add(blocks, Ordering::Relaxed);
+                }
+            }
             std::thread::sleep(std::time::Duration::from_micros(200));
         }
         file.io.read_at(buf, offset)
@@ -49,8 +65,45 @@ impl Hooks for CountReads {
 /// Loads 2000 rows of 1000 bytes (about 250 heap blocks), reopens the storage with a 64-page
 /// pool,
 /// `io_method` and `effective_io_concurrency` as given, scans the table twice
-/// and returns (reads by I/O workers, reads by others) during the scans.
+/// and returns (blocks read by I/O workers, blocks read by others) during the scans.
 fn scan_reads(method: IoMethod, distance: u32, direct: bool) -> (u64, u64) {
+    let (w, o, _, _) = scan_reads_with(method, distance, direct, 16, Scan::Seq);
+    (w, o)
+}
+
+/// [`scan_reads`] with `io_combine_limit = combine`; also returns the largest read by a
+/// worker, in blocks.
+fn scan_reads_combined(
+    method: IoMethod,
+    distance: u32,
+    direct: bool,
+    combine: u32,
+) -> (u64, u64, u64) {
+    let (w, o, l, _) = scan_reads_with(method, distance, direct, combine, Scan::Seq);
+    (w, o, l)
+}
+
+/// How [`scan_reads_with`] reads the table.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Scan {
+    /// `Txn::scan`.
+    Seq,
+    /// `Txn::index_scan` over every key.
+    Index,
+    /// Every heap block pinned in order behind a `ReadAhead::maintenance`, with
+    /// `maintenance_io_concurrency` = this and `effective_io_concurrency` = the distance.
+    Maintenance(u32),
+}
+
+/// [`scan_reads_combined`], scanning as `scan` says; also returns the blocks of the index
+/// read by workers.
+fn scan_reads_with(
+    method: IoMethod,
+    distance: u32,
+    direct: bool,
+    combine: u32,
+    scan: Scan,
+) -> (u64, u64, u64, u64) {
     let dir = Path::new("/data");
     let fault: Arc<dyn Vfs> = Arc::new(FaultVfs::new(FaultConfig::new(3)));
     let mut cfg = StorageConfig {
@@ -61,6 +114,11 @@ fn scan_reads(method: IoMethod, distance: u32, direct: bool) -> (u64, u64) {
         },
         io_method: method,
         effective_io_concurrency: distance,
+        io_combine_limit: combine,
+        maintenance_io_concurrency: match scan {
+            Scan::Maintenance(d) => d,
+            _ => 16,
+        },
         ..Default::default()
     };
     Storage::initdb(fault.clone(), dir).unwrap();
@@ -89,6 +147,7 @@ fn scan_reads(method: IoMethod, distance: u32, direct: bool) -> (u64, u64) {
         t.insert(&info, &[Value::Int4(id), Value::Text("r".repeat(1000))])
             .unwrap();
     }
+    let index = info.index.expect("a primary key");
     t.commit(&CommitOpts::new(SessionId::next())).unwrap();
     st.checkpoint_now(DbState::InProduction).unwrap();
     st.shutdown().unwrap();
@@ -96,6 +155,7 @@ fn scan_reads(method: IoMethod, distance: u32, direct: bool) -> (u64, u64) {
     // Reopened with a pool of 64 pages: the table does not fit.
     cfg.shared_buffers_pages = 64;
     let counts = Arc::new(CountReads::default());
+    counts.index_file.set(index.0.to_string()).unwrap();
     let hooked: Arc<dyn Vfs> = Arc::new(HookVfs::new(fault, counts.clone()));
     let st = Storage::open(hooked, dir, cfg).unwrap();
     let (w0, o0) = (
@@ -106,12 +166,27 @@ fn scan_reads(method: IoMethod, distance: u32, direct: bool) -> (u64, u64) {
         let t = Txn::begin(st.clone(), Arc::new(AtomicBool::new(false)));
         let info = t.table("t").unwrap();
         let mut n = 0;
-        t.scan(&info, &mut |_, row| {
+        let mut visit = |_, row: Vec<Value>| {
             assert_eq!(row[1], Value::Text("r".repeat(1000)));
             n += 1;
             Ok(true)
-        })
-        .unwrap();
+        };
+        match scan {
+            Scan::Seq => t.scan(&info, &mut visit).unwrap(),
+            Scan::Index => t
+                .index_scan(&info, Bound::Unbounded, Bound::Unbounded, &mut visit)
+                .unwrap(),
+            Scan::Maintenance(_) => {
+                let rel = st.smgr.open(info.relfile).unwrap();
+                let end = rel.nblocks.load(Ordering::Acquire);
+                let mut ahead = ReadAhead::maintenance(&st, &rel, end);
+                for b in 0..end {
+                    ahead.before(b);
+                    drop(st.pool.pin(&rel, BlockNumber(b), ReadMode::Normal).unwrap());
+                }
+                n = 2000;
+            }
+        }
         assert_eq!(n, 2000);
         t.rollback();
     }
@@ -119,7 +194,46 @@ fn scan_reads(method: IoMethod, distance: u32, direct: bool) -> (u64, u64) {
     (
         counts.by_workers.load(Ordering::Relaxed) - w0,
         counts.by_others.load(Ordering::Relaxed) - o0,
+        counts.largest_by_workers.load(Ordering::Relaxed),
+        counts.index_by_workers.load(Ordering::Relaxed),
     )
+}
+
+#[test]
+fn io_workers_read_ahead_of_an_index_range_scan_heap_blocks_and_next_leaves() {
+    let (workers, others, _, leaves) = scan_reads_with(IoMethod::Worker, 16, true, 16, Scan::Index);
+    eprintln!("index scan: {workers} blocks read by I/O workers ({leaves} of the index), {others} by the scan");
+    assert!(
+        workers > others,
+        "most heap blocks are read ahead: {workers} by workers, {others} by the scan"
+    );
+    assert!(leaves > 0, "next leaves are read ahead");
+    for (method, distance, direct) in [
+        (IoMethod::Sync, 16, true),
+        (IoMethod::Worker, 0, true),
+        (IoMethod::Worker, 16, false),
+    ] {
+        let (workers, others, _, _) = scan_reads_with(method, distance, direct, 16, Scan::Index);
+        assert_eq!(workers, 0, "{method:?}, {distance}, direct {direct}");
+        assert!(others >= 400, "{method:?}: the scan read every block itself: {others}");
+    }
+}
+
+#[test]
+fn io_workers_combine_adjacent_blocks_up_to_io_combine_limit() {
+    for combine in [1, 4, 16] {
+        let (workers, others, largest) = scan_reads_combined(IoMethod::Worker, 16, true, combine);
+        eprintln!("io_combine_limit = {combine}: {workers} blocks read by I/O workers, {others} by the scan, largest read {largest} blocks");
+        assert!(workers > others, "{workers} by workers, {others} by the scan");
+        assert!(largest <= combine as u64, "a read of {largest} blocks");
+        // A run is cut short only where a block is cached already or the scan passed it, so
+        // with more than one block allowed some read takes several (how many depends on the
+        // schedule, which the test does not assert on).
+        assert!(
+            combine == 1 || largest > 1,
+            "io_combine_limit = {combine}: largest read {largest} blocks"
+        );
+    }
 }
 
 #[test]
@@ -150,4 +264,17 @@ fn io_method_sync_zero_concurrency_and_buffered_io_read_nothing_ahead() {
             "{method:?}: the scan read every block itself: {others}"
         );
     }
+}
+
+#[test]
+fn maintenance_scans_read_ahead_by_maintenance_io_concurrency() {
+    // effective_io_concurrency = 0 does not turn a maintenance scan's read-ahead off...
+    let (workers, others, _, _) =
+        scan_reads_with(IoMethod::Worker, 0, true, 16, Scan::Maintenance(16));
+    assert!(workers > others, "{workers} by workers, {others} by the scan");
+    // ... maintenance_io_concurrency = 0 does.
+    let (workers, others, _, _) =
+        scan_reads_with(IoMethod::Worker, 16, true, 16, Scan::Maintenance(0));
+    assert_eq!(workers, 0);
+    assert!(others >= 400, "{others}");
 }

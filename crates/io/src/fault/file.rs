@@ -150,15 +150,40 @@ impl FileIo for FaultFile {
         if offset >= end {
             return Ok(());
         }
-        // Writing back sends the range's current bytes; older unsynced writes wholly inside it
-        // are superseded (their pages now hold the newer bytes) and can no longer reach the
-        // disk on their own.
-        node.pending.retain(|op| match op {
-            PendingOp::Write {
-                off, bytes, cached, ..
-            } => *cached || *off < offset || off + bytes.len() as u64 > end,
-            PendingOp::SetLen(_) => true,
-        });
+        // Writing back sends the range's current bytes; the parts of older unsynced writes
+        // inside it are superseded (their pages now hold the newer bytes) and can no longer
+        // reach the disk on their own: a write wholly inside is dropped, one that overlaps the
+        // range is cut to its parts outside it. (Keeping the overlapped part would let a later
+        // sync or crash image apply it over the written-back bytes once a cache flush had made
+        // those durable and taken them off the pending list: older bytes over newer.)
+        let mut kept = Vec::with_capacity(node.pending.len());
+        for op in std::mem::take(&mut node.pending) {
+            match op {
+                PendingOp::Write {
+                    off,
+                    bytes,
+                    cached: false,
+                } if off < end && off + bytes.len() as u64 > offset => {
+                    let w_end = off + bytes.len() as u64;
+                    if off < offset {
+                        kept.push(PendingOp::Write {
+                            off,
+                            bytes: bytes[..(offset - off) as usize].to_vec(),
+                            cached: false,
+                        });
+                    }
+                    if w_end > end {
+                        kept.push(PendingOp::Write {
+                            off: end,
+                            bytes: bytes[(end - off) as usize..].to_vec(),
+                            cached: false,
+                        });
+                    }
+                }
+                op => kept.push(op),
+            }
+        }
+        node.pending = kept;
         let bytes = node.data[offset as usize..end as usize].to_vec();
         node.pending.push(PendingOp::Write {
             off: offset,
@@ -177,6 +202,50 @@ impl FileIo for FaultFile {
             len
         };
         self.write_back(offset, len)
+    }
+
+    /// Modelled as an unsynced write of zeros over the part of the range past the file's
+    /// end (bytes the file holds are left alone): a power loss may drop it, tear it or order
+    /// it after later writes into the range, so the file may come back shorter, or a later
+    /// unsynced write there may be lost, as the contract allows. Subject to the plan's write
+    /// faults (counted as a `write_at`): an injected EIO or ENOSPC fails it whole, changing
+    /// nothing.
+    fn allocate(&self, offset: u64, len: u64) -> io::Result<()> {
+        let mut st = self.vfs.lock();
+        st.seq += 1;
+        st.stats.writes += 1;
+        if st.subject(&self.path) {
+            st.write_calls += 1;
+            let n = st.write_calls;
+            let (p_eio, p_enospc) = (st.plan.write_eio, st.plan.write_enospc);
+            if st.rng.chance(p_eio) {
+                st.stats.injected_eio += 1;
+                return Err(eio("fallocate", &self.path));
+            }
+            if st.plan.write_enospc_at == Some(n) || st.rng.chance(p_enospc) {
+                st.stats.injected_enospc += 1;
+                return Err(enospc());
+            }
+        }
+        let end = offset
+            .checked_add(len)
+            .ok_or_else(|| io::Error::from_raw_os_error(27))?; // EFBIG
+        let node = st.inodes.get_mut(&self.ino).expect("open inode");
+        if len > 0 {
+            node.allocated.extend(offset / 4096..end.div_ceil(4096));
+        }
+        let old = node.data.len() as u64;
+        if end > old {
+            let start = offset.max(old);
+            let zeros = vec![0u8; (end - start) as usize];
+            write_into(&mut node.data, start, &zeros);
+            node.pending.push(PendingOp::Write {
+                off: start,
+                bytes: zeros,
+                cached: false,
+            });
+        }
+        Ok(())
     }
 
     fn allocated_bytes(&self) -> io::Result<u64> {

@@ -20,7 +20,7 @@ use std::sync::Arc;
 ///   when `WALNUT_FAULT_SYNC_EIO=FILTER:N` or `WALNUT_FAULT_SYNC_ENOSPC=FILTER:N` is set (see
 ///   [`vfs_from_env`]), so that an end-to-end test can watch a real process PANIC on a failed
 ///   fsync and recover.
-/// - **A full disk:** while the file `full_while` exists, every `write_at` or `set_len` that
+/// - **A full disk:** while the file `full_while` exists, every `write_at`, `set_len` or `allocate` that
 ///   would make a file longer fails with ENOSPC, writing nothing; writes within a file's length
 ///   (and syncs, renames, removals) still succeed, as on a full file system whose files were
 ///   allocated before it filled. If the trigger file holds text, only files whose path contains
@@ -151,6 +151,17 @@ impl Hooks for Inject {
     fn set_len(&self, file: FileRef<'_>, len: u64) -> io::Result<()> {
         self.check_growth(file, len)?;
         file.io.set_len(len)
+    }
+
+    fn write_vectored_at(&self, file: FileRef<'_>, bufs: &[&[u8]], offset: u64) -> io::Result<()> {
+        let len: usize = bufs.iter().map(|b| b.len()).sum();
+        self.check_growth(file, offset + len as u64)?;
+        file.io.write_vectored_at(bufs, offset)
+    }
+
+    fn allocate(&self, file: FileRef<'_>, offset: u64, len: u64) -> io::Result<()> {
+        self.check_growth(file, offset + len)?;
+        file.io.allocate(offset, len)
     }
 
     fn write_back(&self, file: FileRef<'_>, offset: u64, len: u64) -> io::Result<()> {

@@ -127,6 +127,34 @@ fn write_back_is_durable_only_after_a_cache_flush() {
 }
 
 #[test]
+fn a_write_back_supersedes_the_part_of_an_older_write_inside_its_range() {
+    let (v, f) = setup(6);
+    // An older write over three blocks (an extension's zeros), a newer one of the middle
+    // block, written back and made durable by a cache flush.
+    f.write_at(&[0u8; 3 * 4096], 0).unwrap();
+    f.write_at(&[7u8; 4096], 4096).unwrap();
+    f.write_back(4096, 4096).unwrap();
+    v.cache_flusher(Path::new("/d"))
+        .unwrap()
+        .unwrap()
+        .flush()
+        .unwrap();
+    // The older write's middle no longer exists anywhere: no crash and no later sync can put
+    // it over the newer bytes; its outer blocks are still pending.
+    for s in 0..50 {
+        let c = content(&v.crash_image(CrashKind::PowerLoss, s).0);
+        assert_eq!(&c[4096..8192], &[7u8; 4096][..], "seed {s}");
+    }
+    assert_eq!(v.pending_ops(Path::new("/d/f")), 2, "the two outer parts");
+    f.sync_data().unwrap();
+    let (img, _) = v.crash_image(CrashKind::PowerLoss, 1);
+    let c = content(&img);
+    assert_eq!(c.len(), 3 * 4096);
+    assert_eq!(&c[4096..8192], &[7u8; 4096][..], "the sync keeps the newer bytes");
+    assert!(c[..4096].iter().chain(&c[8192..]).all(|&b| b == 0));
+}
+
+#[test]
 fn failed_fsync_forgets_the_pending_writes() {
     let (v, f) = setup(6);
     f.write_at(&[7u8; 4096], 0).unwrap();
@@ -227,6 +255,8 @@ fn inject_refuses_growth_while_the_trigger_exists() {
     let full = |r: io::Result<()>| r.unwrap_err().raw_os_error() == Some(28);
     assert!(full(f.write_at(&[3u8; 4096], 6144)), "a write past the end");
     assert!(full(f.set_len(16384)), "a longer length");
+    assert!(full(f.allocate(8192, 8192)), "an allocation past the end");
+    f.allocate(0, 4096).unwrap(); // within the file: allowed
     f.set_len(4096).unwrap(); // shorter: allowed
     assert_eq!(f.len().unwrap(), 4096);
     std::fs::write(&trigger, b"/y/").unwrap(); // another volume is full
@@ -320,4 +350,46 @@ fn faults_are_armed_from_the_environment() {
     // A malformed value is an error that names its variable.
     let e = from(&[("WALNUT_FAULT_SYNC_ENOSPC", "wal")]).err().unwrap();
     assert!(e.starts_with("WALNUT_FAULT_SYNC_ENOSPC: "), "{e}");
+}
+
+#[test]
+fn allocated_space_reads_as_zeros_and_is_lost_like_an_unsynced_zero_write() {
+    let (v, f) = setup(11);
+    f.write_at(&[1u8; 8192], 0).unwrap();
+    f.sync_data().unwrap();
+    // Within the file: nothing changes; past it: the file grows, reading as zeros.
+    f.allocate(0, 8192).unwrap();
+    assert_eq!(content(&v), vec![1u8; 8192]);
+    f.allocate(8192, 3 * 8192).unwrap();
+    assert_eq!(f.len().unwrap(), 4 * 8192);
+    assert!(content(&v)[8192..].iter().all(|&b| b == 0));
+    assert!(f.allocated_bytes().unwrap() >= 4 * 8192);
+    f.write_at(&[2u8; 8192], 8192).unwrap();
+    let (mut shorter, mut whole) = (false, false);
+    for seed in 0..200 {
+        let (img, _) = v.crash_image(CrashKind::PowerLoss, seed);
+        let c = content(&img);
+        assert_eq!(&c[..8192], &[1u8; 8192][..], "synced data (seed {seed})");
+        assert!(c.len() <= 4 * 8192);
+        assert!(
+            c[8192..].iter().all(|&b| b == 0 || b == 2),
+            "only zeros or the write (seed {seed})"
+        );
+        shorter |= c.len() < 4 * 8192;
+        whole |= c.len() == 4 * 8192;
+    }
+    assert!(shorter && whole, "the allocation is pending: kept or lost");
+    f.sync_data().unwrap();
+    let (img, _) = v.crash_image(CrashKind::PowerLoss, 1);
+    assert_eq!(content(&img).len(), 4 * 8192, "durable after the sync");
+    // Injected ENOSPC fails it whole.
+    v.set_plan(FaultPlan {
+        write_enospc_at: Some(1),
+        ..FaultPlan::default()
+    });
+    assert_eq!(
+        f.allocate(4 * 8192, 8192).unwrap_err().raw_os_error(),
+        Some(28)
+    );
+    assert_eq!(f.len().unwrap(), 4 * 8192);
 }

@@ -87,6 +87,13 @@ impl FileIo for TracerFile {
         );
         Ok(())
     }
+    fn write_vectored_at(&self, bufs: &[&[u8]], offset: u64) -> io::Result<()> {
+        note(
+            &self.log,
+            format!("write_vectored_at {} {bufs:?} {offset}", self.path.display()),
+        );
+        Err(io::Error::from_raw_os_error(28))
+    }
     fn sync_data(&self) -> io::Result<()> {
         note(&self.log, format!("sync_data {}", self.path.display()));
         Ok(())
@@ -114,6 +121,13 @@ impl FileIo for TracerFile {
         note(
             &self.log,
             format!("flush_range {} {offset} {len}", self.path.display()),
+        );
+        Ok(())
+    }
+    fn allocate(&self, offset: u64, len: u64) -> io::Result<()> {
+        note(
+            &self.log,
+            format!("allocate {} {offset} {len}", self.path.display()),
         );
         Ok(())
     }
@@ -192,6 +206,14 @@ fn exercise(v: &dyn Vfs, log: &Log) {
     f.read_exact_at(&mut buf, 10).unwrap();
     result("read_exact_at", format!("{buf:?}"));
     result("write_at", format!("{:?}", f.write_at(b"xyz", 11).is_ok()));
+    result(
+        "write_vectored_at",
+        format!(
+            "{:?}",
+            f.write_vectored_at(&[b"ab", b"c"], 19)
+                .map_err(|e| e.raw_os_error())
+        ),
+    );
     result("sync_data", format!("{:?}", f.sync_data().is_ok()));
     result(
         "sync_all",
@@ -204,6 +226,7 @@ fn exercise(v: &dyn Vfs, log: &Log) {
         "flush_range",
         format!("{:?}", f.flush_range(15, 16).is_ok()),
     );
+    result("allocate", format!("{:?}", f.allocate(17, 18).is_ok()));
     result(
         "allocated_bytes",
         format!("{:?}", f.allocated_bytes().unwrap()),
@@ -217,7 +240,7 @@ fn exercise(v: &dyn Vfs, log: &Log) {
 }
 
 /// The calls [`exercise`] makes, by the name of their hook.
-const CALLS: [&str; 19] = [
+const CALLS: [&str; 21] = [
     "open",
     "remove",
     "rename",
@@ -228,12 +251,14 @@ const CALLS: [&str; 19] = [
     "read_at",
     "read_exact_at",
     "write_at",
+    "write_vectored_at",
     "sync_data",
     "sync_all",
     "len",
     "set_len",
     "write_back",
     "flush_range",
+    "allocate",
     "allocated_bytes",
     "cache_flusher",
     "flush",
@@ -269,6 +294,8 @@ fn pass_through_hooks_make_exactly_the_inner_calls_with_their_results() {
         );
     }
     assert!(direct.contains(&"= allocated_bytes: 4242".to_string()));
+    // The tracer's allocate succeeds; the trait's default would refuse.
+    assert!(direct.contains(&"= allocate: true".to_string()));
     assert!(direct.contains(&"= describe: tracer flush of /d".to_string()));
 }
 
@@ -328,6 +355,10 @@ impl Hooks for Naming {
         self.saw("write_at");
         file.io.write_at(buf, offset)
     }
+    fn write_vectored_at(&self, file: FileRef<'_>, bufs: &[&[u8]], offset: u64) -> io::Result<()> {
+        self.saw("write_vectored_at");
+        file.io.write_vectored_at(bufs, offset)
+    }
     fn sync_data(&self, file: FileRef<'_>) -> io::Result<()> {
         self.saw("sync_data");
         file.io.sync_data()
@@ -351,6 +382,10 @@ impl Hooks for Naming {
     fn flush_range(&self, file: FileRef<'_>, offset: u64, len: u64) -> io::Result<()> {
         self.saw("flush_range");
         file.io.flush_range(offset, len)
+    }
+    fn allocate(&self, file: FileRef<'_>, offset: u64, len: u64) -> io::Result<()> {
+        self.saw("allocate");
+        file.io.allocate(offset, len)
     }
     fn allocated_bytes(&self, file: FileRef<'_>) -> io::Result<u64> {
         self.saw("allocated_bytes");

@@ -45,12 +45,14 @@
 //! modification) and the checks and assertions around it; `build.rs` the bulk build of a new
 //! index; `tests.rs` the unit tests.
 
+use crate::aio::IndexReadAhead;
 use crate::bufpool::ReadMode;
 use crate::page::{self, PageBuf, PageKind};
 use crate::smgr::Relation;
 use crate::Storage;
 use std::ops::Bound;
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use walnut_common::{BlockNumber, Error, RelFileId, Result, SqlState, Tid, Xid, BLCKSZ};
 use walnut_wal::{Record, RmgrId};
 
@@ -551,7 +553,9 @@ pub fn set_tid(st: &Storage, rel: &Relation, xid: Xid, key: &[u8], tid: Tid) -> 
 
 /// Calls `visit(key, tid)` for entries with keys in (`lo`, `hi`) in key order. Bounds are
 /// encoded key prefixes: `Included(k)` of a prefix includes every key starting with it. The
-/// structure lock is not held while `visit` runs.
+/// structure lock is not held while `visit` runs. With `io_direct = data` and I/O workers, a
+/// leaf of more than one entry has the heap blocks of its TIDs and the next leaf read ahead
+/// ([`IndexReadAhead`]); a point lookup reads nothing ahead.
 ///
 /// # Errors
 /// Corruption and I/O errors, and `visit`'s. `visit` returns false to stop.
@@ -572,9 +576,12 @@ pub fn range(
         Bound::Included(h) => k <= h || k.starts_with(h),
         Bound::Excluded(h) => k < h && !k.starts_with(h),
     };
+    // Created at the first leaf with more than one entry: a point lookup reads nothing ahead.
+    let mut ahead: Option<IndexReadAhead> = None;
     loop {
         let mut batch: Vec<(Vec<u8>, Tid)> = Vec::new();
         let more;
+        let next_leaf;
         {
             let _t = rel.tree_lock.read();
             let seek: &[u8] = match &start {
@@ -601,14 +608,25 @@ pub fn range(
                 }
                 batch.push((k.to_vec(), tid_at(&p, i - 1)?));
             }
-            more = !stop && right_link(&p).is_some();
+            next_leaf = if stop { None } else { right_link(&p) };
+            more = next_leaf.is_some();
             if more && batch.is_empty() {
                 // Empty leaf: continue from its high key.
                 start = Bound::Included(high_key(&p)?.to_vec());
                 continue;
             }
         }
-        for (k, t) in &batch {
+        if ahead.is_none() && batch.len() > 1 {
+            ahead = Some(IndexReadAhead::new(st, || index_heap(st, rel)));
+        }
+        if let Some(a) = ahead.as_mut().filter(|a| a.active()) {
+            let index = st.smgr.open_if_cached(rel.id);
+            a.leaf(index, batch.iter().map(|(_, t)| t.block.0), next_leaf);
+        }
+        for (i, (k, t)) in batch.iter().enumerate() {
+            if let Some(a) = ahead.as_mut() {
+                a.before(i);
+            }
             if !visit(k, *t)? {
                 return Ok(());
             }
@@ -621,6 +639,24 @@ pub fn range(
             None => return Ok(()),
         }
     }
+}
+
+/// The heap relation `rel` (a B-tree) indexes, from the catalog (cached in
+/// `Relation::index_heap`); `None` if no table in the catalog names it (an index being built).
+fn index_heap(st: &Storage, rel: &Relation) -> Option<Arc<Relation>> {
+    let id = match rel.index_heap.get() {
+        Some(id) => *id,
+        None => {
+            let id = st
+                .catalog
+                .all()
+                .iter()
+                .find(|t| t.index == Some(rel.id))?
+                .relfile;
+            *rel.index_heap.get_or_init(|| id)
+        }
+    };
+    st.smgr.open(id).ok()
 }
 
 /// Redo of a B-tree record's block without an image.

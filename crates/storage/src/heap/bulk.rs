@@ -7,10 +7,11 @@
 //!    page in private memory, which no other session can see and the buffer pool does not hold;
 //!    a page that has no room left joins the batch of full pages.
 //! 2. When the batch holds [`BulkInsert::batch_pages`] pages (or at [`BulkInsert::finish`]),
-//!    [`BulkInsert::flush`] allocates a block for each page (`Smgr::extend` under the relation's
-//!    `extend_lock`), pins it with `ReadMode::Zero` and takes its exclusive latch; a block that
-//!    is not all zero by then was taken by a concurrent insert (through a stale insert hint),
-//!    is left to it, and another block is allocated.
+//!    [`BulkInsert::flush`] allocates a block for each page, all in one call (`Smgr::extend_by`
+//!    under the relation's `extend_lock`: `fallocate` for a batch of more than 8, PostgreSQL's
+//!    `smgrzeroextend`), pins each with `ReadMode::Zero` and takes its exclusive latch; a block
+//!    that is not all zero by then was taken by a concurrent insert (through a stale insert
+//!    hint), is left to it, and another block is allocated.
 //! 3. It copies the images into the pinned frames, inserts one WAL record naming every block
 //!    with its image (`will_init`), sets each page's LSN to the record's end, marks the frames
 //!    dirty and releases latches and pins.
@@ -212,12 +213,15 @@ impl BulkInsert {
         // it is given up and replaced.
         let mut pins = Vec::with_capacity(n);
         loop {
-            while pins.len() < n {
-                let block = {
+            if pins.len() < n {
+                let want = (n - pins.len()) as u32;
+                let first = {
                     let _ext = self.rel.extend_lock.lock();
-                    st.smgr.extend(&self.rel)?
+                    st.smgr.extend_by(&self.rel, want)?
                 };
-                pins.push(st.pool.pin(&self.rel, block, ReadMode::Zero)?);
+                for b in first.0..first.0 + want {
+                    pins.push(st.pool.pin(&self.rel, BlockNumber(b), ReadMode::Zero)?);
+                }
             }
             match self.write_batch(st, &pins)? {
                 None => return Ok(()),
