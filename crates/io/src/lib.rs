@@ -374,7 +374,8 @@ impl FileIo for RealFile {
         for b in bufs {
             let end = start + b.len();
             if done < end {
-                self.file.write_all_at(&b[done - start..], offset + done as u64)?;
+                self.file
+                    .write_all_at(&b[done - start..], offset + done as u64)?;
                 done = end;
             }
             start = end;

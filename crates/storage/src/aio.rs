@@ -286,10 +286,7 @@ impl IndexReadAhead {
     /// Read-ahead for a range scan whose TIDs point into the relation `heap` returns (called
     /// only if read-ahead is on; `None` if the index's heap is not known: then only leaves are
     /// read ahead), or none at all if read-ahead is off. Cheap when off: no allocation.
-    pub fn new(
-        st: &Storage,
-        heap: impl FnOnce() -> Option<Arc<Relation>>,
-    ) -> IndexReadAhead {
+    pub fn new(st: &Storage, heap: impl FnOnce() -> Option<Arc<Relation>>) -> IndexReadAhead {
         let workers = st.io_workers().filter(|_| st.smgr.direct_io()).cloned();
         let cap = (st.pool.len() / 4) as u32;
         let distance = workers

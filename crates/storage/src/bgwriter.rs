@@ -2,33 +2,31 @@
 //! 1. cleans the buffers the next evictions will reach, so that a session rarely has to write
 //!    a page before it can read another (PostgreSQL's `bgwriter.c` and `BgBufferSync`); and
 //! 2. writes back the pages sessions evicted into the page cache ([`PendingWriteback`], the
-//!    queue `backend_wrote` fills), oldest first, sorted and combined: at least the share that
-//!    keeps their wait near [`WRITEBACK_DELAY`], and more within a share of the round that
-//!    follows the WAL's flush latency (grows while commits' flushes are fast, halves when they
-//!    slow down: additive increase, multiplicative decrease). This part is walnut's own:
-//!    evicted pages would otherwise sit dirty in the page cache until the checkpoint's fsync
-//!    pushes them all into the device queue at once, ahead of the WAL's flushes.
+//!    queue `backend_wrote` fills), oldest first, sorted and combined, within a share of its
+//!    round that follows the WAL's flush latency: it grows while commits' flushes are fast and
+//!    halves when they slow down (additive increase, multiplicative decrease). This part is
+//!    walnut's own: evicted pages would otherwise sit dirty in the page cache until the
+//!    kernel's timer or the checkpoint's fsync pushes them into the device queue in bulk, ahead
+//!    of the WAL's flushes.
 
 use crate::checkpointer::{WalPressure, HIGH_PRESSURE};
 use crate::smgr::Smgr;
 use crate::stats::{set_backend_type, BackendType};
-use crate::writeback::{write_back, PendingWriteback, Writeback, WRITEBACK_DELAY};
+use crate::writeback::{write_back, PendingWriteback, Writeback};
 use crate::Storage;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-/// The largest share of its round the write-back beyond the due pages may take.
+/// The largest share of its round the write-back of evictions may take.
 pub const MAX_SHARE: f64 = 0.5;
 /// The smallest.
 pub const MIN_SHARE: f64 = 0.02;
 /// The share added per round while the WAL's flushes are fast.
 pub const SHARE_STEP: f64 = 0.02;
 
-/// One round's write-back of the sessions' evictions: first the pages due (`queued × round /
-/// WRITEBACK_DELAY`, rounded up, oldest first), then further chunks of `chunk` pages while
-/// the time spent waiting for write-back stays under `budget`. Returns the pages taken from
-/// the queue. A `chunk` of 0 (`bgwriter_flush_after = 0`) leaves the queue to the sessions
-/// and the checkpoint.
+/// One round's write-back of the sessions' evictions: chunks of `chunk` pages, oldest first,
+/// while the time spent waiting for write-back stays under `budget`. Returns the pages taken
+/// from the queue. A `chunk` of 0 (`bgwriter_flush_after = 0`) leaves the queue alone.
 ///
 /// # Panics
 /// PANICs if a write-back fails (see [`Smgr::flush_range`]).
@@ -36,18 +34,11 @@ pub fn write_back_evictions(
     smgr: &Smgr,
     queue: &PendingWriteback,
     chunk: usize,
-    round: Duration,
     budget: Duration,
 ) -> usize {
-    if chunk == 0 {
-        return 0;
-    }
     let started = Instant::now();
-    let due = (queue.len() as f64 * round.as_secs_f64() / WRITEBACK_DELAY.as_secs_f64()).ceil();
-    let mut batch = queue.take_oldest(due as usize);
-    let mut taken = batch.len();
-    write_back(smgr, &mut batch);
-    while started.elapsed() < budget {
+    let mut taken = 0;
+    while chunk > 0 && started.elapsed() < budget {
         let mut batch = queue.take_oldest(chunk);
         if batch.is_empty() {
             break;
@@ -105,8 +96,8 @@ pub(crate) fn bgwriter(weak: std::sync::Weak<Storage>) {
                 Err(e) => tracing::error!("background writer: {e}"),
             }
         }
-        // 2. Write back the sessions' evictions: what is due, and more within the share of
-        //    the device the WAL leaves.
+        // 2. Write back the sessions' evictions within the share of the device the WAL
+        //    leaves.
         if let Some(wal) = st.wal.get() {
             let p = pressure.sample(wal.flush_latency_us(), Instant::now());
             share = if p < HIGH_PRESSURE {
@@ -119,7 +110,6 @@ pub(crate) fn bgwriter(weak: std::sync::Weak<Storage>) {
             &st.smgr,
             &st.smgr.pending_writeback,
             s.bgwriter_flush_after,
-            round,
             round.mul_f64(share),
         );
         drop(st);
@@ -146,20 +136,25 @@ mod tests {
     }
 
     #[test]
-    fn a_round_writes_back_at_least_the_pages_due_and_more_only_within_its_budget() {
+    fn a_round_writes_back_oldest_first_within_its_budget() {
         // The relation is not open, so the write-backs themselves do nothing.
         let smgr = Smgr::new(Arc::new(walnut_io::RealVfs), "/nonexistent".into());
-        let round = WRITEBACK_DELAY / 10;
-        // Due: a tenth of the queue, rounded up, even with no budget.
-        let q = queue_of(1001);
-        assert_eq!(write_back_evictions(&smgr, &q, 64, round, Duration::ZERO), 101);
-        assert_eq!(q.len(), 900);
-        // With a budget, chunks after the due pages until the queue is empty.
-        assert_eq!(write_back_evictions(&smgr, &q, 64, round, Duration::from_secs(60)), 900);
+        let q = queue_of(1000);
+        // No budget: nothing.
+        assert_eq!(write_back_evictions(&smgr, &q, 64, Duration::ZERO), 0);
+        assert_eq!(q.len(), 1000);
+        // A budget: chunks, oldest first, until the queue is empty.
+        assert_eq!(
+            write_back_evictions(&smgr, &q, 64, Duration::from_secs(60)),
+            1000
+        );
         assert!(q.is_empty());
         // bgwriter_flush_after = 0: the queue is left alone.
         let q = queue_of(10);
-        assert_eq!(write_back_evictions(&smgr, &q, 0, round, Duration::from_secs(60)), 0);
+        assert_eq!(
+            write_back_evictions(&smgr, &q, 0, Duration::from_secs(60)),
+            0
+        );
         assert_eq!(q.len(), 10);
     }
 }

@@ -6,8 +6,8 @@
 //! No other session can read or write such a file's blocks before the transaction commits, so
 //! the pages need no pin, latch or buffer: each batch is one WAL record of full-page images
 //! ([`Storage::log_page_images`]), then the pages, with their LSN and checksum set, are written
-//! to the file (`Smgr::write`, which registers the file for the next checkpoint's fsync after
-//! each write). The writes do not wait for the WAL: until the commit, which flushes the WAL past
+//! to the file, each run of consecutive blocks in one write (`Smgr::write_blocks`, which
+//! registers the file for the next checkpoint's fsync after the write). The writes do not wait for the WAL: until the commit, which flushes the WAL past
 //! every record of the load, the file is named by no committed catalog row, and after a crash
 //! it is an orphan.
 //!
@@ -66,7 +66,7 @@ impl BulkWriter {
 
     /// Logs `pages[i]` as the new content of block `blocks[i]` (one WAL record for all, at
     /// most 255 blocks), then sets each page's LSN to the record's end and its checksum, and
-    /// writes it to its block. Returns the record's end.
+    /// writes the pages, a run of consecutive blocks at a time. Returns the record's end.
     ///
     /// # Errors
     /// The WAL insert's (53100 if the WAL cannot get space; nothing is written then); the
@@ -85,10 +85,21 @@ impl BulkWriter {
             blocks,
             &pages.iter().map(|p| &**p).collect::<Vec<_>>(),
         )?;
-        for (p, &block) in pages.iter_mut().zip(blocks) {
+        for p in pages.iter_mut() {
             page::set_lsn(p, end);
             page::set_checksum(p);
-            st.smgr.write(&self.rel, block, &p[..])?;
+        }
+        // Each run of consecutive blocks in one write (`Smgr::write_blocks` splits it at
+        // io_combine_limit's maximum).
+        let mut i = 0;
+        while i < blocks.len() {
+            let mut j = i + 1;
+            while j < blocks.len() && blocks[j].0 == blocks[j - 1].0 + 1 {
+                j += 1;
+            }
+            let bufs: Vec<&[u8]> = pages[i..j].iter().map(|p| &p[..]).collect();
+            st.smgr.write_blocks(&self.rel, blocks[i], &bufs)?;
+            i = j;
         }
         Ok(end)
     }

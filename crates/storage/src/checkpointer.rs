@@ -326,7 +326,7 @@ impl Storage {
         // Step 3: the sync phase, after a last write-back pass over the files to be synced.
         let sync_start = Instant::now();
         if !pacer.immediate {
-            let leeway = pacer.timeout.mul_f64((1.0 - pacer.target).max(0.0) / 2.0);
+            let leeway = pacer.timeout.mul_f64((1.0 - pacer.target).max(0.0));
             self.write_back_before_sync(
                 settings.checkpoint_flush_after as u32,
                 leeway,
@@ -423,9 +423,11 @@ impl Storage {
 
     /// Asks the kernel to write back, `chunk` pages at a time, what the relation files about to
     /// be fsynced still hold dirty in the page cache (sessions' evictions the background
-    /// writer's sweep has not reached), pausing while the WAL's flushes are slow, for at most
-    /// `leeway` in all. The fsyncs then find little left, and their writes reach the device
-    /// in chunks between commits' flushes rather than all at once ahead of them.
+    /// writer has not written back, and writes made outside the buffer pool). While the WAL's
+    /// flushes are slow it pauses after each chunk as long as the chunk took, so that commits
+    /// keep at least half the device, for at most `leeway` in all. The fsyncs then find little
+    /// left, and their writes reach the device in chunks between commits' flushes rather than
+    /// all at once ahead of them.
     ///
     /// # Panics
     /// PANICs if a write-back fails (see [`crate::smgr::Smgr::flush_range`]).
@@ -460,8 +462,9 @@ impl Storage {
                         continue;
                     }
                     if pressure.sample(wal.flush_latency_us(), Instant::now()) >= HIGH_PRESSURE {
-                        std::thread::sleep(BACKOFF);
-                        paused += BACKOFF;
+                        let pause = t.elapsed().max(BACKOFF).min(leeway - paused);
+                        std::thread::sleep(pause);
+                        paused += pause;
                     }
                 }
             }

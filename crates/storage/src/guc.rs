@@ -352,7 +352,10 @@ mod tests {
     fn maintenance_io_concurrency_is_0_to_1000_default_16() {
         assert_eq!(MAINTENANCE_IO_CONCURRENCY.default_value(), Val::Int(16));
         assert_eq!(MAINTENANCE_IO_CONCURRENCY.parse("0").unwrap(), Val::Int(0));
-        assert_eq!(MAINTENANCE_IO_CONCURRENCY.parse("1000").unwrap(), Val::Int(1000));
+        assert_eq!(
+            MAINTENANCE_IO_CONCURRENCY.parse("1000").unwrap(),
+            Val::Int(1000)
+        );
         assert!(MAINTENANCE_IO_CONCURRENCY.parse("1001").is_err());
         assert!(MAINTENANCE_IO_CONCURRENCY.parse("-1").is_err());
         assert!(GUCS.iter().any(|g| g.name == "maintenance_io_concurrency"));

@@ -434,7 +434,8 @@ impl Smgr {
             ));
         }
         self.dirty.lock().insert(rel.id);
-        self.stats.add_since(IoOp::Write, blocks.len() as u64, start);
+        self.stats
+            .add_since(IoOp::Write, blocks.len() as u64, start);
         Ok(())
     }
 
@@ -468,17 +469,20 @@ impl Smgr {
             let buf = bounce_run(&mut b, n);
             let mut done = 0;
             while done < buf.len() {
-                let got = rel.file.read_at(&mut buf[done..], off + done as u64).map_err(|e| {
-                    Error::io(
-                        format!(
-                            "could not read blocks {}..{} in file \"base/{}\"",
-                            first.0,
-                            first.0 as u64 + n as u64 - 1,
-                            rel.id.0
-                        ),
-                        e,
-                    )
-                })?;
+                let got = rel
+                    .file
+                    .read_at(&mut buf[done..], off + done as u64)
+                    .map_err(|e| {
+                        Error::io(
+                            format!(
+                                "could not read blocks {}..{} in file \"base/{}\"",
+                                first.0,
+                                first.0 as u64 + n as u64 - 1,
+                                rel.id.0
+                            ),
+                            e,
+                        )
+                    })?;
                 done += got;
                 if got == 0 || (self.direct && done % DIRECT_IO_ALIGN != 0) {
                     buf[done..].fill(0);
@@ -649,9 +653,9 @@ impl Smgr {
     /// An I/O error from the fsync; the caller must PANIC (`panic_fatal`), never retry it.
     pub fn sync_relation(&self, rel: &Relation) -> Result<()> {
         let start = Instant::now();
-        rel.file.sync_data().map_err(|e| {
-            Error::io(format!("could not fsync file \"base/{}\"", rel.id.0), e)
-        })?;
+        rel.file
+            .sync_data()
+            .map_err(|e| Error::io(format!("could not fsync file \"base/{}\"", rel.id.0), e))?;
         self.stats
             .add(IoOp::Fsync, 1, start.elapsed().as_micros() as u64);
         Ok(())

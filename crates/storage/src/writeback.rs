@@ -8,8 +8,8 @@
 //! writer (`bgwriter_flush_after`) and each session thread (`backend_flush_after`). With
 //! `backend_flush_after = 0`, the default, a session does not wait for write-back itself: the
 //! pages it evicted go to one shared, bounded queue ([`PendingWriteback`]) that the background
-//! writer drains, oldest first, within [`WRITEBACK_DELAY`] (walnut's own; PostgreSQL leaves
-//! them to the kernel until the checkpoint's fsync).
+//! writer drains, oldest first, within the share of the device the WAL leaves (walnut's own;
+//! PostgreSQL leaves them to the kernel until the checkpoint's fsync).
 
 use crate::bufpool::BufTag;
 use crate::smgr::Smgr;
@@ -17,7 +17,6 @@ use parking_lot::Mutex;
 use std::cell::RefCell;
 use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
-use std::time::Duration;
 use walnut_common::BlockNumber;
 
 /// Most pages the shared queue holds, 16384 pages (128 MiB of page cache). When it is full
@@ -25,13 +24,6 @@ use walnut_common::BlockNumber;
 /// is forgotten: the kernel writes it back on its own timer, or the checkpoint's fsync does.
 /// A session never waits for write-back it did not ask for.
 pub const PENDING_WRITEBACK_MAX: usize = 16384;
-
-/// How long an evicted page waits in the shared queue, in steady state: each round the
-/// background writer writes back at least `queued × bgwriter_delay / WRITEBACK_DELAY` pages, so
-/// the queue settles near the evictions of this long, and a checkpoint's fsync finds about
-/// that much dirty data left. Long enough to combine neighbours and absorb a page evicted
-/// twice in a row, short enough that the fsync's burst is seconds of writes, not minutes.
-pub const WRITEBACK_DELAY: Duration = Duration::from_secs(2);
 
 /// The pages sessions evicted into the page cache that nobody has asked the kernel to write
 /// back yet, oldest first (bounded by [`PENDING_WRITEBACK_MAX`]).

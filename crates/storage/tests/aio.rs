@@ -11,11 +11,11 @@ use std::ops::Bound;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
+use walnut_common::BlockNumber;
 use walnut_common::{ColumnDef, DataType, TableDef, Value};
 use walnut_io::fault::{FaultConfig, FaultVfs};
 use walnut_io::hook::{FileRef, HookVfs, Hooks};
 use walnut_io::Vfs;
-use walnut_common::BlockNumber;
 use walnut_storage::aio::{IoMethod, ReadAhead};
 use walnut_storage::bufpool::ReadMode;
 use walnut_storage::control::DbState;
@@ -52,7 +52,9 @@ impl Hooks for CountReads {
             c.fetch_add(blocks, Ordering::Relaxed);
             if worker {
                 self.largest_by_workers.fetch_max(blocks, Ordering::Relaxed);
-                if file.path.file_name().and_then(|n| n.to_str()) == self.index_file.get().map(String::as_str) {
+                if file.path.file_name().and_then(|n| n.to_str())
+                    == self.index_file.get().map(String::as_str)
+                {
                     self.index_by_workers.fetch_add(blocks, Ordering::Relaxed);
                 }
             }
@@ -215,7 +217,10 @@ fn io_workers_read_ahead_of_an_index_range_scan_heap_blocks_and_next_leaves() {
     ] {
         let (workers, others, _, _) = scan_reads_with(method, distance, direct, 16, Scan::Index);
         assert_eq!(workers, 0, "{method:?}, {distance}, direct {direct}");
-        assert!(others >= 400, "{method:?}: the scan read every block itself: {others}");
+        assert!(
+            others >= 400,
+            "{method:?}: the scan read every block itself: {others}"
+        );
     }
 }
 
@@ -224,7 +229,10 @@ fn io_workers_combine_adjacent_blocks_up_to_io_combine_limit() {
     for combine in [1, 4, 16] {
         let (workers, others, largest) = scan_reads_combined(IoMethod::Worker, 16, true, combine);
         eprintln!("io_combine_limit = {combine}: {workers} blocks read by I/O workers, {others} by the scan, largest read {largest} blocks");
-        assert!(workers > others, "{workers} by workers, {others} by the scan");
+        assert!(
+            workers > others,
+            "{workers} by workers, {others} by the scan"
+        );
         assert!(largest <= combine as u64, "a read of {largest} blocks");
         // A run is cut short only where a block is cached already or the scan passed it, so
         // with more than one block allowed some read takes several (how many depends on the
@@ -271,7 +279,10 @@ fn maintenance_scans_read_ahead_by_maintenance_io_concurrency() {
     // effective_io_concurrency = 0 does not turn a maintenance scan's read-ahead off...
     let (workers, others, _, _) =
         scan_reads_with(IoMethod::Worker, 0, true, 16, Scan::Maintenance(16));
-    assert!(workers > others, "{workers} by workers, {others} by the scan");
+    assert!(
+        workers > others,
+        "{workers} by workers, {others} by the scan"
+    );
     // ... maintenance_io_concurrency = 0 does.
     let (workers, others, _, _) =
         scan_reads_with(IoMethod::Worker, 16, true, 16, Scan::Maintenance(0));

@@ -90,7 +90,10 @@ impl FileIo for TracerFile {
     fn write_vectored_at(&self, bufs: &[&[u8]], offset: u64) -> io::Result<()> {
         note(
             &self.log,
-            format!("write_vectored_at {} {bufs:?} {offset}", self.path.display()),
+            format!(
+                "write_vectored_at {} {bufs:?} {offset}",
+                self.path.display()
+            ),
         );
         Err(io::Error::from_raw_os_error(28))
     }

@@ -96,8 +96,8 @@ impl BulkInsert {
         } else {
             (st.pool.len() / 16).clamp(1, BULK_BATCH_PAGES_MAX)
         };
-        let direct = created_by_xid
-            .then(|| BulkWriter::new(st, rel.clone(), xid, (RM_HEAP, HEAP_NEWPAGES)));
+        let direct =
+            created_by_xid.then(|| BulkWriter::new(st, rel.clone(), xid, (RM_HEAP, HEAP_NEWPAGES)));
         BulkInsert {
             rel,
             xid,

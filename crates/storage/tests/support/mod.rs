@@ -21,7 +21,7 @@ use walnut_io::{FileIo, OpenMode, Vfs};
 /// namespace.
 #[derive(Debug)]
 pub enum Io<'a> {
-    /// `write_at`.
+    /// `write_at`, or `write_vectored_at` (its buffers concatenated).
     Write {
         path: &'a Path,
         off: u64,
@@ -29,6 +29,8 @@ pub enum Io<'a> {
     },
     /// `set_len`.
     SetLen { path: &'a Path, len: u64 },
+    /// `allocate` (fallocate of `len` bytes at `off`).
+    Allocate { path: &'a Path, off: u64, len: u64 },
     /// `sync_data`, `sync_all` or `write_back` of a file.
     Sync { path: &'a Path },
     /// `sync_dir`.
@@ -47,6 +49,7 @@ impl Io<'_> {
         match self {
             Io::Write { path, .. }
             | Io::SetLen { path, .. }
+            | Io::Allocate { path, .. }
             | Io::Sync { path }
             | Io::Create { path }
             | Io::Remove { path }
@@ -60,6 +63,7 @@ impl Io<'_> {
         match self {
             Io::Write { .. } => "write",
             Io::SetLen { .. } => "set_len",
+            Io::Allocate { .. } => "allocate",
             Io::Sync { .. } => "fsync",
             Io::SyncDir { .. } => "fsync of a directory",
             Io::Create { .. } => "create",
@@ -102,6 +106,25 @@ impl Hooks for Changes {
             buf,
         };
         (self.0)(&io, &mut || file.io.write_at(buf, offset))
+    }
+
+    fn write_vectored_at(&self, file: FileRef<'_>, bufs: &[&[u8]], offset: u64) -> io::Result<()> {
+        let whole = bufs.concat();
+        let io = Io::Write {
+            path: file.path,
+            off: offset,
+            buf: &whole,
+        };
+        (self.0)(&io, &mut || file.io.write_vectored_at(bufs, offset))
+    }
+
+    fn allocate(&self, file: FileRef<'_>, offset: u64, len: u64) -> io::Result<()> {
+        let io = Io::Allocate {
+            path: file.path,
+            off: offset,
+            len,
+        };
+        (self.0)(&io, &mut || file.io.allocate(offset, len))
     }
 
     fn sync_data(&self, file: FileRef<'_>) -> io::Result<()> {
