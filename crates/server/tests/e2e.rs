@@ -1041,7 +1041,10 @@ fn progress_copy_shows_a_copy_in_flight() {
         let progress = "select pid, datid, datname, relid, command, type, bytes_processed, \
                         bytes_total, tuples_processed, tuples_excluded, tuples_skipped \
                         from pg_stat_progress_copy";
-        assert!(b.query(progress, &[]).await.unwrap().is_empty(), "no COPY yet");
+        assert!(
+            b.query(progress, &[]).await.unwrap().is_empty(),
+            "no COPY yet"
+        );
 
         let sink = a.copy_in("copy t from stdin").await.unwrap();
         futures::pin_mut!(sink);

@@ -257,7 +257,8 @@ impl Transaction for TxnAdapter {
             let info = self.info(name)?;
             let rel = self.storage.smgr.open(info.relfile)?;
             let nblocks = rel.nblocks.load(std::sync::atomic::Ordering::Acquire);
-            p.blocks_total.store(nblocks as u64, std::sync::atomic::Ordering::Relaxed);
+            p.blocks_total
+                .store(nblocks as u64, std::sync::atomic::Ordering::Relaxed);
             p.set_phase(walnut_storage::progress::PHASE_SCANNING_TABLE);
         }
         self.t().add_primary_key(name, columns)

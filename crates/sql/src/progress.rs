@@ -421,7 +421,11 @@ mod tests {
         assert!(r.view("pg_stat_progress_copy").unwrap().1.is_empty());
         assert_eq!(r.view("pg_stat_progress_create_index").unwrap().1.len(), 1);
         drop(ix);
-        assert!(r.view("pg_stat_progress_create_index").unwrap().1.is_empty());
+        assert!(r
+            .view("pg_stat_progress_create_index")
+            .unwrap()
+            .1
+            .is_empty());
         assert!(r.view("pg_stat_io").is_none());
     }
 }

@@ -52,7 +52,10 @@ const TUPLES_DONE: usize = 13;
 #[test]
 fn add_primary_key_reports_each_phase_of_its_index_build() {
     let db = Db::open(EngineKind::Real);
-    let registry = db.engine.progress().expect("the real engine has progress views");
+    let registry = db
+        .engine
+        .progress()
+        .expect("the real engine has progress views");
     let mut s = db.session(&[]);
     s.set_backend(777, "bench");
     let n = 5000;
@@ -101,13 +104,22 @@ fn add_primary_key_reports_each_phase_of_its_index_build() {
     );
     // Initializing: nothing known yet.
     assert_eq!(
-        [INDEX_RELID, BLOCKS_TOTAL, BLOCKS_DONE, TUPLES_TOTAL, TUPLES_DONE]
-            .map(|c| int(&seen[0][c])),
+        [
+            INDEX_RELID,
+            BLOCKS_TOTAL,
+            BLOCKS_DONE,
+            TUPLES_TOTAL,
+            TUPLES_DONE
+        ]
+        .map(|c| int(&seen[0][c])),
         [0; 5]
     );
     // Scanning: the heap's blocks are known.
     let blocks = int(&seen[1][BLOCKS_TOTAL]);
-    assert!(blocks > 5, "a table of {n} rows spans many blocks: {blocks}");
+    assert!(
+        blocks > 5,
+        "a table of {n} rows spans many blocks: {blocks}"
+    );
     assert_eq!(int(&seen[1][BLOCKS_DONE]), 0);
     // Loading: the scan is over, every entry is to be loaded, and the leaf pages fill up.
     let loading = &seen[2..];

@@ -79,7 +79,9 @@ thread_local! {
 
 /// Makes index builds on this thread report to `p` (`None`: to nobody). Returns the previous
 /// setting, for the caller to restore.
-pub fn report_index_builds_to(p: Option<Arc<IndexBuildProgress>>) -> Option<Arc<IndexBuildProgress>> {
+pub fn report_index_builds_to(
+    p: Option<Arc<IndexBuildProgress>>,
+) -> Option<Arc<IndexBuildProgress>> {
     INDEX_BUILD.with(|c| c.replace(p))
 }
 

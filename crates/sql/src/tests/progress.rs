@@ -7,7 +7,10 @@ const COPY_COLUMNS: &str = "pid, datid, datname, relid, command, type, bytes_pro
                             bytes_total, tuples_processed, tuples_excluded, tuples_skipped";
 
 fn copy_rows(s: &mut Session) -> Vec<Vec<String>> {
-    rows(s, &format!("select {COPY_COLUMNS} from pg_stat_progress_copy"))
+    rows(
+        s,
+        &format!("select {COPY_COLUMNS} from pg_stat_progress_copy"),
+    )
 }
 
 #[test]
@@ -44,14 +47,9 @@ fn copy_progress_row_follows_the_copy_chunk_by_chunk() {
     assert_eq!(copy_rows(&mut b), vec![row(first.len(), 2)]);
     let second = b"ree\n4\tfour\n";
     a.copy_data(second).unwrap();
-    assert_eq!(
-        copy_rows(&mut b),
-        vec![row(first.len() + second.len(), 4)]
-    );
+    assert_eq!(copy_rows(&mut b), vec![row(first.len() + second.len(), 4)]);
     // The COPY's own session sees its row too (pid = pg_backend_pid()).
-    assert!(
-        matches!(a.copy_done().unwrap(), Output::Command { tag } if tag == "COPY 4")
-    );
+    assert!(matches!(a.copy_done().unwrap(), Output::Command { tag } if tag == "COPY 4"));
     assert!(copy_rows(&mut b).is_empty(), "the row goes with the COPY");
     assert_eq!(one(&mut b, "select count(*) from t"), "4");
 }
