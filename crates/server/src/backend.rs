@@ -40,7 +40,9 @@ pub struct SessionStart {
 
 impl Backend {
     /// Creates the session with `Session::new(engine, config, options)` on the calling thread
-    /// (the connection's backend thread) and registers it for cancellation.
+    /// (the connection's backend thread), tells it its pid and `database` (the name the
+    /// client connected with: `pg_backend_pid()`, the progress views) and registers it for
+    /// cancellation.
     ///
     /// # Errors
     /// The errors of `Session::new`.
@@ -50,9 +52,11 @@ impl Backend {
         engine: Arc<dyn Engine>,
         config: Arc<Config>,
         options: Vec<(String, String)>,
+        database: &str,
     ) -> Result<(Backend, SessionStart)> {
         let pid = reservation.pid;
-        let session = Session::new(engine, config, &options)?;
+        let mut session = Session::new(engine, config, &options)?;
+        session.set_backend(pid, database);
         let slot = Arc::new(CancelSlot {
             secret,
             flag: session.cancel_flag(),

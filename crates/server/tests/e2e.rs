@@ -996,6 +996,95 @@ fn disconnect_mid_transaction_or_mid_copy_leaves_nothing() {
     });
 }
 
+/// `pg_stat_progress_copy` over the wire: while one connection is in the middle of COPY FROM
+/// STDIN (rows sent, no CopyDone yet), another sees its row, with the bytes and rows sent so
+/// far; after the COPY ends the row is gone. The server processes CopyData as it arrives, but
+/// nothing tells the client when, so the reader waits until the row shows every row sent (a
+/// wait that must end; the guard only bounds it) and then checks every column exactly.
+#[test]
+fn progress_copy_shows_a_copy_in_flight() {
+    let s = Server::new(&[]);
+    s.query("create table t (id int primary key, v text)");
+    let port = s.port;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async move {
+        let connect = || async move {
+            let (c, conn) = tokio_postgres::connect(
+                &format!("host=127.0.0.1 port={port} user=postgres dbname=postgres"),
+                tokio_postgres::NoTls,
+            )
+            .await
+            .unwrap();
+            tokio::spawn(conn);
+            c
+        };
+        let (a, b) = (connect().await, connect().await);
+        let a_pid: i32 = a
+            .query_one("select pg_backend_pid()", &[])
+            .await
+            .unwrap()
+            .get(0);
+        let b_pid: i32 = b
+            .query_one("select pg_backend_pid()", &[])
+            .await
+            .unwrap()
+            .get(0);
+        assert_ne!(a_pid, b_pid);
+        let t_oid: i64 = b
+            .query_one("select 't'::regclass", &[])
+            .await
+            .unwrap()
+            .get(0);
+        let progress = "select pid, datid, datname, relid, command, type, bytes_processed, \
+                        bytes_total, tuples_processed, tuples_excluded, tuples_skipped \
+                        from pg_stat_progress_copy";
+        assert!(
+            b.query(progress, &[]).await.unwrap().is_empty(),
+            "no COPY yet"
+        );
+
+        let sink = a.copy_in("copy t from stdin").await.unwrap();
+        futures::pin_mut!(sink);
+        use futures::SinkExt;
+        let chunk: &[u8] = b"1\tone\n2\ttwo\n3\tthree\n";
+        sink.send(bytes::Bytes::from_static(chunk)).await.unwrap();
+        let row = tokio::time::timeout(Duration::from_secs(60), async {
+            loop {
+                let rows = b.query(progress, &[]).await.unwrap();
+                if let Some(r) = rows.first() {
+                    if r.get::<_, i64>(8) == 3 {
+                        return rows;
+                    }
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        })
+        .await
+        .expect("the COPY's three rows never showed in pg_stat_progress_copy");
+        assert_eq!(row.len(), 1, "one COPY, one row");
+        let r = &row[0];
+        assert_eq!(r.get::<_, i32>(0), a_pid);
+        assert_eq!(r.get::<_, i64>(1), 5);
+        assert_eq!(r.get::<_, &str>(2), "postgres");
+        assert_eq!(r.get::<_, i64>(3), t_oid);
+        assert_eq!(r.get::<_, &str>(4), "COPY FROM");
+        assert_eq!(r.get::<_, &str>(5), "PIPE");
+        assert_eq!(r.get::<_, i64>(6), chunk.len() as i64, "bytes_processed");
+        assert_eq!(r.get::<_, i64>(7), 0, "bytes_total: unknown for STDIN");
+        assert_eq!(r.get::<_, i64>(8), 3, "tuples_processed");
+        assert_eq!((r.get::<_, i64>(9), r.get::<_, i64>(10)), (0, 0));
+
+        assert_eq!(sink.as_mut().finish().await.unwrap(), 3);
+        assert!(
+            b.query(progress, &[]).await.unwrap().is_empty(),
+            "the row is gone once the COPY has ended"
+        );
+    });
+}
+
 /// A full disk (`WALNUT_FAULT_DISK_FULL_WHILE`: while a trigger file exists, no file of the
 /// server's may grow, as on a file system with no free block): writes fail with 53100
 /// disk_full, first with the whole data directory full (a heap file cannot be extended), then

@@ -735,6 +735,10 @@ impl Binder<'_> {
                 Expr::Func(Func::ReloadConf, Vec::new()),
                 Ty::Known(DataType::Bool),
             ),
+            ("pg_backend_pid", 0) => (
+                Expr::Func(Func::BackendPid, Vec::new()),
+                Ty::Known(DataType::Int4),
+            ),
             ("abs", 1) => {
                 let (x, t) = self.bind(args[0])?;
                 let (x, t) = self.coerce(x, t, &DataType::Float8)?;

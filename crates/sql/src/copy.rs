@@ -4,10 +4,13 @@
 //! arrive, and only the unfinished tail of the last chunk is buffered, so the input is streamed.
 //! Rows go through [`Transaction::insert_bulk`] (the storage engine fills whole pages and logs
 //! them as page images, PostgreSQL's `bulk_write.c`), and [`CopyState::finish`] ends the load.
+//! While it runs, the COPY has a row in `pg_stat_progress_copy` (`crate::progress`): bytes
+//! counted as each chunk arrives, rows as each is inserted; the row goes with the state.
 
 use crate::errors::undefined_table;
 use crate::exec::{check_cancel, check_not_null};
 use crate::plan::CopyPlan;
+use crate::progress::{CopyProgress, Reporter};
 use crate::storage::Transaction;
 use std::borrow::Cow;
 use std::sync::atomic::AtomicBool;
@@ -31,6 +34,8 @@ pub(crate) struct CopyState {
     pub ended: bool,
     /// Commit when the COPY ends (it was not started inside a transaction block).
     pub autocommit: bool,
+    /// This COPY's row in `pg_stat_progress_copy`, removed when the state is dropped.
+    pub progress: Option<CopyProgress>,
 }
 
 fn bad_copy(msg: impl Into<String>) -> Error {
@@ -39,7 +44,8 @@ fn bad_copy(msg: impl Into<String>) -> Error {
 
 impl CopyState {
     /// Starts `COPY cp.table [(cp.columns)] FROM STDIN` in `txn`: resolves the table and the
-    /// target columns. `autocommit`: the COPY commits when it ends.
+    /// target columns, and registers in `pg_stat_progress_copy` with `progress`, if given.
+    /// `autocommit`: the COPY commits when it ends.
     ///
     /// # Errors
     /// 42P01 unknown table, 42703 unknown column.
@@ -47,6 +53,7 @@ impl CopyState {
         txn: &mut dyn Transaction,
         cp: &CopyPlan,
         autocommit: bool,
+        progress: Option<&Reporter>,
     ) -> Result<CopyState> {
         let def = txn
             .table(&cp.table)?
@@ -65,6 +72,10 @@ impl CopyState {
                 })
                 .collect::<Result<Vec<_>>>()?,
         };
+        let progress = match progress {
+            Some(p) => Some(p.copy_from(txn.table_oid(&cp.table)?.unwrap_or(0))),
+            None => None,
+        };
         Ok(CopyState {
             def,
             targets,
@@ -75,6 +86,7 @@ impl CopyState {
             rows: 0,
             ended: false,
             autocommit,
+            progress,
         })
     }
 
@@ -89,6 +101,9 @@ impl CopyState {
         mut data: &[u8],
         cancel: &AtomicBool,
     ) -> Result<()> {
+        if let Some(p) = &self.progress {
+            p.received(data.len());
+        }
         while !data.is_empty() && !self.ended {
             match data.iter().position(|&b| b == b'\n') {
                 None => {
@@ -165,6 +180,9 @@ impl CopyState {
         check_not_null(def, &row)?;
         txn.insert_bulk(&def.name, row)?;
         self.rows += 1;
+        if let Some(p) = &self.progress {
+            p.inserted(self.rows);
+        }
         Ok(())
     }
 }

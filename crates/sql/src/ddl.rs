@@ -2,6 +2,7 @@
 //! TABLE ... ADD PRIMARY KEY, with PostgreSQL's notices for `IF [NOT] EXISTS`.
 
 use crate::errors::undefined_table;
+use crate::progress::Reporter;
 use crate::storage::Transaction;
 use crate::types::{Notice, Output};
 use walnut_common::{Error, Result, SqlState, TableDef};
@@ -81,7 +82,9 @@ pub(crate) fn truncate(txn: &mut dyn Transaction, names: &[String]) -> Result<Ou
     Ok(command("TRUNCATE TABLE"))
 }
 
-/// ALTER TABLE table ADD PRIMARY KEY (columns).
+/// ALTER TABLE table ADD PRIMARY KEY (columns). The index build shows in
+/// `pg_stat_progress_create_index` (as PostgreSQL's, command `CREATE INDEX`) while it runs,
+/// if `progress` is given.
 ///
 /// # Errors
 /// 42P01, 42703 for unknown names; the engine's errors (23505, 23502, 42P16).
@@ -89,6 +92,7 @@ pub(crate) fn add_primary_key(
     txn: &mut dyn Transaction,
     table: &str,
     columns: &[String],
+    progress: Option<&Reporter>,
 ) -> Result<Output> {
     let def = txn.table(table)?.ok_or_else(|| undefined_table(table))?;
     let mut idx = Vec::with_capacity(columns.len());
@@ -100,6 +104,14 @@ pub(crate) fn add_primary_key(
             )
         })?);
     }
-    txn.add_primary_key(table, idx)?;
+    let entry = match progress {
+        Some(p) => Some(p.create_index(txn.table_oid(table)?.unwrap_or(0))),
+        None => None,
+    };
+    let installed = entry.as_ref().map(|e| e.install());
+    let r = txn.add_primary_key(table, idx);
+    drop(installed);
+    drop(entry);
+    r?;
     Ok(command("ALTER TABLE"))
 }

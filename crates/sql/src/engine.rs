@@ -1,10 +1,12 @@
 //! The real storage engine (`walnut_storage`) as the SQL layer sees it ([`Engine`],
 //! [`Transaction`]), and its system views (`pg_stat_wal`, `walnut_stat_group_commit`,
-//! `pg_class`, and the I/O views of [`crate::stat_views`]).
+//! `pg_class`, and the I/O views of [`crate::stat_views`]), and the registry behind its
+//! progress views ([`crate::progress`]).
 //!
 //! A statement's call goes session → this adapter → `walnut_storage::txn::Txn` → the WAL, one
 //! layer down at each step.
 
+use crate::progress::Registry;
 use crate::storage::{CommitOpts, CommitOutcome, Engine, ScanControl, Transaction, WriteOutcome};
 use std::ops::Bound;
 use std::sync::atomic::AtomicBool;
@@ -17,12 +19,17 @@ use walnut_storage::Storage;
 pub struct StorageEngine {
     /// The open data directory.
     pub storage: Arc<Storage>,
+    /// The running COPYs and index builds of this engine's sessions.
+    pub progress: Arc<Registry>,
 }
 
 impl StorageEngine {
     /// The engine over `storage`.
     pub fn new(storage: Arc<Storage>) -> Arc<StorageEngine> {
-        Arc::new(StorageEngine { storage })
+        Arc::new(StorageEngine {
+            storage,
+            progress: Registry::new(),
+        })
     }
 }
 
@@ -39,6 +46,7 @@ impl Engine for StorageEngine {
         // A reload of the catalog cache after an earlier commit may have failed.
         self.storage.catalog.refresh_if_stale(&self.storage)?;
         Ok(Box::new(TxnAdapter {
+            storage: self.storage.clone(),
             bulk_table: None,
             txn: Some(Txn::begin(self.storage.clone(), cancel)),
         }))
@@ -46,6 +54,10 @@ impl Engine for StorageEngine {
 
     fn checkpoint(&self) -> Result<()> {
         self.storage.request_checkpoint()
+    }
+
+    fn progress(&self) -> Option<Arc<Registry>> {
+        Some(self.progress.clone())
     }
 
     fn system_view(&self, name: &str) -> Option<(Vec<ColumnDef>, Vec<Vec<Value>>)> {
@@ -180,6 +192,7 @@ impl Engine for StorageEngine {
 }
 
 struct TxnAdapter {
+    storage: Arc<Storage>,
     txn: Option<Txn>,
     /// The table of the bulk load in progress, looked up once per statement rather than per
     /// row (no DDL runs inside a COPY or an INSERT ... SELECT).
@@ -233,7 +246,21 @@ impl Transaction for TxnAdapter {
         self.t().truncate(name)
     }
 
+    fn table_oid(&mut self, name: &str) -> Result<Option<i64>> {
+        Ok(self.t().table(name).map(|i| i.table_id as i64))
+    }
+
     fn add_primary_key(&mut self, name: &str, columns: Vec<usize>) -> Result<()> {
+        // The build reports "loading tuples in tree" itself (btree/build.rs); the heap scan
+        // before it is reported here, as one step: its blocks are known, not its progress.
+        if let Some(p) = walnut_storage::progress::index_build_progress() {
+            let info = self.info(name)?;
+            let rel = self.storage.smgr.open(info.relfile)?;
+            let nblocks = rel.nblocks.load(std::sync::atomic::Ordering::Acquire);
+            p.blocks_total
+                .store(nblocks as u64, std::sync::atomic::Ordering::Relaxed);
+            p.set_phase(walnut_storage::progress::PHASE_SCANNING_TABLE);
+        }
         self.t().add_primary_key(name, columns)
     }
 

@@ -1,7 +1,9 @@
 //! What planning and execution read besides the transaction: the system views (the engine's,
 //! such as `pg_stat_wal` and `pg_class`, and the session's `pg_settings`) and the server's
-//! configuration (`pg_reload_conf()`). The session provides it.
+//! configuration (`pg_reload_conf()`), and who the session is (`pg_backend_pid()`, the
+//! progress views). The session provides it.
 
+use crate::progress::Reporter;
 use walnut_common::{ColumnDef, Result, Value};
 
 /// A statement's environment.
@@ -15,4 +17,11 @@ pub(crate) trait Env {
     /// None in PostgreSQL's sense (errors in the files are logged and change nothing); a
     /// server without files says so with 55000.
     fn reload_conf(&self) -> Result<()>;
+
+    /// The backend's process id (`pg_backend_pid()`); 0 if the front end never said.
+    fn backend_pid(&self) -> i32;
+
+    /// Where the statement's bulk work (an index build) registers in the progress views, if
+    /// the engine has them.
+    fn progress(&self) -> Option<&Reporter>;
 }

@@ -90,7 +90,9 @@ pub(crate) fn execute(
         }
         Plan::DropTable { names, if_exists } => ddl::drop_tables(txn, names, *if_exists, notices)?,
         Plan::Truncate { names } => ddl::truncate(txn, names)?,
-        Plan::AddPrimaryKey { table, columns } => ddl::add_primary_key(txn, table, columns)?,
+        Plan::AddPrimaryKey { table, columns } => {
+            ddl::add_primary_key(txn, table, columns, ec.env.progress())?
+        }
         other => {
             return Err(Error::internal(format!(
                 "unexpected plan in executor: {other:?}"

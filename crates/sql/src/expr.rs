@@ -89,6 +89,8 @@ pub(crate) enum Func {
     Coalesce,
     /// `pg_reload_conf()`: reloads the configuration files; true.
     ReloadConf,
+    /// `pg_backend_pid()`: the session's backend process id, integer.
+    BackendPid,
 }
 
 /// A compiled expression.
@@ -484,6 +486,9 @@ fn eval_func(f: Func, args: &[Expr], row: &[Value], ctx: &Ctx<'_>) -> Result<Val
     if f == Func::ReloadConf {
         ctx.env.reload_conf()?;
         return Ok(Value::Bool(true));
+    }
+    if f == Func::BackendPid {
+        return Ok(Value::Int4(ctx.env.backend_pid()));
     }
     if f == Func::Coalesce {
         for a in args {

@@ -26,6 +26,7 @@ mod literals;
 mod plan;
 mod planner;
 mod preparse;
+pub mod progress;
 pub mod session;
 mod stat_views;
 pub mod storage;

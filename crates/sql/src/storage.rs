@@ -62,6 +62,13 @@ pub trait Engine: Send + Sync + 'static {
     /// Rows for a system view such as `pg_stat_wal`: (column names with types, rows).
     /// `None` if the engine has no view of that name.
     fn system_view(&self, name: &str) -> Option<(Vec<walnut_common::ColumnDef>, Vec<Vec<Value>>)>;
+
+    /// The registry behind the progress views (`pg_stat_progress_copy`,
+    /// `pg_stat_progress_create_index`) that the sessions of this engine report to. `None`:
+    /// the views are always empty.
+    fn progress(&self) -> Option<Arc<crate::progress::Registry>> {
+        None
+    }
 }
 
 /// One transaction. Each statement calls [`Transaction::new_statement`] first, which takes a new
@@ -75,6 +82,16 @@ pub trait Transaction: Send {
     /// # Errors
     /// Corruption or I/O errors reading the catalog.
     fn table(&mut self, name: &str) -> Result<Option<Arc<TableDef>>>;
+
+    /// The OID of table `name` as `pg_class` shows it (the progress views' `relid`), or
+    /// `None` if there is no such table or the engine has no OIDs.
+    ///
+    /// # Errors
+    /// As [`Transaction::table`].
+    fn table_oid(&mut self, name: &str) -> Result<Option<i64>> {
+        let _ = name;
+        Ok(None)
+    }
 
     /// CREATE TABLE. Creates the primary-key index too when `def.primary_key` is set.
     ///

@@ -74,6 +74,8 @@ struct Inner {
     last_commit_opts: Mutex<Option<CommitOpts>>,
     /// Warnings the next commit reports (as the real engine's failed work after a commit).
     commit_warnings: Mutex<Vec<Error>>,
+    /// The running COPYs of this engine's sessions (the model reports no index builds).
+    progress: Arc<crate::progress::Registry>,
 }
 
 /// The in-memory engine. Cheap to clone (shared state).
@@ -106,6 +108,7 @@ impl MemEngine {
                 index_scans: AtomicU64::new(0),
                 last_commit_opts: Mutex::new(None),
                 commit_warnings: Mutex::new(Vec::new()),
+                progress: crate::progress::Registry::new(),
             }),
         }
     }
@@ -208,6 +211,10 @@ impl Engine for MemEngine {
             return Some(v.clone());
         }
         (name == "pg_class").then(|| self.pg_class())
+    }
+
+    fn progress(&self) -> Option<Arc<crate::progress::Registry>> {
+        Some(self.inner.progress.clone())
     }
 }
 
@@ -425,6 +432,10 @@ impl Transaction for MemTxn {
             .tables
             .get(name)
             .map(|t| t.def.clone()))
+    }
+
+    fn table_oid(&mut self, name: &str) -> Result<Option<i64>> {
+        Ok(self.inner.state.lock().tables.get(name).map(|t| t.oid))
     }
 
     fn create_table(&mut self, def: TableDef) -> Result<()> {

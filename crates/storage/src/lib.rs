@@ -17,6 +17,7 @@ pub mod control;
 pub mod guc;
 pub mod heap;
 pub mod page;
+pub mod progress;
 pub mod recovery;
 pub mod smgr;
 pub mod stats;

@@ -89,6 +89,16 @@ fn startup_parameters(
     params
 }
 
+/// The database the client names: its `database` startup parameter, else its user name (as
+/// libpq's default).
+fn database(startup: &Startup) -> &str {
+    startup
+        .parameters
+        .get("database")
+        .or_else(|| startup.parameters.get("user"))
+        .map_or("", String::as_str)
+}
+
 /// 28000 invalid_authorization_specification, 28P01 invalid_password.
 fn auth_error(sqlstate: &'static str, message: String) -> Error {
     Error::user(SqlState(sqlstate), message)
@@ -136,11 +146,7 @@ impl Conn {
         protocol_negotiation(client, &startup).await?;
         save_startup_parameters_to_metadata(client, &startup);
         let user = startup.parameters.get("user").cloned().unwrap_or_default();
-        let database = startup
-            .parameters
-            .get("database")
-            .cloned()
-            .unwrap_or_else(|| user.clone());
+        let database = database(&startup).to_string();
         let addr = client.socket_addr().ip();
         let ssl = client.is_secure();
         let ssl_text = if ssl {
@@ -317,6 +323,7 @@ impl Conn {
             self.shared.engine.clone(),
             self.shared.config.clone(),
             options,
+            database(startup),
         )
         .await;
         let (backend, start) = match started {

@@ -6,7 +6,9 @@
 //! - [`gucs`]: the configuration parameters (SET, SET LOCAL, RESET, SHOW, `pg_settings`);
 //! - [`plan_cache`]: prepared statements by text and parameter types;
 //! - the parse cache of simple-query statements by their literal-free shape (`literals.rs`);
-//! - an open COPY.
+//! - an open COPY;
+//! - who it is ([`Session::set_backend`]: pid and database name), for `pg_backend_pid()` and
+//!   the rows its COPYs and index builds show in the progress views (`crate::progress`).
 //!
 //! A `Session` is driven from one OS thread at a time (the connection's backend thread); all
 //! methods block. COPY contract: after [`Session::copy_data`] returns an error the COPY is
@@ -31,6 +33,7 @@ use crate::literals;
 use crate::plan::{CopyPlan, Plan};
 use crate::planner::Planner;
 use crate::preparse;
+use crate::progress::Reporter;
 use crate::storage::{Engine, Transaction};
 use block::{in_failed_block, Block, TxnBlock};
 use gucs::{check_settable, Gucs, PG_SETTINGS_COLUMNS};
@@ -56,6 +59,10 @@ pub struct Session {
     copy: Option<CopyState>,
     /// When the running statement's `statement_timeout` expires.
     deadline: Option<std::time::Instant>,
+    /// The backend's process id; 0 until [`Session::set_backend`].
+    pid: i32,
+    /// Registers this session's COPYs and index builds in the engine's progress views.
+    progress: Option<Reporter>,
 }
 
 /// A statement of a simple query, parsed.
@@ -105,6 +112,9 @@ fn type_from_oid(oid: u32) -> Result<Option<DataType>> {
     }))
 }
 
+/// The database name of a session the front end never named (`Session::set_backend`).
+const DEFAULT_DATABASE: &str = "postgres";
+
 fn command(tag: impl Into<String>) -> Output {
     Output::Command { tag: tag.into() }
 }
@@ -114,6 +124,8 @@ fn command(tag: impl Into<String>) -> Output {
 struct SessionEnv<'a> {
     engine: &'a dyn Engine,
     gucs: &'a Gucs,
+    pid: i32,
+    progress: Option<&'a Reporter>,
 }
 
 impl Env for SessionEnv<'_> {
@@ -135,7 +147,18 @@ impl Env for SessionEnv<'_> {
                 .collect();
             return Some((cols, rows));
         }
+        if let Some(v) = crate::progress::view(self.progress.map(Reporter::registry), name) {
+            return Some(v);
+        }
         self.engine.system_view(name)
+    }
+
+    fn backend_pid(&self) -> i32 {
+        self.pid
+    }
+
+    fn progress(&self) -> Option<&Reporter> {
+        self.progress
     }
 
     fn reload_conf(&self) -> Result<()> {
@@ -164,8 +187,13 @@ impl Session {
         config: Arc<Config>,
         options: &[(String, String)],
     ) -> Result<Session> {
+        let progress = engine
+            .progress()
+            .map(|r| Reporter::new(r, 0, DEFAULT_DATABASE));
         Ok(Session {
             engine,
+            pid: 0,
+            progress,
             blk: TxnBlock::new(),
             gucs: Gucs::new(config, options)?,
             notices: Vec::new(),
@@ -175,6 +203,17 @@ impl Session {
             copy: None,
             deadline: None,
         })
+    }
+
+    /// Tells the session who it is: `pid`, the backend's process id (as sent in
+    /// BackendKeyData), and `database`, the database name the client connected with. They
+    /// are what `pg_backend_pid()` returns and the `pid` and `datname` of the session's rows
+    /// in the progress views. Until called: 0 and `postgres`.
+    pub fn set_backend(&mut self, pid: i32, database: &str) {
+        self.pid = pid;
+        if let Some(r) = &mut self.progress {
+            *r = Reporter::new(r.registry_arc(), pid, database);
+        }
     }
 
     /// Simple Query: runs each `;`-separated statement in order. Returns one result per statement
@@ -319,6 +358,8 @@ impl Session {
         let env = SessionEnv {
             engine: &*engine,
             gucs: &self.gucs,
+            pid: self.pid,
+            progress: self.progress.as_ref(),
         };
         let mut temp;
         let txn: &mut dyn Transaction = match self.blk.txn() {
@@ -637,7 +678,7 @@ impl Session {
         }
         let txn = self.blk.txn().expect("ensured");
         txn.new_statement();
-        match CopyState::start(txn, cp, autocommit) {
+        match CopyState::start(txn, cp, autocommit, self.progress.as_ref()) {
             Ok(state) => {
                 let columns = state.targets.len();
                 self.copy = Some(state);
@@ -680,6 +721,8 @@ impl Session {
         let env = SessionEnv {
             engine: &*engine,
             gucs: &self.gucs,
+            pid: self.pid,
+            progress: self.progress.as_ref(),
         };
         let planned;
         let plan: &Plan = match work {

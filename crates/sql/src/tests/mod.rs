@@ -17,6 +17,7 @@ mod ddl;
 mod errors;
 mod gucs;
 mod pgbench;
+mod progress;
 mod protocol;
 mod queries;
 mod transactions;

@@ -7,15 +7,22 @@
 //! transaction, and named by the catalog only once that transaction commits; a crash before
 //! the commit leaves an orphan file (removed by the abort's redo, or listed by `verify`), and
 //! a crash after it finds every page image in the WAL before the commit record.
+//!
+//! Progress: if the caller made this thread's builds report somewhere
+//! ([`crate::progress::report_index_builds_to`]), the build enters phase "loading tuples in
+//! tree" with the entry count as `tuples_total` (the heap scan that produced the entries is
+//! over: `blocks_done` = `blocks_total`), and advances `tuples_done` after each leaf page.
 
 use super::{
     init_node, set_links, BTREE_NEWPAGE, BUILD_FILL, MAX_KEY_SIZE, RM_BTREE, SPECIAL_SIZE,
 };
 use crate::bufpool::ReadMode;
 use crate::page::{self, PageBuf, PageKind};
+use crate::progress::{index_build_progress, IndexBuildProgress, PHASE_LOADING};
 use crate::smgr::Relation;
 use crate::Storage;
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use walnut_common::{BlockNumber, Error, Result, SqlState, Tid, Xid, BLCKSZ};
 
 /// Most pages one `BTREE_NEWPAGE` record of a build carries (PostgreSQL's `XLR_MAX_BLOCK_ID`).
@@ -113,12 +120,21 @@ pub fn build(st: &Storage, rel: &Relation, xid: Xid, entries: &dyn SortedEntries
     }
     // A batch pins its pages all at once: keep it a small share of the pool.
     let batch_pages = (st.pool.len() / 16).clamp(1, BUILD_BATCH_PAGES);
+    let progress = index_build_progress();
+    if let Some(p) = &progress {
+        p.index_relid.store(rel.id.0, Ordering::Relaxed);
+        let scanned = p.blocks_total.load(Ordering::Relaxed);
+        p.blocks_done.store(scanned, Ordering::Relaxed);
+        p.tuples_total.store(n as u64, Ordering::Relaxed);
+        p.set_phase(PHASE_LOADING);
+    }
     let mut w = Writer {
         st,
         rel,
         xid,
         batch: Vec::with_capacity(batch_pages),
         batch_pages,
+        progress,
     };
     // The meta page is block 0.
     let meta_block = w.alloc(1)?;
@@ -220,6 +236,10 @@ fn build_level(
             block(g),
         ));
         w.push(block(g), p)?;
+        if let (0, Some(progress)) = (lvl, &w.progress) {
+            progress.tuples_done.store(hi as u64, Ordering::Release);
+            progress.report();
+        }
     }
     Ok(out)
 }
@@ -231,6 +251,8 @@ struct Writer<'a> {
     xid: Xid,
     batch: Vec<(BlockNumber, Box<PageBuf>)>,
     batch_pages: usize,
+    /// Where this build reports its progress, if anywhere.
+    progress: Option<Arc<IndexBuildProgress>>,
 }
 
 impl Writer<'_> {

@@ -1,0 +1,431 @@
+//! PostgreSQL's progress views for bulk load, with PostgreSQL 18's columns:
+//! `pg_stat_progress_copy` (one row per backend running COPY) and
+//! `pg_stat_progress_create_index` (one row per backend building an index: walnut builds one
+//! only for ALTER TABLE ... ADD PRIMARY KEY, which PostgreSQL reports as `CREATE INDEX`).
+//!
+//! Each engine owns one [`Registry`]. A session starting such a command registers an entry
+//! ([`Reporter::copy_from`], [`Reporter::create_index`]) and keeps the returned handle for as
+//! long as the command runs; dropping the handle removes the row, so it disappears however
+//! the command ends (done, error, CopyFail, cancel, lost connection). Readers take the
+//! registry's mutex only to clone the list of entries, never while a counter changes.
+//!
+//! Counters are atomics written by the command's own thread only. A writer stores each
+//! counter with `Release` after the counters it implies; a reader loads them in the reverse
+//! order with `Acquire`. So a row never shows more tuples than bytes read to carry them
+//! (COPY), or more tuples done than total, or a phase without the totals it sets (index
+//! build; the storage side of it is `walnut_storage::progress`). Rows are otherwise
+//! snapshots of independently moving counters, as PostgreSQL's.
+
+use parking_lot::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use walnut_common::{ColumnDef, DataType, Value};
+use walnut_storage::progress::{
+    report_index_builds_to, IndexBuildProgress, PHASE_INITIALIZING, PHASE_LOADING,
+    PHASE_SCANNING_TABLE, PHASE_SORTING,
+};
+
+/// `datid` of every row: walnut has one database, which every connection reaches whatever
+/// `dbname` it gives; its OID is that of PostgreSQL's `postgres` database.
+pub const DATABASE_OID: i64 = 5;
+
+/// The progress entries of one engine's running commands.
+#[derive(Default)]
+pub struct Registry {
+    /// Entries by registration number, in the order the commands started.
+    entries: Mutex<Vec<(u64, Arc<Entry>)>>,
+    next_id: AtomicU64,
+    /// Test hook: copied into every index build's progress as its `on_report`.
+    index_hook: Mutex<Option<IndexHook>>,
+}
+
+type IndexHook = Arc<dyn Fn() + Send + Sync>;
+
+impl std::fmt::Debug for Registry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Registry")
+            .field("entries", &self.entries.lock().len())
+            .finish_non_exhaustive()
+    }
+}
+
+/// One running command.
+struct Entry {
+    pid: i32,
+    datname: Arc<str>,
+    /// OID of the table, 0 if the engine does not say.
+    relid: i64,
+    work: Work,
+}
+
+enum Work {
+    CopyFrom(Arc<CopyCounters>),
+    CreateIndex(Arc<IndexBuildProgress>),
+}
+
+/// The counters of a COPY FROM STDIN.
+#[derive(Default)]
+struct CopyCounters {
+    /// Bytes of COPY data received, in bytes.
+    bytes_processed: AtomicU64,
+    /// Rows inserted, in tuples.
+    tuples_processed: AtomicU64,
+}
+
+fn col(name: &str, ty: DataType) -> ColumnDef {
+    ColumnDef {
+        name: name.into(),
+        ty,
+        not_null: false,
+    }
+}
+
+/// PostgreSQL's `phase` text for a create-index phase number.
+fn phase_name(phase: u32) -> &'static str {
+    match phase {
+        PHASE_INITIALIZING => "initializing",
+        PHASE_SCANNING_TABLE => "building index: scanning table",
+        PHASE_SORTING => "building index: sorting live tuples",
+        PHASE_LOADING => "building index: loading tuples in tree",
+        _ => "building index",
+    }
+}
+
+impl Registry {
+    /// An empty registry.
+    pub fn new() -> Arc<Registry> {
+        Arc::new(Registry::default())
+    }
+
+    /// Test hook: `f` runs on the building thread after every change an index build reports
+    /// (phase, blocks, tuples), so a test can read the views at each step. Applies to builds
+    /// registered afterwards.
+    pub fn on_index_build_report(&self, f: Arc<dyn Fn() + Send + Sync>) {
+        *self.index_hook.lock() = Some(f);
+    }
+
+    fn register(self: &Arc<Self>, entry: Entry) -> (Arc<Entry>, Registration) {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let entry = Arc::new(entry);
+        self.entries.lock().push((id, entry.clone()));
+        let reg = Registration {
+            registry: self.clone(),
+            id,
+        };
+        (entry, reg)
+    }
+
+    fn snapshot(&self) -> Vec<Arc<Entry>> {
+        self.entries.lock().iter().map(|(_, e)| e.clone()).collect()
+    }
+
+    /// The columns and rows of progress view `name`, if it is one.
+    pub fn view(&self, name: &str) -> Option<(Vec<ColumnDef>, Vec<Vec<Value>>)> {
+        let i = |v: u64| Value::Int8(v as i64);
+        let head = |e: &Entry| {
+            vec![
+                Value::Int4(e.pid),
+                Value::Int8(DATABASE_OID),
+                Value::Text(e.datname.to_string()),
+                Value::Int8(e.relid),
+            ]
+        };
+        match name {
+            "pg_stat_progress_copy" => {
+                let rows = self
+                    .snapshot()
+                    .iter()
+                    .filter_map(|e| {
+                        let Work::CopyFrom(c) = &e.work else {
+                            return None;
+                        };
+                        let tuples = c.tuples_processed.load(Ordering::Acquire);
+                        let bytes = c.bytes_processed.load(Ordering::Acquire);
+                        let mut row = head(e);
+                        row.extend([
+                            Value::Text("COPY FROM".into()),
+                            Value::Text("PIPE".into()),
+                            i(bytes),
+                            i(0),
+                            i(tuples),
+                            i(0),
+                            i(0),
+                        ]);
+                        Some(row)
+                    })
+                    .collect();
+                Some((copy_columns(), rows))
+            }
+            "pg_stat_progress_create_index" => {
+                let rows = self
+                    .snapshot()
+                    .iter()
+                    .filter_map(|e| {
+                        let Work::CreateIndex(p) = &e.work else {
+                            return None;
+                        };
+                        let phase = p.phase.load(Ordering::Acquire);
+                        let tuples_done = p.tuples_done.load(Ordering::Acquire);
+                        let tuples_total = p.tuples_total.load(Ordering::Acquire);
+                        let blocks_done = p.blocks_done.load(Ordering::Acquire);
+                        let blocks_total = p.blocks_total.load(Ordering::Acquire);
+                        let index_relid = p.index_relid.load(Ordering::Acquire);
+                        let mut row = head(e);
+                        row.extend([
+                            Value::Int8(index_relid as i64),
+                            Value::Text("CREATE INDEX".into()),
+                            Value::Text(phase_name(phase).into()),
+                            i(0),
+                            i(0),
+                            i(0),
+                            i(blocks_total),
+                            i(blocks_done),
+                            i(tuples_total),
+                            i(tuples_done),
+                            i(0),
+                            i(0),
+                        ]);
+                        Some(row)
+                    })
+                    .collect();
+                Some((create_index_columns(), rows))
+            }
+            _ => None,
+        }
+    }
+}
+
+fn head_columns() -> Vec<ColumnDef> {
+    vec![
+        col("pid", DataType::Int4),
+        col("datid", DataType::Int8),
+        col("datname", DataType::Text),
+        col("relid", DataType::Int8),
+    ]
+}
+
+fn copy_columns() -> Vec<ColumnDef> {
+    let mut cols = head_columns();
+    cols.push(col("command", DataType::Text));
+    cols.push(col("type", DataType::Text));
+    for n in [
+        "bytes_processed",
+        "bytes_total",
+        "tuples_processed",
+        "tuples_excluded",
+        "tuples_skipped",
+    ] {
+        cols.push(col(n, DataType::Int8));
+    }
+    cols
+}
+
+fn create_index_columns() -> Vec<ColumnDef> {
+    let mut cols = head_columns();
+    cols.push(col("index_relid", DataType::Int8));
+    cols.push(col("command", DataType::Text));
+    cols.push(col("phase", DataType::Text));
+    for n in [
+        "lockers_total",
+        "lockers_done",
+        "current_locker_pid",
+        "blocks_total",
+        "blocks_done",
+        "tuples_total",
+        "tuples_done",
+        "partitions_total",
+        "partitions_done",
+    ] {
+        cols.push(col(n, DataType::Int8));
+    }
+    cols
+}
+
+/// The progress views, served for every engine: empty without a registry.
+pub(crate) fn view(
+    registry: Option<&Registry>,
+    name: &str,
+) -> Option<(Vec<ColumnDef>, Vec<Vec<Value>>)> {
+    match registry {
+        Some(r) => r.view(name),
+        None => Registry::default().view(name),
+    }
+}
+
+/// Removes its entry from the registry when dropped.
+struct Registration {
+    registry: Arc<Registry>,
+    id: u64,
+}
+
+impl Drop for Registration {
+    fn drop(&mut self) {
+        self.registry
+            .entries
+            .lock()
+            .retain(|(id, _)| *id != self.id);
+    }
+}
+
+/// A session's way to register its commands: the engine's registry and who the session is.
+#[derive(Clone)]
+pub(crate) struct Reporter {
+    registry: Arc<Registry>,
+    /// The backend's process id (as sent in BackendKeyData).
+    pub pid: i32,
+    /// The database name the client connected with.
+    pub datname: Arc<str>,
+}
+
+impl Reporter {
+    /// The registry this reports to.
+    pub(crate) fn registry(&self) -> &Registry {
+        &self.registry
+    }
+
+    /// The registry this reports to, shared.
+    pub(crate) fn registry_arc(&self) -> Arc<Registry> {
+        self.registry.clone()
+    }
+
+    /// A reporter into `registry` for backend `pid` connected to `datname`.
+    pub(crate) fn new(registry: Arc<Registry>, pid: i32, datname: &str) -> Reporter {
+        Reporter {
+            registry,
+            pid,
+            datname: datname.into(),
+        }
+    }
+
+    /// Registers a COPY FROM STDIN into table `relid`; its row lasts as long as the handle.
+    pub(crate) fn copy_from(&self, relid: i64) -> CopyProgress {
+        let counters = Arc::new(CopyCounters::default());
+        let (_, reg) = self.registry.register(Entry {
+            pid: self.pid,
+            datname: self.datname.clone(),
+            relid,
+            work: Work::CopyFrom(counters.clone()),
+        });
+        CopyProgress {
+            counters,
+            _reg: reg,
+        }
+    }
+
+    /// Registers an index build on table `relid` (phase "initializing"); its row lasts as long
+    /// as the handle.
+    pub(crate) fn create_index(&self, relid: i64) -> IndexProgress {
+        let hook = self.registry.index_hook.lock().clone();
+        let build = Arc::new(IndexBuildProgress {
+            on_report: hook.map(|f| {
+                Box::new(move |_: &IndexBuildProgress| f())
+                    as Box<dyn Fn(&IndexBuildProgress) + Send + Sync>
+            }),
+            ..IndexBuildProgress::default()
+        });
+        let (_, reg) = self.registry.register(Entry {
+            pid: self.pid,
+            datname: self.datname.clone(),
+            relid,
+            work: Work::CreateIndex(build.clone()),
+        });
+        build.report();
+        IndexProgress { build, _reg: reg }
+    }
+}
+
+/// A registered COPY FROM; the row goes when this is dropped.
+pub(crate) struct CopyProgress {
+    counters: Arc<CopyCounters>,
+    _reg: Registration,
+}
+
+impl CopyProgress {
+    /// `bytes` more bytes of COPY data arrived (counted before the rows they carry).
+    pub(crate) fn received(&self, bytes: usize) {
+        self.counters
+            .bytes_processed
+            .fetch_add(bytes as u64, Ordering::Release);
+    }
+
+    /// The COPY has now inserted `tuples` rows in all.
+    pub(crate) fn inserted(&self, tuples: u64) {
+        self.counters
+            .tuples_processed
+            .store(tuples, Ordering::Release);
+    }
+}
+
+/// A registered index build; the row goes when this is dropped.
+pub(crate) struct IndexProgress {
+    build: Arc<IndexBuildProgress>,
+    _reg: Registration,
+}
+
+impl IndexProgress {
+    /// Makes the storage engine's index builds on this thread report to this entry until the
+    /// returned guard is dropped.
+    pub(crate) fn install(&self) -> Installed {
+        Installed {
+            previous: report_index_builds_to(Some(self.build.clone())),
+        }
+    }
+}
+
+/// Restores the thread's previous index-build reporting when dropped.
+pub(crate) struct Installed {
+    previous: Option<Arc<IndexBuildProgress>>,
+}
+
+impl Drop for Installed {
+    fn drop(&mut self) {
+        report_index_builds_to(self.previous.take());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rows_come_and_go_with_their_handles() {
+        let r = Registry::new();
+        let rep = Reporter::new(r.clone(), 7, "db");
+        let copy = rep.copy_from(16384);
+        copy.received(10);
+        copy.inserted(2);
+        let (cols, rows) = r.view("pg_stat_progress_copy").unwrap();
+        assert_eq!(cols.len(), 11);
+        assert_eq!(
+            rows,
+            vec![vec![
+                Value::Int4(7),
+                Value::Int8(DATABASE_OID),
+                Value::Text("db".into()),
+                Value::Int8(16384),
+                Value::Text("COPY FROM".into()),
+                Value::Text("PIPE".into()),
+                Value::Int8(10),
+                Value::Int8(0),
+                Value::Int8(2),
+                Value::Int8(0),
+                Value::Int8(0),
+            ]]
+        );
+        let ix = rep.create_index(16390);
+        assert_eq!(r.view("pg_stat_progress_copy").unwrap().1.len(), 1);
+        let (cols, rows) = r.view("pg_stat_progress_create_index").unwrap();
+        assert_eq!(cols.len(), 16);
+        assert_eq!(rows[0][6], Value::Text("initializing".into()));
+        drop(copy);
+        assert!(r.view("pg_stat_progress_copy").unwrap().1.is_empty());
+        assert_eq!(r.view("pg_stat_progress_create_index").unwrap().1.len(), 1);
+        drop(ix);
+        assert!(r
+            .view("pg_stat_progress_create_index")
+            .unwrap()
+            .1
+            .is_empty());
+        assert!(r.view("pg_stat_io").is_none());
+    }
+}

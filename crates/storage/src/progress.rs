@@ -1,0 +1,91 @@
+//! What an index build reports while it runs, for PostgreSQL's `pg_stat_progress_create_index`
+//! (the SQL layer owns the view and its rows; crates/sql/src/progress.rs).
+//!
+//! The caller that starts a build (ALTER TABLE ... ADD PRIMARY KEY) makes the builds of its
+//! thread report to an [`IndexBuildProgress`] with [`report_index_builds_to`]; the build
+//! (`btree::build`) finds it with [`index_build_progress`]. A thread-local rather than a
+//! parameter because the build runs synchronously on the session's own thread, several calls
+//! below the caller, and none of the calls in between needs to know.
+//!
+//! One thread writes the counters; any thread may read them. Each counter is written with
+//! `Release` after the ones it depends on; a reader loads in the reverse order with `Acquire`
+//! (`tuples_done` before `tuples_total`, `phase` before the rest), so it never sees more
+//! tuples done than total, or a phase without the totals that phase sets.
+
+use std::cell::RefCell;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::Arc;
+
+/// PostgreSQL's create-index phase 0 ("initializing"): the build has not started.
+pub const PHASE_INITIALIZING: u32 = 0;
+/// PostgreSQL's B-tree subphase 2 ("building index: scanning table"): reading the heap.
+pub const PHASE_SCANNING_TABLE: u32 = 2;
+/// PostgreSQL's B-tree subphase 3 ("building index: sorting live tuples").
+pub const PHASE_SORTING: u32 = 3;
+/// PostgreSQL's B-tree subphase 5 ("building index: loading tuples in tree"): writing pages.
+pub const PHASE_LOADING: u32 = 5;
+
+/// The counters of one index build. Written by the building thread only.
+#[derive(Default)]
+pub struct IndexBuildProgress {
+    /// One of the `PHASE_*` constants.
+    pub phase: AtomicU32,
+    /// The index relation's file id (its `pg_class` OID); 0 until the build knows it.
+    pub index_relid: AtomicU32,
+    /// Heap blocks the table scan reads, in blocks.
+    pub blocks_total: AtomicU64,
+    /// Heap blocks read so far, in blocks.
+    pub blocks_done: AtomicU64,
+    /// Index entries to load into the tree, in tuples; set when loading starts.
+    pub tuples_total: AtomicU64,
+    /// Index entries written into leaf pages so far, in tuples (updated a leaf page at a time).
+    pub tuples_done: AtomicU64,
+    /// Called after every change the build reports (tests use it to see each step; no
+    /// production caller sets it).
+    pub on_report: Option<Box<dyn Fn(&IndexBuildProgress) + Send + Sync>>,
+}
+
+impl std::fmt::Debug for IndexBuildProgress {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("IndexBuildProgress")
+            .field("phase", &self.phase)
+            .field("index_relid", &self.index_relid)
+            .field("blocks_total", &self.blocks_total)
+            .field("blocks_done", &self.blocks_done)
+            .field("tuples_total", &self.tuples_total)
+            .field("tuples_done", &self.tuples_done)
+            .finish_non_exhaustive()
+    }
+}
+
+impl IndexBuildProgress {
+    /// Enters `phase` (a `PHASE_*` constant), after the counters it sets were stored.
+    pub fn set_phase(&self, phase: u32) {
+        self.phase.store(phase, Ordering::Release);
+        self.report();
+    }
+
+    /// Runs the `on_report` hook, if any.
+    pub fn report(&self) {
+        if let Some(f) = &self.on_report {
+            f(self);
+        }
+    }
+}
+
+thread_local! {
+    static INDEX_BUILD: RefCell<Option<Arc<IndexBuildProgress>>> = const { RefCell::new(None) };
+}
+
+/// Makes index builds on this thread report to `p` (`None`: to nobody). Returns the previous
+/// setting, for the caller to restore.
+pub fn report_index_builds_to(
+    p: Option<Arc<IndexBuildProgress>>,
+) -> Option<Arc<IndexBuildProgress>> {
+    INDEX_BUILD.with(|c| c.replace(p))
+}
+
+/// Where index builds on this thread report, if anywhere.
+pub fn index_build_progress() -> Option<Arc<IndexBuildProgress>> {
+    INDEX_BUILD.with(|c| c.borrow().clone())
+}
