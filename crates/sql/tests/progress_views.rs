@@ -94,10 +94,24 @@ fn add_primary_key_reports_each_phase_of_its_index_build() {
         assert_eq!(text(&r[COMMAND]), "CREATE INDEX");
     }
     let phases: Vec<&str> = seen.iter().map(|r| text(&r[PHASE])).collect();
+    let scanning = phases
+        .iter()
+        .filter(|p| **p == "building index: scanning table")
+        .count();
     assert_eq!(phases[0], "initializing", "{phases:?}");
-    assert_eq!(phases[1], "building index: scanning table", "{phases:?}");
     assert!(
-        phases[2..]
+        phases[1..=scanning]
+            .iter()
+            .all(|p| *p == "building index: scanning table"),
+        "{phases:?}"
+    );
+    assert_eq!(
+        phases[scanning + 1],
+        "building index: sorting live tuples",
+        "{phases:?}"
+    );
+    assert!(
+        phases[scanning + 2..]
             .iter()
             .all(|p| *p == "building index: loading tuples in tree"),
         "{phases:?}"
@@ -114,15 +128,25 @@ fn add_primary_key_reports_each_phase_of_its_index_build() {
         .map(|c| int(&seen[0][c])),
         [0; 5]
     );
-    // Scanning: the heap's blocks are known.
+    // Scanning: the heap's blocks are known, and counted as they are scanned.
     let blocks = int(&seen[1][BLOCKS_TOTAL]);
     assert!(
         blocks > 5,
         "a table of {n} rows spans many blocks: {blocks}"
     );
-    assert_eq!(int(&seen[1][BLOCKS_DONE]), 0);
+    let scanned: Vec<i64> = seen[1..=scanning]
+        .iter()
+        .map(|r| int(&r[BLOCKS_DONE]))
+        .collect();
+    assert_eq!(scanned[0], 0);
+    assert!(
+        scanned.windows(2).all(|w| w[1] == w[0] + 1) && *scanned.last().unwrap() == blocks,
+        "{scanned:?}"
+    );
+    // Sorting: every block scanned.
+    assert_eq!(int(&seen[scanning + 1][BLOCKS_DONE]), blocks);
     // Loading: the scan is over, every entry is to be loaded, and the leaf pages fill up.
-    let loading = &seen[2..];
+    let loading = &seen[scanning + 2..];
     assert!(loading.len() > 3, "several leaf pages: {loading:?}");
     let mut done_before = 0;
     for r in loading {

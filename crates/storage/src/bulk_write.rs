@@ -22,13 +22,12 @@ use crate::page::{self, PageBuf};
 use crate::smgr::Relation;
 use crate::Storage;
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
 use walnut_common::{BlockNumber, Lsn, Result, Xid};
 use walnut_wal::RmgrId;
 
-/// A bulk write into one relation file created by transaction `xid`.
+/// A bulk write into one relation file created by transaction `xid` (the relation is passed
+/// to each call).
 pub struct BulkWriter {
-    rel: Arc<Relation>,
     xid: Xid,
     /// The record type of each batch: resource manager and info.
     record: (RmgrId, u8),
@@ -37,30 +36,24 @@ pub struct BulkWriter {
 }
 
 impl BulkWriter {
-    /// Starts a bulk write into `rel`, whose file `xid` created and has not committed; each
-    /// batch is logged as one record of type `record` (rmgr, info) naming every block with its
-    /// image (`will_init`).
-    pub fn new(st: &Storage, rel: Arc<Relation>, xid: Xid, record: (RmgrId, u8)) -> BulkWriter {
+    /// Starts a bulk write into a relation whose file `xid` created and has not committed;
+    /// each batch is logged as one record of type `record` (rmgr, info) naming every block
+    /// with its image (`will_init`).
+    pub fn new(st: &Storage, xid: Xid, record: (RmgrId, u8)) -> BulkWriter {
         BulkWriter {
-            rel,
             xid,
             record,
             redo_at_start: st.wal().redo_lsn(),
         }
     }
 
-    /// The relation written.
-    pub fn relation(&self) -> &Arc<Relation> {
-        &self.rel
-    }
-
     /// Takes the next `n` blocks of the relation (`nblocks` moves on under `extend_lock`;
     /// nothing is written for them: the pages themselves extend the file) and returns the
     /// first.
-    pub fn reserve(&self, n: u32) -> BlockNumber {
-        let _ext = self.rel.extend_lock.lock();
-        let first = self.rel.nblocks.load(Ordering::Acquire);
-        self.rel.nblocks.store(first + n, Ordering::Release);
+    pub fn reserve(&self, rel: &Relation, n: u32) -> BlockNumber {
+        let _ext = rel.extend_lock.lock();
+        let first = rel.nblocks.load(Ordering::Acquire);
+        rel.nblocks.store(first + n, Ordering::Release);
         BlockNumber(first)
     }
 
@@ -74,12 +67,13 @@ impl BulkWriter {
     pub fn write(
         &self,
         st: &Storage,
+        rel: &Relation,
         blocks: &[BlockNumber],
         pages: &mut [&mut PageBuf],
     ) -> Result<Lsn> {
         assert_eq!(blocks.len(), pages.len(), "a block for each page");
         let end = st.log_page_images(
-            self.rel.id,
+            rel.id,
             self.xid,
             self.record,
             blocks,
@@ -98,7 +92,7 @@ impl BulkWriter {
                 j += 1;
             }
             let bufs: Vec<&[u8]> = pages[i..j].iter().map(|p| &p[..]).collect();
-            st.smgr.write_blocks(&self.rel, blocks[i], &bufs)?;
+            st.smgr.write_blocks(rel, blocks[i], &bufs)?;
             i = j;
         }
         Ok(end)
@@ -110,9 +104,9 @@ impl BulkWriter {
     ///
     /// # Panics
     /// PANICs if the fsync fails: the kernel may have dropped the pages.
-    pub fn finish(&self, st: &Storage) {
+    pub fn finish(&self, st: &Storage, rel: &Relation) {
         if st.wal().redo_lsn() != self.redo_at_start {
-            if let Err(e) = st.smgr.sync_relation(&self.rel) {
+            if let Err(e) = st.smgr.sync_relation(rel) {
                 crate::panic_fatal(&format!("bulk write: {e}"));
             }
         }

@@ -289,6 +289,8 @@ impl Txn {
         let upto = cols.iter().max().map_or(0, |&c| c + 1);
         let mut keys = KeyArena::default();
         let mut null_col = None;
+        // pg_stat_progress_create_index: blocks scanned, then the sort.
+        let progress = crate::progress::index_build_progress();
         for b in 0..rel.nblocks.load(Ordering::Acquire) {
             self.check_cancel()?;
             heap::visit_block(
@@ -306,6 +308,10 @@ impl Txn {
                     Ok(())
                 },
             )?;
+            if let Some(p) = &progress {
+                p.blocks_done.store(b as u64 + 1, Ordering::Release);
+                p.report();
+            }
             if let Some(c) = null_col {
                 return Err(Error::user(
                     SqlState::NOT_NULL_VIOLATION,
@@ -315,6 +321,9 @@ impl Txn {
                     ),
                 ));
             }
+        }
+        if let Some(p) = &progress {
+            p.set_phase(crate::progress::PHASE_SORTING);
         }
         keys.sort();
         Ok(keys)

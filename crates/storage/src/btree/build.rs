@@ -1,12 +1,14 @@
 //! The bulk build of a new index from sorted entries, bottom-up as PostgreSQL's `nbtsort.c`:
 //! packed leaves, internal levels above them, the meta page last. Pages are built in private
 //! memory and enter the relation in batches of up to [`BUILD_BATCH_PAGES`], each batch one
-//! `BTREE_NEWPAGE` record of full-page images (PostgreSQL 17's `bulk_write.c`).
+//! `BTREE_NEWPAGE` record of full-page images written straight to the file, bypassing the
+//! buffer pool ([`crate::bulk_write`], PostgreSQL 17's `bulk_write.c`).
 //!
-//! Crash safety needs nothing more: the index relation is new, created by the building
-//! transaction, and named by the catalog only once that transaction commits; a crash before
-//! the commit leaves an orphan file (removed by the abort's redo, or listed by `verify`), and
-//! a crash after it finds every page image in the WAL before the commit record.
+//! Crash safety: the index relation is new, created by the building transaction, and named by
+//! the catalog only once that transaction commits; a crash before the commit leaves an orphan
+//! file (removed by the abort's redo, or listed by `verify`), and a crash after it finds every
+//! page image in the WAL before the commit record, or, for records before a checkpoint that
+//! began during the build, the file fsynced by [`BulkWriter::finish`].
 //!
 //! Progress: if the caller made this thread's builds report somewhere
 //! ([`crate::progress::report_index_builds_to`]), the build enters phase "loading tuples in
@@ -16,7 +18,7 @@
 use super::{
     init_node, set_links, BTREE_NEWPAGE, BUILD_FILL, MAX_KEY_SIZE, RM_BTREE, SPECIAL_SIZE,
 };
-use crate::bufpool::ReadMode;
+use crate::bulk_write::BulkWriter;
 use crate::page::{self, PageBuf, PageKind};
 use crate::progress::{index_build_progress, IndexBuildProgress, PHASE_LOADING};
 use crate::smgr::Relation;
@@ -118,8 +120,6 @@ pub fn build(st: &Storage, rel: &Relation, xid: Xid, entries: &dyn SortedEntries
             ));
         }
     }
-    // A batch pins its pages all at once: keep it a small share of the pool.
-    let batch_pages = (st.pool.len() / 16).clamp(1, BUILD_BATCH_PAGES);
     let progress = index_build_progress();
     if let Some(p) = &progress {
         p.index_relid.store(rel.id.0, Ordering::Relaxed);
@@ -131,9 +131,8 @@ pub fn build(st: &Storage, rel: &Relation, xid: Xid, entries: &dyn SortedEntries
     let mut w = Writer {
         st,
         rel,
-        xid,
-        batch: Vec::with_capacity(batch_pages),
-        batch_pages,
+        bulk: BulkWriter::new(st, xid, (RM_BTREE, BTREE_NEWPAGE)),
+        batch: Vec::with_capacity(BUILD_BATCH_PAGES),
         progress,
     };
     // The meta page is block 0.
@@ -156,6 +155,7 @@ pub fn build(st: &Storage, rel: &Relation, xid: Xid, entries: &dyn SortedEntries
     m[28..32].copy_from_slice(&(lvl as u32).to_le_bytes());
     w.push(meta_block, m)?;
     w.flush()?;
+    w.bulk.finish(st, rel);
     rel.btree_root.store(root.0, Ordering::Release);
     Ok(())
 }
@@ -248,63 +248,36 @@ fn build_level(
 struct Writer<'a> {
     st: &'a Storage,
     rel: &'a Relation,
-    xid: Xid,
+    bulk: BulkWriter,
     batch: Vec<(BlockNumber, Box<PageBuf>)>,
-    batch_pages: usize,
     /// Where this build reports its progress, if anywhere.
     progress: Option<Arc<IndexBuildProgress>>,
 }
 
 impl Writer<'_> {
-    /// Allocates `n` consecutive blocks (the relation is new and only this build extends it);
-    /// returns the first.
+    /// Takes `n` consecutive blocks (the relation is new and only this build extends it;
+    /// nothing is written for them until their pages are); returns the first.
     fn alloc(&mut self, n: usize) -> Result<BlockNumber> {
-        let _e = self.rel.extend_lock.lock();
-        let first = self.st.smgr.extend(self.rel)?;
-        for i in 1..n {
-            let b = self.st.smgr.extend(self.rel)?;
-            assert_eq!(
-                b.0,
-                first.0 + i as u32,
-                "index build blocks not consecutive"
-            );
-        }
-        Ok(first)
+        Ok(self.bulk.reserve(self.rel, n as u32))
     }
 
     fn push(&mut self, block: BlockNumber, img: Box<PageBuf>) -> Result<()> {
         self.batch.push((block, img));
-        if self.batch.len() >= self.batch_pages {
+        if self.batch.len() >= BUILD_BATCH_PAGES {
             self.flush()?;
         }
         Ok(())
     }
 
-    /// Step by step as every page change: pin (zeroed: new blocks), latch, copy the image,
-    /// one WAL record for the batch, page LSNs, dirty, unlatch.
+    /// One `BTREE_NEWPAGE` record for the batch, then its pages straight to the file
+    /// ([`BulkWriter::write`]).
     fn flush(&mut self) -> Result<()> {
         if self.batch.is_empty() {
             return Ok(());
         }
-        let (st, rel) = (self.st, self.rel);
-        let pins = self
-            .batch
-            .iter()
-            .map(|(b, _)| st.pool.pin(rel, *b, ReadMode::Zero))
-            .collect::<Result<Vec<_>>>()?;
-        let mut latches: Vec<_> = pins.iter().map(|p| p.write()).collect();
-        for (l, (_, img)) in latches.iter_mut().zip(&self.batch) {
-            l.copy_from_slice(&img[..]);
-        }
-        st.log_new_pages(
-            rel.id,
-            self.xid,
-            (RM_BTREE, BTREE_NEWPAGE),
-            &pins,
-            &mut latches,
-            &self.batch.iter().map(|(_, p)| &**p).collect::<Vec<_>>(),
-        )?;
-        drop(latches);
+        let blocks: Vec<BlockNumber> = self.batch.iter().map(|(b, _)| *b).collect();
+        let mut pages: Vec<&mut PageBuf> = self.batch.iter_mut().map(|(_, p)| &mut **p).collect();
+        self.bulk.write(self.st, self.rel, &blocks, &mut pages)?;
         self.batch.clear();
         Ok(())
     }

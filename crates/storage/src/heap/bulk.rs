@@ -96,8 +96,7 @@ impl BulkInsert {
         } else {
             (st.pool.len() / 16).clamp(1, BULK_BATCH_PAGES_MAX)
         };
-        let direct =
-            created_by_xid.then(|| BulkWriter::new(st, rel.clone(), xid, (RM_HEAP, HEAP_NEWPAGES)));
+        let direct = created_by_xid.then(|| BulkWriter::new(st, xid, (RM_HEAP, HEAP_NEWPAGES)));
         BulkInsert {
             rel,
             xid,
@@ -238,10 +237,11 @@ impl BulkInsert {
     fn flush_direct(&mut self, st: &Storage) -> Result<()> {
         let w = self.direct.as_ref().expect("a direct load");
         let n = self.full.len() as u32;
-        let first = w.reserve(n);
+        let first = w.reserve(&self.rel, n);
         let blocks: Vec<BlockNumber> = (first.0..first.0 + n).map(BlockNumber).collect();
         w.write(
             st,
+            &self.rel,
             &blocks,
             &mut self.full.iter_mut().map(|p| &mut **p).collect::<Vec<_>>(),
         )?;
@@ -289,7 +289,7 @@ impl BulkInsert {
         }
         self.flush(st)?;
         if let Some(w) = &self.direct {
-            w.finish(st);
+            w.finish(st, &self.rel);
         }
         let last = self.rel.nblocks.load(Ordering::Acquire).saturating_sub(1);
         self.rel.insert_hint.store(last, Ordering::Release);
