@@ -152,6 +152,13 @@ fn run(
                 }
                 let relevant =
                     io.path().starts_with("/data/base") || io.path().starts_with("/data/wal");
+                // The index build makes few calls (a write per batch of 32 pages): an image
+                // before each of them.
+                let every = if phase.load(Ordering::SeqCst) == Phase::Loaded as u8 {
+                    1
+                } else {
+                    every
+                };
                 if armed.load(Ordering::SeqCst)
                     && relevant
                     && calls.fetch_add(1, Ordering::SeqCst) % every == every - 1
