@@ -268,6 +268,12 @@ impl Smgr {
         self.rels.read().get(&id).cloned()
     }
 
+    /// The descriptor of `rel`'s file, for reads submitted through io_uring; `None` for a
+    /// file system without descriptors (the in-memory test file systems).
+    pub fn raw_fd<'a>(&self, rel: &'a Relation) -> Option<std::os::fd::BorrowedFd<'a>> {
+        rel.file.raw_fd()
+    }
+
     /// True if the relation's file exists.
     pub fn exists(&self, id: RelFileId) -> bool {
         self.rels.read().contains_key(&id) || self.vfs.exists(&self.path(id))
@@ -430,7 +436,8 @@ impl Smgr {
             ));
         }
         self.dirty.lock().insert(rel.id);
-        self.stats.add_since(IoOp::Write, blocks.len() as u64, start);
+        self.stats
+            .add_since(IoOp::Write, blocks.len() as u64, start);
         Ok(())
     }
 
@@ -464,17 +471,20 @@ impl Smgr {
             let buf = bounce_run(&mut b, n);
             let mut done = 0;
             while done < buf.len() {
-                let got = rel.file.read_at(&mut buf[done..], off + done as u64).map_err(|e| {
-                    Error::io(
-                        format!(
-                            "could not read blocks {}..{} in file \"base/{}\"",
-                            first.0,
-                            first.0 as u64 + n as u64 - 1,
-                            rel.id.0
-                        ),
-                        e,
-                    )
-                })?;
+                let got = rel
+                    .file
+                    .read_at(&mut buf[done..], off + done as u64)
+                    .map_err(|e| {
+                        Error::io(
+                            format!(
+                                "could not read blocks {}..{} in file \"base/{}\"",
+                                first.0,
+                                first.0 as u64 + n as u64 - 1,
+                                rel.id.0
+                            ),
+                            e,
+                        )
+                    })?;
                 done += got;
                 if got == 0 || (self.direct && done % DIRECT_IO_ALIGN != 0) {
                     buf[done..].fill(0);

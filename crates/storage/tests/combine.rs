@@ -36,7 +36,10 @@ impl Hooks for Log {
         file.io.read_at(buf, offset)
     }
     fn write_at(&self, file: FileRef<'_>, buf: &[u8], offset: u64) -> io::Result<()> {
-        self.calls.lock().unwrap().push(("write", offset, buf.len()));
+        self.calls
+            .lock()
+            .unwrap()
+            .push(("write", offset, buf.len()));
         file.io.write_at(buf, offset)
     }
     fn write_vectored_at(&self, file: FileRef<'_>, bufs: &[&[u8]], offset: u64) -> io::Result<()> {
@@ -85,15 +88,26 @@ fn write_blocks_is_one_call_and_read_blocks_reads_them_back() {
         smgr.write_blocks(&rel, BlockNumber(2), &bufs).unwrap();
         let kind = if direct { "write" } else { "writev" };
         assert_eq!(log.take(), vec![(kind, 2 * BLCKSZ as u64, 5 * BLCKSZ)]);
-        assert_eq!(smgr.dirty_files().len(), 1, "registered for the checkpoint's sync");
+        assert_eq!(
+            smgr.dirty_files().len(),
+            1,
+            "registered for the checkpoint's sync"
+        );
         // Blocks 0..7: two holes before, the five written.
         let mut out = vec![vec![0xEEu8; BLCKSZ]; 7];
         let mut refs: Vec<&mut [u8]> = out.iter_mut().map(|b| &mut b[..]).collect();
         smgr.read_blocks(&rel, BlockNumber(0), &mut refs).unwrap();
-        assert_eq!(log.take(), vec![("read", 0, 7 * BLCKSZ)], "one read for the run");
+        assert_eq!(
+            log.take(),
+            vec![("read", 0, 7 * BLCKSZ)],
+            "one read for the run"
+        );
         for (b, buf) in out.iter().enumerate() {
             let want = if (2..7).contains(&b) { b as u8 + 1 } else { 0 };
-            assert!(buf.iter().all(|&x| x == want), "block {b} (direct {direct})");
+            assert!(
+                buf.iter().all(|&x| x == want),
+                "block {b} (direct {direct})"
+            );
         }
         // Blocks 5..9: two in the file, two past its end (all zeros; the end of the file
         // takes a second read to see).
@@ -103,7 +117,11 @@ fn write_blocks_is_one_call_and_read_blocks_reads_them_back() {
         assert_eq!(log.take()[0], ("read", 5 * BLCKSZ as u64, 4 * BLCKSZ));
         for (i, buf) in out.iter().enumerate() {
             let want = if i < 2 { i as u8 + 6 } else { 0 };
-            assert!(buf.iter().all(|&x| x == want), "block {} (direct {direct})", i + 5);
+            assert!(
+                buf.iter().all(|&x| x == want),
+                "block {} (direct {direct})",
+                i + 5
+            );
         }
         // The single-block path agrees.
         let mut one = vec![0u8; BLCKSZ];
@@ -121,7 +139,10 @@ fn write_blocks_beyond_the_bounce_chunk_is_split_only_with_direct_io() {
     smgr.write_blocks(&rel, BlockNumber(0), &bufs).unwrap();
     let calls = log.take();
     assert_eq!(calls.len(), 2);
-    assert_eq!(calls[1], ("write", (n as u64 - 3) * BLCKSZ as u64, 3 * BLCKSZ));
+    assert_eq!(
+        calls[1],
+        ("write", (n as u64 - 3) * BLCKSZ as u64, 3 * BLCKSZ)
+    );
     let mut one = vec![0u8; BLCKSZ];
     smgr.read(&rel, BlockNumber(n - 1), &mut one).unwrap();
     assert!(one.iter().all(|&x| x == n as u8));
@@ -166,8 +187,15 @@ fn prefetch_run_reads_only_uncached_blocks_and_keeps_dirty_frames() {
         assert_eq!(log.take(), vec![], "all hits (direct {direct})");
         assert_eq!(pool.dirty_count(), 1);
         // Block 9's pin reads it again and reports the damage.
-        let e = pool.pin(&rel, BlockNumber(9), ReadMode::Normal).err().unwrap();
-        assert!(e.message.contains("invalid page in block 9"), "{}", e.message);
+        let e = pool
+            .pin(&rel, BlockNumber(9), ReadMode::Normal)
+            .err()
+            .unwrap();
+        assert!(
+            e.message.contains("invalid page in block 9"),
+            "{}",
+            e.message
+        );
         // Pin of 3, three prefetches, pin of 9: one read each.
         assert_eq!(log.reads.load(Ordering::Relaxed), 5);
     }

@@ -123,9 +123,17 @@ fn extend_by_allocates_above_8_blocks_and_writes_zeros_below() {
     for direct in [false, true] {
         let s = setup(Alloc::Pass, direct);
         assert_eq!(s.extend_by(1).unwrap(), BlockNumber(0));
-        assert_eq!(s.calls(), (1, BLCKSZ as u64, 0), "one block: one zero write");
+        assert_eq!(
+            s.calls(),
+            (1, BLCKSZ as u64, 0),
+            "one block: one zero write"
+        );
         assert_eq!(s.extend_by(8).unwrap(), BlockNumber(1));
-        assert_eq!(s.calls(), (1, 8 * BLCKSZ as u64, 0), "8 blocks: one zero write");
+        assert_eq!(
+            s.calls(),
+            (1, 8 * BLCKSZ as u64, 0),
+            "8 blocks: one zero write"
+        );
         assert_eq!(s.extend_by(9).unwrap(), BlockNumber(9));
         assert_eq!(s.calls(), (0, 0, 1), "9 blocks: fallocate, no write");
         // A page written into allocated space, then more space past it.
@@ -168,19 +176,24 @@ fn a_full_disk_fails_the_extension_whole() {
     let e = s.extend_by(30).unwrap_err();
     assert_eq!(e.kind, ErrorKind::Resource);
     assert_eq!(e.sqlstate, SqlState::DISK_FULL);
-    assert_eq!(s.calls(), (1, 2 * BLCKSZ as u64, 1), "no zero write after ENOSPC");
+    assert_eq!(
+        s.calls(),
+        (1, 2 * BLCKSZ as u64, 1),
+        "no zero write after ENOSPC"
+    );
     assert_eq!(s.rel.nblocks.load(Ordering::Acquire), 2);
     s.check_blocks(&[]);
     // A partial allocation: whole zero blocks past the relation's end, not counted; the next
     // extension starts where the failed one did.
     let s = setup(Alloc::PartThenFull, true);
     s.extend_by(3).unwrap();
-    assert_eq!(
-        s.extend_by(24).unwrap_err().sqlstate,
-        SqlState::DISK_FULL
-    );
+    assert_eq!(s.extend_by(24).unwrap_err().sqlstate, SqlState::DISK_FULL);
     assert_eq!(s.rel.nblocks.load(Ordering::Acquire), 3);
-    assert_eq!(s.file_len(), 15 * BLCKSZ as u64, "whole blocks left as they are");
+    assert_eq!(
+        s.file_len(),
+        15 * BLCKSZ as u64,
+        "whole blocks left as they are"
+    );
     assert_eq!(s.extend_by(2).unwrap(), BlockNumber(3));
     let mut buf = vec![1u8; BLCKSZ];
     s.smgr.read(&s.rel, BlockNumber(4), &mut buf).unwrap();
@@ -191,7 +204,9 @@ fn a_full_disk_fails_the_extension_whole() {
 fn allocated_blocks_past_a_power_loss_read_as_new_pages_or_are_gone() {
     let s = setup(Alloc::Pass, true);
     s.extend_by(12).unwrap();
-    s.smgr.write(&s.rel, BlockNumber(0), &vec![1u8; BLCKSZ]).unwrap();
+    s.smgr
+        .write(&s.rel, BlockNumber(0), &vec![1u8; BLCKSZ])
+        .unwrap();
     s.smgr.sync_all().unwrap();
     s.extend_by(20).unwrap();
     let (mut shorter, mut whole) = (false, false);
@@ -202,7 +217,10 @@ fn allocated_blocks_past_a_power_loss_read_as_new_pages_or_are_gone() {
         let bytes = img.read_file(&s.path).unwrap();
         assert!(bytes.len() >= 12 * BLCKSZ, "synced blocks stay");
         assert!(bytes[..BLCKSZ].iter().all(|&b| b == 1));
-        assert!(bytes[BLCKSZ..].iter().all(|&b| b == 0), "new space is zeros");
+        assert!(
+            bytes[BLCKSZ..].iter().all(|&b| b == 0),
+            "new space is zeros"
+        );
         shorter |= bytes.len() < 32 * BLCKSZ;
         whole |= bytes.len() == 32 * BLCKSZ;
         // Reopened, the relation has whole blocks, and past them a read gives a new page.
@@ -214,7 +232,10 @@ fn allocated_blocks_past_a_power_loss_read_as_new_pages_or_are_gone() {
         smgr.read(&rel, BlockNumber(40), &mut buf).unwrap();
         assert!(buf.iter().all(|&b| b == 0));
     }
-    assert!(shorter && whole, "the unsynced allocation may be lost or kept");
+    assert!(
+        shorter && whole,
+        "the unsynced allocation may be lost or kept"
+    );
 }
 
 /// Counts `allocate` calls and writes of zero blocks (extensions written as zeros) on files
@@ -297,7 +318,9 @@ fn a_bulk_load_extends_its_relation_once_per_batch() {
         let zero_writes = counts.zero_writes.load(Ordering::Relaxed) - z0;
         let rel = st.smgr.open(info.relfile).unwrap();
         let pages = rel.nblocks.load(Ordering::Acquire) as u64;
-        eprintln!("direct {direct}: {pages} pages, {allocs} allocations, {zero_writes} zero writes");
+        eprintln!(
+            "direct {direct}: {pages} pages, {allocs} allocations, {zero_writes} zero writes"
+        );
         assert!(pages >= 90, "{pages} pages");
         // Batches of 32 pages: one allocation each, and the last, smaller batch one
         // allocation or one write of zeros.

@@ -150,7 +150,11 @@ fn a_write_back_supersedes_the_part_of_an_older_write_inside_its_range() {
     let (img, _) = v.crash_image(CrashKind::PowerLoss, 1);
     let c = content(&img);
     assert_eq!(c.len(), 3 * 4096);
-    assert_eq!(&c[4096..8192], &[7u8; 4096][..], "the sync keeps the newer bytes");
+    assert_eq!(
+        &c[4096..8192],
+        &[7u8; 4096][..],
+        "the sync keeps the newer bytes"
+    );
     assert!(c[..4096].iter().chain(&c[8192..]).all(|&b| b == 0));
 }
 
