@@ -78,6 +78,10 @@ pub struct BufferPool {
     clock: AtomicUsize,
     smgr: Arc<Smgr>,
     wal: OnceLock<Arc<Wal>>,
+    /// Frames claimed by read-ahead runs not yet finished ([`BufferPool::claim_run`]): at most
+    /// a quarter of the pool, so that reads ahead of several scans never pin every frame and
+    /// make a session's own pin fail (PostgreSQL's `LimitAdditionalPins`).
+    prefetch_claimed: AtomicUsize,
 }
 
 /// A pinned page. Unpins on drop.
@@ -181,6 +185,7 @@ impl ClaimedRun<'_> {
             }
             drop(io);
             f.pins.fetch_sub(1, Ordering::AcqRel);
+            pool.prefetch_claimed.fetch_sub(1, Ordering::AcqRel);
         }
         read.map(|()| loaded)
     }
@@ -213,6 +218,7 @@ impl BufferPool {
             clock: AtomicUsize::new(0),
             smgr,
             wal: OnceLock::new(),
+            prefetch_claimed: AtomicUsize::new(0),
         }
     }
 
@@ -352,7 +358,8 @@ impl BufferPool {
     /// The first half of [`BufferPool::prefetch_run`]: claims a frame for each block of the
     /// run that will be read (mapped, its `io` lock held, not valid yet), or `None` if there
     /// is none to read. The caller reads the blocks and calls [`ClaimedRun::finish`]; until
-    /// then, a session pinning one of the blocks waits. `io_method = io_uring` claims several
+    /// then, a session pinning one of the blocks waits. The run is cut short where read-ahead
+    /// would hold more than a quarter of the pool's frames, or no frame is free. `io_method = io_uring` claims several
     /// runs, reads them all with one submission, then finishes each.
     ///
     /// # Panics
@@ -383,7 +390,12 @@ impl BufferPool {
                 }
                 break;
             }
+            if self.prefetch_claimed.fetch_add(1, Ordering::AcqRel) >= self.frames.len() / 4 {
+                self.prefetch_claimed.fetch_sub(1, Ordering::AcqRel);
+                break; // read-ahead holds its share of the pool: read what we have
+            }
             let Ok(v) = self.find_victim() else {
+                self.prefetch_claimed.fetch_sub(1, Ordering::AcqRel);
                 break; // every frame pinned: read what we have
             };
             self.smgr
@@ -395,6 +407,7 @@ impl BufferPool {
             if map.contains_key(&tag) {
                 drop(map);
                 f.pins.fetch_sub(1, Ordering::AcqRel);
+                self.prefetch_claimed.fetch_sub(1, Ordering::AcqRel);
                 break;
             }
             let io = f.io.lock();
