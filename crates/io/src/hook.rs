@@ -7,7 +7,7 @@
 //! with the inner file system, file (and its path and open mode) or flusher; every hook's
 //! default passes the call on unchanged. So a `HookVfs` whose hooks override nothing makes
 //! exactly the calls of the file system it wraps — the trait defaults included: the inner
-//! file's own `write_back`, `allocate`, `allocated_bytes`, `write_vectored_at` and `read_exact_at`, and the inner file system's
+//! file's own `write_back`, `allocate`, `allocated_bytes`, `raw_fd`, `write_vectored_at` and `read_exact_at`, and the inner file system's
 //! own `cache_flusher` — and a test through it takes production's sync path unless it says
 //! otherwise. (A hand-written wrapper that forgets to forward a defaulted method silently gets
 //! the trait's default instead: `write_back` becomes `sync_data`, `allocate` a refusal (so zeros are written), `allocated_bytes` 0, and no
@@ -214,6 +214,13 @@ pub trait Hooks: Send + Sync {
         file.io.allocate(offset, len)
     }
 
+    /// [`FileIo::raw_fd`]: by default the inner file's. Reads a caller submits through the
+    /// descriptor (io_uring) bypass [`Hooks::read_at`]; a hook that must see every read
+    /// returns `None`.
+    fn raw_fd<'a>(&self, file: FileRef<'a>) -> Option<std::os::fd::BorrowedFd<'a>> {
+        file.io.raw_fd()
+    }
+
     /// [`FileIo::allocated_bytes`]: by default the inner file's own.
     ///
     /// # Errors
@@ -368,6 +375,10 @@ impl FileIo for HookFile {
 
     fn allocate(&self, offset: u64, len: u64) -> io::Result<()> {
         self.hooks.allocate(self.at(), offset, len)
+    }
+
+    fn raw_fd(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
+        self.hooks.raw_fd(self.at())
     }
 
     fn allocated_bytes(&self) -> io::Result<u64> {

@@ -39,6 +39,8 @@ use std::sync::Arc;
 pub mod fault;
 #[cfg(any(test, feature = "testing"))]
 pub mod hook;
+#[cfg(target_os = "linux")]
+pub mod uring;
 
 /// How to open a file.
 #[derive(Clone, Copy, Debug, Default)]
@@ -174,6 +176,13 @@ pub trait FileIo: Send + Sync {
     /// The OS error.
     fn allocated_bytes(&self) -> io::Result<u64> {
         Ok(0)
+    }
+
+    /// The file's descriptor, for reads submitted through io_uring ([`crate::uring`]); `None`
+    /// (the default) for a file that has none (the in-memory test file systems), whose reads
+    /// then go through [`FileIo::read_at`].
+    fn raw_fd(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
+        None
     }
 
     /// Reads exactly `buf.len()` bytes at `offset`, or fails with `UnexpectedEof`.
@@ -430,6 +439,11 @@ impl FileIo for RealFile {
                 format!("sync_file_range {}: {e}", self.path.display()),
             )
         })
+    }
+
+    fn raw_fd(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
+        use std::os::fd::AsFd;
+        Some(self.file.as_fd())
     }
 
     fn allocate(&self, offset: u64, len: u64) -> io::Result<()> {

@@ -78,6 +78,10 @@ pub struct BufferPool {
     clock: AtomicUsize,
     smgr: Arc<Smgr>,
     wal: OnceLock<Arc<Wal>>,
+    /// Frames claimed by read-ahead runs not yet finished ([`BufferPool::claim_run`]): at most
+    /// a quarter of the pool, so that reads ahead of several scans never pin every frame and
+    /// make a session's own pin fail (PostgreSQL's `LimitAdditionalPins`).
+    prefetch_claimed: AtomicUsize,
 }
 
 /// A pinned page. Unpins on drop.
@@ -116,6 +120,77 @@ impl Drop for Pinned<'_> {
     }
 }
 
+/// Frames claimed for a run of blocks being read ahead ([`BufferPool::claim_run`]): mapped,
+/// not valid, their `io` locks held and one pin each, until [`ClaimedRun::finish`]. Dropping
+/// it unfinished (a panic) would leave them so: always finish it.
+pub struct ClaimedRun<'a> {
+    pool: &'a BufferPool,
+    rel: RelFileId,
+    start: u32,
+    claimed: Vec<(usize, parking_lot::MutexGuard<'a, ()>)>,
+}
+
+impl ClaimedRun<'_> {
+    /// The run's first block.
+    pub fn first(&self) -> BlockNumber {
+        BlockNumber(self.start)
+    }
+
+    /// Blocks in the run (at least one).
+    pub fn len(&self) -> usize {
+        self.claimed.len()
+    }
+
+    /// Always false: a run holds at least one block.
+    pub fn is_empty(&self) -> bool {
+        self.claimed.is_empty()
+    }
+
+    /// Fills the frames with `fill` (one [`BLCKSZ`] buffer per block, in block order), checks
+    /// each page (checksum and header, as [`BufferPool::pin`] does), makes the good ones valid
+    /// and drops the others (and all of them if `fill` fails) from the pool, releasing locks
+    /// and pins. Returns the number of pages installed.
+    ///
+    /// # Errors
+    /// `fill`'s error.
+    pub fn finish(self, fill: impl FnOnce(&mut [&mut [u8]]) -> Result<()>) -> Result<usize> {
+        let pool = self.pool;
+        let mut pages: Vec<_> = self
+            .claimed
+            .iter()
+            .map(|&(v, _)| pool.frames[v].page.write())
+            .collect();
+        let read = {
+            let mut bufs: Vec<&mut [u8]> = pages.iter_mut().map(|p| &mut p[..]).collect();
+            fill(&mut bufs)
+        };
+        let mut loaded = 0;
+        for (k, ((v, io), page)) in self.claimed.into_iter().zip(pages).enumerate() {
+            let f = &pool.frames[v];
+            let ok = read.is_ok() && page::check(&page).is_ok();
+            drop(page);
+            if ok {
+                f.usage.store(1, Ordering::Relaxed);
+                f.valid.store(true, Ordering::Release);
+                loaded += 1;
+            } else {
+                let tag = BufTag {
+                    rel: self.rel,
+                    block: BlockNumber(self.start + k as u32),
+                };
+                let mut map = pool.shard(tag).lock();
+                map.remove(&tag);
+                f.tag.store(NO_TAG, Ordering::Release);
+                drop(map);
+            }
+            drop(io);
+            f.pins.fetch_sub(1, Ordering::AcqRel);
+            pool.prefetch_claimed.fetch_sub(1, Ordering::AcqRel);
+        }
+        read.map(|()| loaded)
+    }
+}
+
 impl BufferPool {
     /// A pool of `nframes` frames (`shared_buffers` in pages, at least 16).
     pub fn new(nframes: usize, smgr: Arc<Smgr>) -> BufferPool {
@@ -143,6 +218,7 @@ impl BufferPool {
             clock: AtomicUsize::new(0),
             smgr,
             wal: OnceLock::new(),
+            prefetch_claimed: AtomicUsize::new(0),
         }
     }
 
@@ -272,6 +348,28 @@ impl BufferPool {
     /// # Panics
     /// If `nblocks` exceeds [`crate::smgr::MAX_IO_COMBINE_BLOCKS`].
     pub fn prefetch_run(&self, rel: &Relation, first: BlockNumber, nblocks: u32) -> Result<usize> {
+        let Some(run) = self.claim_run(rel, first, nblocks) else {
+            return Ok(0);
+        };
+        let start = run.first();
+        run.finish(|bufs| self.smgr.read_blocks(rel, start, bufs))
+    }
+
+    /// The first half of [`BufferPool::prefetch_run`]: claims a frame for each block of the
+    /// run that will be read (mapped, its `io` lock held, not valid yet), or `None` if there
+    /// is none to read. The caller reads the blocks and calls [`ClaimedRun::finish`]; until
+    /// then, a session pinning one of the blocks waits. The run is cut short where read-ahead
+    /// would hold more than a quarter of the pool's frames, or no frame is free. `io_method = io_uring` claims several
+    /// runs, reads them all with one submission, then finishes each.
+    ///
+    /// # Panics
+    /// If `nblocks` exceeds [`crate::smgr::MAX_IO_COMBINE_BLOCKS`].
+    pub fn claim_run(
+        &self,
+        rel: &Relation,
+        first: BlockNumber,
+        nblocks: u32,
+    ) -> Option<ClaimedRun<'_>> {
         assert!(
             nblocks as usize <= crate::smgr::MAX_IO_COMBINE_BLOCKS,
             "prefetch run of {nblocks} blocks"
@@ -292,7 +390,12 @@ impl BufferPool {
                 }
                 break;
             }
+            if self.prefetch_claimed.fetch_add(1, Ordering::AcqRel) >= self.frames.len() / 4 {
+                self.prefetch_claimed.fetch_sub(1, Ordering::AcqRel);
+                break; // read-ahead holds its share of the pool: read what we have
+            }
             let Ok(v) = self.find_victim() else {
+                self.prefetch_claimed.fetch_sub(1, Ordering::AcqRel);
                 break; // every frame pinned: read what we have
             };
             self.smgr
@@ -304,6 +407,7 @@ impl BufferPool {
             if map.contains_key(&tag) {
                 drop(map);
                 f.pins.fetch_sub(1, Ordering::AcqRel);
+                self.prefetch_claimed.fetch_sub(1, Ordering::AcqRel);
                 break;
             }
             let io = f.io.lock();
@@ -313,40 +417,12 @@ impl BufferPool {
             drop(map);
             claimed.push((v, io));
         }
-        if claimed.is_empty() {
-            return Ok(0);
-        }
-        let mut pages: Vec<_> = claimed
-            .iter()
-            .map(|&(v, _)| self.frames[v].page.write())
-            .collect();
-        let read = {
-            let mut bufs: Vec<&mut [u8]> = pages.iter_mut().map(|p| &mut p[..]).collect();
-            self.smgr.read_blocks(rel, BlockNumber(start), &mut bufs)
-        };
-        let mut loaded = 0;
-        for (k, ((v, io), page)) in claimed.into_iter().zip(pages).enumerate() {
-            let f = &self.frames[v];
-            let ok = read.is_ok() && page::check(&page).is_ok();
-            drop(page);
-            if ok {
-                f.usage.store(1, Ordering::Relaxed);
-                f.valid.store(true, Ordering::Release);
-                loaded += 1;
-            } else {
-                let tag = BufTag {
-                    rel: rel.id,
-                    block: BlockNumber(start + k as u32),
-                };
-                let mut map = self.shard(tag).lock();
-                map.remove(&tag);
-                f.tag.store(NO_TAG, Ordering::Release);
-                drop(map);
-            }
-            drop(io);
-            f.pins.fetch_sub(1, Ordering::AcqRel);
-        }
-        read.map(|()| loaded)
+        (!claimed.is_empty()).then_some(ClaimedRun {
+            pool: self,
+            rel: rel.id,
+            start,
+            claimed,
+        })
     }
 
     /// Finds a frame by clock sweep, writes it out if dirty, unmaps it, and returns it pinned

@@ -444,13 +444,24 @@ impl Storage {
         st.checkpoint_now(DbState::InProduction)?;
         st.catalog.reload(&st)?;
         st.wal().start_wal_writer(config.wal_writer_delay_ms.max(1));
-        if config.io_method == aio::IoMethod::Worker {
-            let workers = aio::IoWorkers::start(
+        let workers = match config.io_method {
+            aio::IoMethod::Sync => None,
+            aio::IoMethod::Worker => Some(aio::IoWorkers::start(
                 Arc::downgrade(&st),
                 config.io_workers,
                 config.effective_io_concurrency,
                 config.io_combine_limit,
-            )?;
+            )?),
+            #[cfg(target_os = "linux")]
+            aio::IoMethod::IoUring => Some(aio::IoWorkers::start_uring(
+                Arc::downgrade(&st),
+                config.effective_io_concurrency,
+                config.io_combine_limit,
+            )?),
+            #[cfg(not(target_os = "linux"))]
+            aio::IoMethod::IoUring => None,
+        };
+        if let Some(workers) = workers {
             workers.set_maintenance_distance(config.maintenance_io_concurrency);
             let _ = st.io_workers.set(Arc::new(workers));
         }

@@ -272,6 +272,12 @@ impl Smgr {
         self.rels.read().get(&id).cloned()
     }
 
+    /// The descriptor of `rel`'s file, for reads submitted through io_uring; `None` for a
+    /// file system without descriptors (the in-memory test file systems).
+    pub fn raw_fd<'a>(&self, rel: &'a Relation) -> Option<std::os::fd::BorrowedFd<'a>> {
+        rel.file.raw_fd()
+    }
+
     /// True if the relation's file exists.
     pub fn exists(&self, id: RelFileId) -> bool {
         self.rels.read().contains_key(&id) || self.vfs.exists(&self.path(id))

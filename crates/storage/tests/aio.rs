@@ -42,7 +42,7 @@ impl Hooks for CountReads {
         if file.path.parent().and_then(Path::file_name) == Some("base".as_ref()) {
             let worker = std::thread::current()
                 .name()
-                .is_some_and(|n| n.starts_with("io worker"));
+                .is_some_and(|n| n.starts_with("io worker") || n == "io uring");
             let c = if worker {
                 &self.by_workers
             } else {
@@ -106,8 +106,30 @@ fn scan_reads_with(
     combine: u32,
     scan: Scan,
 ) -> (u64, u64, u64, u64) {
-    let dir = Path::new("/data");
     let fault: Arc<dyn Vfs> = Arc::new(FaultVfs::new(FaultConfig::new(3)));
+    scan_reads_on(
+        fault,
+        Path::new("/data"),
+        method,
+        distance,
+        direct,
+        combine,
+        scan,
+    )
+}
+
+/// [`scan_reads_with`] on the file system `fault` (the name is historical: a test passes the
+/// real one), data directory `dir`.
+#[allow(clippy::too_many_arguments)]
+fn scan_reads_on(
+    fault: Arc<dyn Vfs>,
+    dir: &Path,
+    method: IoMethod,
+    distance: u32,
+    direct: bool,
+    combine: u32,
+    scan: Scan,
+) -> (u64, u64, u64, u64) {
     let mut cfg = StorageConfig {
         shared_buffers_pages: 1024,
         io_direct: IoDirect {
@@ -288,4 +310,60 @@ fn maintenance_scans_read_ahead_by_maintenance_io_concurrency() {
         scan_reads_with(IoMethod::Worker, 16, true, 16, Scan::Maintenance(0));
     assert_eq!(workers, 0);
     assert!(others >= 400, "{others}");
+}
+
+#[test]
+fn io_method_io_uring_reads_ahead_from_one_thread() {
+    // On the in-memory file system (no descriptors) the io_uring thread reads each batch's
+    // runs itself: the queueing, claiming and installing are io_uring's.
+    let (workers, others, largest, _) = scan_reads_with(IoMethod::IoUring, 16, true, 16, Scan::Seq);
+    assert!(
+        workers > others,
+        "{workers} by the io_uring thread, {others} by the scan"
+    );
+    assert!(largest > 1 && largest <= 16, "{largest}");
+    let (workers, others, _, leaves) =
+        scan_reads_with(IoMethod::IoUring, 16, true, 16, Scan::Index);
+    assert!(
+        workers > others && leaves > 0,
+        "{workers} {others} {leaves}"
+    );
+    // Buffered data files: nothing read ahead.
+    let (workers, _, _, _) = scan_reads_with(IoMethod::IoUring, 16, false, 16, Scan::Seq);
+    assert_eq!(workers, 0);
+}
+
+#[test]
+fn io_method_io_uring_reads_through_the_ring_on_a_real_file_system() {
+    if walnut_io::uring::ReadRing::new(4).is_err() {
+        eprintln!("io_uring_setup refused: skipped");
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("data");
+    let real: Arc<dyn Vfs> = Arc::new(walnut_io::RealVfs);
+    // O_DIRECT needs a file system that takes it (tmpfs does not).
+    let direct = probe_direct(tmp.path());
+    // The hook sees only reads that do not go through the ring: with it, the io_uring
+    // thread makes none; the scan reads little itself; the rows (checked by the scan) are
+    // right.
+    let (by_ring_thread, others, _, _) =
+        scan_reads_on(real, &dir, IoMethod::IoUring, 16, direct, 16, Scan::Seq);
+    eprintln!("direct {direct}: {by_ring_thread} blocks read by the io_uring thread through read_at, {others} by the scan");
+    if direct {
+        assert_eq!(by_ring_thread, 0, "every read ahead went through the ring");
+        assert!(others < 250, "the scan read {others} blocks itself");
+    }
+}
+
+/// True if `dir`'s file system accepts an O_DIRECT open.
+fn probe_direct(dir: &Path) -> bool {
+    let mode = walnut_io::OpenMode {
+        create: true,
+        direct: true,
+        ..Default::default()
+    };
+    let ok = walnut_io::RealVfs.open(&dir.join("probe"), mode).is_ok();
+    let _ = std::fs::remove_file(dir.join("probe"));
+    ok
 }

@@ -200,3 +200,41 @@ fn prefetch_run_reads_only_uncached_blocks_and_keeps_dirty_frames() {
         assert_eq!(log.reads.load(Ordering::Relaxed), 5);
     }
 }
+
+#[test]
+fn read_ahead_claims_at_most_a_quarter_of_the_pool() {
+    let (smgr, rel, _log) = setup(true);
+    let pages: Vec<Box<PageBuf>> = (0..40).map(|b| page_with(b as u8 + 1)).collect();
+    let refs: Vec<&[u8]> = pages.iter().map(|p| &p[..]).collect();
+    smgr.write_blocks(&rel, BlockNumber(0), &refs).unwrap();
+    let pool = BufferPool::new(32, smgr.clone());
+    // 32 frames: runs in flight may hold 8 of them.
+    let a = pool.claim_run(&rel, BlockNumber(0), 16).unwrap();
+    assert_eq!(a.len(), 8, "cut at a quarter of the pool");
+    assert!(
+        pool.claim_run(&rel, BlockNumber(20), 4).is_none(),
+        "no frame left to claim"
+    );
+    // The session's own pins still find frames.
+    for b in 30..40 {
+        drop(pool.pin(&rel, BlockNumber(b), ReadMode::Normal).unwrap());
+    }
+    let start = a.first();
+    assert_eq!(
+        a.finish(|bufs| smgr.read_blocks(&rel, start, bufs))
+            .unwrap(),
+        8
+    );
+    let b = pool.claim_run(&rel, BlockNumber(20), 4).unwrap();
+    assert_eq!(
+        (b.first(), b.len()),
+        (BlockNumber(20), 4),
+        "finished runs give theirs back"
+    );
+    let start = b.first();
+    assert_eq!(
+        b.finish(|bufs| smgr.read_blocks(&rel, start, bufs))
+            .unwrap(),
+        4
+    );
+}

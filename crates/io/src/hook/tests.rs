@@ -134,6 +134,10 @@ impl FileIo for TracerFile {
         );
         Ok(())
     }
+    fn raw_fd(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
+        note(&self.log, format!("raw_fd {}", self.path.display()));
+        None
+    }
     fn allocated_bytes(&self) -> io::Result<u64> {
         note(
             &self.log,
@@ -230,6 +234,7 @@ fn exercise(v: &dyn Vfs, log: &Log) {
         format!("{:?}", f.flush_range(15, 16).is_ok()),
     );
     result("allocate", format!("{:?}", f.allocate(17, 18).is_ok()));
+    result("raw_fd", format!("{:?}", f.raw_fd().is_some()));
     result(
         "allocated_bytes",
         format!("{:?}", f.allocated_bytes().unwrap()),
@@ -243,7 +248,7 @@ fn exercise(v: &dyn Vfs, log: &Log) {
 }
 
 /// The calls [`exercise`] makes, by the name of their hook.
-const CALLS: [&str; 21] = [
+const CALLS: [&str; 22] = [
     "open",
     "remove",
     "rename",
@@ -262,6 +267,7 @@ const CALLS: [&str; 21] = [
     "write_back",
     "flush_range",
     "allocate",
+    "raw_fd",
     "allocated_bytes",
     "cache_flusher",
     "flush",
@@ -389,6 +395,10 @@ impl Hooks for Naming {
     fn allocate(&self, file: FileRef<'_>, offset: u64, len: u64) -> io::Result<()> {
         self.saw("allocate");
         file.io.allocate(offset, len)
+    }
+    fn raw_fd<'a>(&self, file: FileRef<'a>) -> Option<std::os::fd::BorrowedFd<'a>> {
+        self.saw("raw_fd");
+        file.io.raw_fd()
     }
     fn allocated_bytes(&self, file: FileRef<'_>) -> io::Result<u64> {
         self.saw("allocated_bytes");
