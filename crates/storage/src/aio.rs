@@ -38,7 +38,7 @@ use crate::smgr::{Relation, MAX_IO_COMBINE_BLOCKS};
 use crate::Storage;
 use parking_lot::Mutex;
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::mpsc::{channel, Receiver, Sender};
+use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TrySendError};
 use std::sync::{Arc, Weak};
 use walnut_common::{BlockNumber, Error, Result};
 
@@ -73,6 +73,11 @@ impl IoMethod {
 #[cfg(target_os = "linux")]
 const URING_BATCH: usize = 32;
 
+/// Most read-ahead requests queued for the I/O workers (or the io_uring thread), from all
+/// scans together. A scan that finds the queue full does not wait: it reads those blocks
+/// itself when it reaches them.
+pub const QUEUE_MAX: usize = 1024;
+
 /// A run of adjacent blocks to read into the buffer pool for a scan.
 struct Prefetch {
     rel: Arc<Relation>,
@@ -97,7 +102,8 @@ struct ScanState {
 
 /// The I/O worker threads and their queue.
 pub struct IoWorkers {
-    queue: Sender<Prefetch>,
+    /// Bounded ([`QUEUE_MAX`]): a scan that finds it full reads its blocks itself.
+    queue: SyncSender<Prefetch>,
     /// `effective_io_concurrency`: blocks a scan keeps queued ahead of itself (reloadable).
     distance: AtomicU32,
     /// `io_combine_limit`: most blocks one read brings in (reloadable).
@@ -120,7 +126,7 @@ impl IoWorkers {
         distance: u32,
         combine: u32,
     ) -> Result<IoWorkers> {
-        let (tx, rx) = channel::<Prefetch>();
+        let (tx, rx) = sync_channel::<Prefetch>(QUEUE_MAX);
         let rx = Arc::new(Mutex::new(rx));
         for i in 0..workers.max(1) {
             let (st, rx) = (st.clone(), rx.clone());
@@ -179,7 +185,7 @@ impl IoWorkers {
             )
             .with_detail("Set io_method = worker (the default) to read ahead with I/O threads.")
         })?;
-        let (tx, rx) = channel::<Prefetch>();
+        let (tx, rx) = sync_channel::<Prefetch>(QUEUE_MAX);
         std::thread::Builder::new()
             .name("io uring".into())
             .spawn(move || uring_worker(&st, &rx, ring))
@@ -392,9 +398,17 @@ impl ReadAhead {
                 scan: self.scan.clone(),
             };
             self.scan.in_flight.fetch_add(n, Ordering::AcqRel);
-            if w.queue.send(p).is_err() {
-                self.workers = None;
-                return;
+            match w.queue.try_send(p) {
+                Ok(()) => {}
+                Err(TrySendError::Full(_)) => {
+                    // The workers are behind: read these blocks when the scan reaches them.
+                    self.scan.in_flight.fetch_sub(n, Ordering::AcqRel);
+                    return;
+                }
+                Err(TrySendError::Disconnected(_)) => {
+                    self.workers = None;
+                    return;
+                }
             }
             self.next += n;
         }
@@ -519,8 +533,13 @@ impl IndexReadAhead {
             scan: self.scan.clone(),
         };
         self.scan.in_flight.fetch_add(1, Ordering::AcqRel);
-        if w.queue.send(p).is_err() {
-            self.workers = None;
+        match w.queue.try_send(p) {
+            Ok(()) => {}
+            Err(TrySendError::Full(_)) => {
+                // The workers are behind: the scan reads this block itself.
+                self.scan.in_flight.fetch_sub(1, Ordering::AcqRel);
+            }
+            Err(TrySendError::Disconnected(_)) => self.workers = None,
         }
     }
 }

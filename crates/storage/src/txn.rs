@@ -291,8 +291,12 @@ impl Txn {
         let mut null_col = None;
         // pg_stat_progress_create_index: blocks scanned, then the sort.
         let progress = crate::progress::index_build_progress();
-        for b in 0..rel.nblocks.load(Ordering::Acquire) {
+        let n = rel.nblocks.load(Ordering::Acquire);
+        // A maintenance read: read ahead by maintenance_io_concurrency (with O_DIRECT data).
+        let mut ahead = crate::aio::ReadAhead::maintenance(&self.st, &rel, n);
+        for b in 0..n {
             self.check_cancel()?;
+            ahead.before(b);
             heap::visit_block(
                 &self.st,
                 &rel,
