@@ -592,11 +592,15 @@ fn a_crash_in_the_middle_of_a_spread_checkpoint_loses_nothing() {
     let dir = Path::new(DIR);
     let inner: Arc<dyn Vfs> = Arc::new(fv.clone());
     Storage::initdb(inner.clone(), dir).unwrap();
-    let cfg = StorageConfig {
+    let mut cfg = StorageConfig {
         // A checkpoint cycle of about 2 MB of WAL: the commits below pace the writes.
         max_wal_size_mb: 4,
         ..config(true)
     };
+    // Only the checkpoint writes pages: a background writer cleaning some first (it runs
+    // sooner on a loaded machine) would leave the checkpoint fewer than the 30 writes the
+    // images are taken at.
+    cfg.write.bgwriter_lru_maxpages = 0;
     let st = Storage::open(Arc::new(hook_vfs(inner, hook)), dir, cfg).unwrap();
     create(&st, "t", 0..2000);
     let spread = {
