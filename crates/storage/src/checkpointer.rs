@@ -182,6 +182,11 @@ impl Pacer {
     }
 }
 
+/// The fraction of `checkpoint_timeout`, from its start, by which a spread checkpoint's last
+/// write-back pass stops pausing for the WAL, leaving the fsyncs time to end within the
+/// interval.
+pub const PASS_DEADLINE: f64 = 0.97;
+
 /// The WAL's flush latency relative to its recent lowest: 1 when commits' flushes are as fast
 /// as the device allows, higher when something queues ahead of them.
 #[derive(Debug, Default)]
@@ -326,10 +331,11 @@ impl Storage {
         // Step 3: the sync phase, after a last write-back pass over the files to be synced.
         let sync_start = Instant::now();
         if !pacer.immediate {
-            let leeway = pacer.timeout.mul_f64((1.0 - pacer.target).max(0.0));
+            // Pauses end in time for the checkpoint to end within its interval.
+            let deadline = started + pacer.timeout.mul_f64(PASS_DEADLINE);
             self.write_back_before_sync(
                 settings.checkpoint_flush_after as u32,
-                leeway,
+                deadline,
                 wal,
                 &mut pressure,
             );
@@ -425,7 +431,8 @@ impl Storage {
     /// be fsynced still hold dirty in the page cache (sessions' evictions the background
     /// writer has not written back, and writes made outside the buffer pool). While the WAL's
     /// flushes are slow it pauses after each chunk as long as the chunk took, so that commits
-    /// keep at least half the device, for at most `leeway` in all. The fsyncs then find little
+    /// keep at least half the device, until `deadline`, after which it goes on without pausing.
+    /// The fsyncs then find little
     /// left, and their writes reach the device in chunks between commits' flushes rather than
     /// all at once ahead of them.
     ///
@@ -434,14 +441,13 @@ impl Storage {
     fn write_back_before_sync(
         &self,
         chunk: u32,
-        leeway: Duration,
+        deadline: Instant,
         wal: &walnut_wal::Wal,
         pressure: &mut WalPressure,
     ) {
         if chunk == 0 || self.smgr.direct_io() {
             return;
         }
-        let mut paused = Duration::ZERO;
         // Pages dirtied behind a pass while it ran are left for the next one: up to three
         // passes, while a pass takes over half a second.
         for _ in 0..3 {
@@ -456,15 +462,17 @@ impl Storage {
                         .flush_range(&rel, walnut_common::BlockNumber(pos), n);
                     pos += n;
                     if t.elapsed() < Duration::from_millis(1)
-                        || paused >= leeway
+                        || Instant::now() >= deadline
                         || self.ckpt_hurry.load(Ordering::Acquire) > 0
                     {
                         continue;
                     }
                     if pressure.sample(wal.flush_latency_us(), Instant::now()) >= HIGH_PRESSURE {
-                        let pause = t.elapsed().max(BACKOFF).min(leeway - paused);
+                        let pause = t
+                            .elapsed()
+                            .max(BACKOFF)
+                            .min(deadline.saturating_duration_since(Instant::now()));
                         std::thread::sleep(pause);
-                        paused += pause;
                     }
                 }
             }
