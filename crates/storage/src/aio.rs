@@ -135,14 +135,7 @@ impl IoWorkers {
                 .spawn(move || worker(&st, &rx))
                 .map_err(|e| Error::io("could not start an I/O worker", e))?;
         }
-        let w = IoWorkers {
-            queue: tx,
-            distance: AtomicU32::new(distance),
-            combine: AtomicU32::new(1),
-            maintenance_distance: AtomicU32::new(distance),
-        };
-        w.set_combine(combine);
-        Ok(w)
+        Ok(IoWorkers::serving(tx, distance, combine))
     }
 
     /// Sets `effective_io_concurrency` (a reload), blocks.
@@ -154,6 +147,19 @@ impl IoWorkers {
     /// [`ReadAhead::maintenance`] scans.
     pub fn set_maintenance_distance(&self, distance: u32) {
         self.maintenance_distance.store(distance, Ordering::Relaxed);
+    }
+
+    /// The pool's state around its queue `tx`: read-ahead distances (`effective_io_concurrency`,
+    /// also the maintenance distance until a reload sets it) and `io_combine_limit`, blocks.
+    fn serving(tx: SyncSender<Prefetch>, distance: u32, combine: u32) -> IoWorkers {
+        let w = IoWorkers {
+            queue: tx,
+            distance: AtomicU32::new(distance),
+            combine: AtomicU32::new(1),
+            maintenance_distance: AtomicU32::new(distance),
+        };
+        w.set_combine(combine);
+        w
     }
 
     /// Sets `io_combine_limit` (a reload), blocks; clamped to 1 ..=
@@ -190,14 +196,7 @@ impl IoWorkers {
             .name("io uring".into())
             .spawn(move || uring_worker(&st, &rx, ring))
             .map_err(|e| Error::io("could not start the io_uring thread", e))?;
-        let w = IoWorkers {
-            queue: tx,
-            distance: AtomicU32::new(distance),
-            combine: AtomicU32::new(1),
-            maintenance_distance: AtomicU32::new(distance),
-        };
-        w.set_combine(combine);
-        Ok(w)
+        Ok(IoWorkers::serving(tx, distance, combine))
     }
 }
 

@@ -279,16 +279,9 @@ impl BufferPool {
                 .buffers_alloc
                 .fetch_add(1, Ordering::Relaxed);
             let f = &self.frames[v];
-            let mut map = self.shard(tag).lock();
-            if map.contains_key(&tag) {
-                f.pins.fetch_sub(1, Ordering::AcqRel);
+            let Some(io) = self.map_victim(v, tag) else {
                 continue;
-            }
-            let io = f.io.lock();
-            f.valid.store(false, Ordering::Release);
-            f.tag.store(tag.pack(), Ordering::Release);
-            map.insert(tag, v);
-            drop(map);
+            };
             let loaded = {
                 let mut page = f.page.write();
                 match mode {
@@ -402,19 +395,10 @@ impl BufferPool {
                 .stats
                 .buffers_alloc
                 .fetch_add(1, Ordering::Relaxed);
-            let f = &self.frames[v];
-            let mut map = self.shard(tag).lock();
-            if map.contains_key(&tag) {
-                drop(map);
-                f.pins.fetch_sub(1, Ordering::AcqRel);
+            let Some(io) = self.map_victim(v, tag) else {
                 self.prefetch_claimed.fetch_sub(1, Ordering::AcqRel);
                 break;
-            }
-            let io = f.io.lock();
-            f.valid.store(false, Ordering::Release);
-            f.tag.store(tag.pack(), Ordering::Release);
-            map.insert(tag, v);
-            drop(map);
+            };
             claimed.push((v, io));
         }
         (!claimed.is_empty()).then_some(ClaimedRun {
@@ -423,6 +407,25 @@ impl BufferPool {
             start,
             claimed,
         })
+    }
+
+    /// Maps victim frame `v` (pinned once, unmapped: [`BufferPool::find_victim`]) to `tag`,
+    /// invalid, and returns its `io` lock held, for the caller to load the page and mark it
+    /// valid. `None` if another thread mapped `tag` meanwhile: the victim's pin is dropped
+    /// and the frame goes back to the clock.
+    fn map_victim(&self, v: usize, tag: BufTag) -> Option<parking_lot::MutexGuard<'_, ()>> {
+        let f = &self.frames[v];
+        let mut map = self.shard(tag).lock();
+        if map.contains_key(&tag) {
+            drop(map);
+            f.pins.fetch_sub(1, Ordering::AcqRel);
+            return None;
+        }
+        let io = f.io.lock();
+        f.valid.store(false, Ordering::Release);
+        f.tag.store(tag.pack(), Ordering::Release);
+        map.insert(tag, v);
+        Some(io)
     }
 
     /// Finds a frame by clock sweep, writes it out if dirty, unmaps it, and returns it pinned
