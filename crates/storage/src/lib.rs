@@ -179,6 +179,45 @@ pub struct Storage {
     io_workers: OnceLock<Arc<aio::IoWorkers>>,
 }
 
+/// Inserts one WAL record (`rmgr`, `info`) for `xid` carrying `images[i]` as the whole new
+/// content of block `blocks[i]` of `rel` (`will_init`, no data), and returns its end, which the
+/// caller sets as each page's LSN. The shared part of [`Storage::log_new_pages`] (pages in the
+/// buffer pool) and of the bulk load's writes into a relation its transaction created (pages
+/// never in the pool, logged by the `bulk writer` thread, which holds the WAL but not the
+/// storage; DESIGN.md, "Bulk load").
+///
+/// # Errors
+/// The WAL insert's (53100 if the WAL cannot get space); then nothing was logged.
+pub(crate) fn log_images(
+    wal: &Wal,
+    rel: RelFileId,
+    xid: Xid,
+    (rmgr, info): (RmgrId, u8),
+    blocks: &[walnut_common::BlockNumber],
+    images: &[&page::PageBuf],
+) -> Result<Lsn> {
+    assert_eq!(blocks.len(), images.len(), "an image for each block");
+    let (_, end) = wal.insert(&mut |_redo| Record {
+        rmgr,
+        info,
+        xid,
+        flags: 0,
+        blocks: blocks
+            .iter()
+            .zip(images)
+            .map(|(&block, img)| walnut_wal::BlockRef {
+                rel,
+                block,
+                will_init: true,
+                image: Some(img.to_vec()),
+                data: vec![],
+            })
+            .collect(),
+        main_data: vec![],
+    })?;
+    Ok(end)
+}
+
 pub use walnut_common::panic_fatal;
 
 impl Storage {
@@ -265,7 +304,7 @@ impl Storage {
             "a pin, a latch and an image for each new page"
         );
         let blocks: Vec<_> = pins.iter().map(|p| p.tag.block).collect();
-        let end = self.log_page_images(rel, xid, (rmgr, info), &blocks, images)?;
+        let end = log_images(self.wal(), rel, xid, (rmgr, info), &blocks, images)?;
         for (l, pin) in latches.iter_mut().zip(pins) {
             page::set_lsn(l, end);
             pin.mark_dirty();
@@ -273,43 +312,6 @@ impl Storage {
         Ok(end)
     }
 
-    /// Inserts one WAL record (`rmgr`, `info`) carrying `images[i]` as the whole new content
-    /// of block `blocks[i]` of `rel` (`will_init`, no data), and returns its end, which the
-    /// caller sets as each page's LSN. The shared part of [`Storage::log_new_pages`] (pages in
-    /// the buffer pool) and of the bulk load's direct writes into a relation its transaction
-    /// created (pages never in the pool; DESIGN.md, "Bulk load").
-    ///
-    /// # Errors
-    /// The WAL insert's (53100 if the WAL cannot get space); then nothing was logged.
-    pub(crate) fn log_page_images(
-        &self,
-        rel: RelFileId,
-        xid: Xid,
-        (rmgr, info): (RmgrId, u8),
-        blocks: &[walnut_common::BlockNumber],
-        images: &[&page::PageBuf],
-    ) -> Result<Lsn> {
-        assert_eq!(blocks.len(), images.len(), "an image for each block");
-        let (_, end) = self.wal().insert(&mut |_redo| Record {
-            rmgr,
-            info,
-            xid,
-            flags: 0,
-            blocks: blocks
-                .iter()
-                .zip(images)
-                .map(|(&block, img)| walnut_wal::BlockRef {
-                    rel,
-                    block,
-                    will_init: true,
-                    image: Some(img.to_vec()),
-                    data: vec![],
-                })
-                .collect(),
-            main_data: vec![],
-        })?;
-        Ok(end)
-    }
 
     /// Allocates a new relation file id.
     pub fn allocate_relfile(&self) -> RelFileId {

@@ -28,6 +28,7 @@ use walnut_io::fault::{CrashKind, FaultConfig, FaultVfs};
 use walnut_io::Vfs;
 use walnut_storage::control::DbState;
 use walnut_storage::txn::Txn;
+use walnut_storage::aio::IoMethod;
 use walnut_storage::{Storage, StorageConfig};
 use walnut_wal::{CommitOpts, SessionId};
 
@@ -80,6 +81,17 @@ fn begin(st: &Arc<Storage>) -> Txn {
 
 fn commit(t: Txn) {
     t.commit(&CommitOpts::new(SessionId::next())).unwrap();
+}
+
+/// Creates table `t` with its [`FIRST`] rows, committed with ordinary inserts.
+fn create_with_first_rows(st: &Arc<Storage>) {
+    let mut t = begin(st);
+    t.create_table(table()).unwrap();
+    let info = t.table("t").unwrap();
+    for k in 0..FIRST {
+        t.insert(&info, &row(k)).unwrap();
+    }
+    commit(t);
 }
 
 /// What the run had done when an image was taken.
@@ -191,13 +203,7 @@ fn run(
     }
     let st = Storage::open(Arc::new(hook_vfs(inner, hook)), dir, cfg).unwrap();
     storage.set(Arc::downgrade(&st)).unwrap();
-    let mut t = begin(&st);
-    t.create_table(table()).unwrap();
-    let info = t.table("t").unwrap();
-    for k in 0..FIRST {
-        t.insert(&info, &row(k)).unwrap();
-    }
-    commit(t);
+    create_with_first_rows(&st);
     st.checkpoint_now(DbState::InProduction).unwrap();
     armed.store(true, Ordering::SeqCst);
 
@@ -219,6 +225,9 @@ fn run(
         }
     }
     if into == Into::NewFile {
+        // The batches are written in the background (io_method = worker): the end of the
+        // load waits for them.
+        t.finish_bulk().unwrap();
         assert!(
             new_file_writes.load(Ordering::SeqCst) > 2,
             "the load wrote no batch straight to its new file"
@@ -495,4 +504,81 @@ fn a_bulk_load_is_visible_at_its_end_to_itself_and_at_its_commit_to_others() {
     drop(st);
     let r = walnut_storage::verify::verify(Arc::new(fv.clone()), dir).unwrap();
     assert!(r.is_ok(), "verify found problems:\n{r}");
+}
+
+/// What a load onto a filling disk got: its error and where (`"insert"` or `"finish"`), if
+/// any, and the writes it tried on its file.
+type Outcome = (Option<(walnut_common::Error, &'static str)>, u64);
+
+/// A load into a file its transaction created, on a disk that fills up after `ok_writes`
+/// writes to that file; the transaction then rolls back, and the table must be as before.
+fn load_onto_a_full_disk(method: IoMethod, ok_writes: u64) -> Outcome {
+    let fv = FaultVfs::new(FaultConfig::new(35));
+    let dir = Path::new(DIR);
+    Storage::initdb(Arc::new(fv.clone()), dir).unwrap();
+    let target: Arc<Mutex<Option<PathBuf>>> = Arc::new(Mutex::new(None));
+    let writes = Arc::new(AtomicU64::new(0));
+    let hook: Arc<Hook> = {
+        let (target, writes) = (target.clone(), writes.clone());
+        Arc::new(move |io: &Io<'_>, run: &mut dyn FnMut() -> std::io::Result<()>| {
+            let ours = matches!(io, Io::Write { .. })
+                && target.lock().unwrap().as_deref() == Some(io.path());
+            if ours && writes.fetch_add(1, Ordering::SeqCst) >= ok_writes {
+                return Err(std::io::Error::from_raw_os_error(28));
+            }
+            run()
+        })
+    };
+    let cfg = StorageConfig {
+        io_method: method,
+        ..config(256)
+    };
+    let st = Storage::open(Arc::new(hook_vfs(Arc::new(fv.clone()), hook)), dir, cfg).unwrap();
+    create_with_first_rows(&st);
+
+    let mut t = begin(&st);
+    t.truncate("t").unwrap();
+    let id = t.table("t").unwrap().relfile;
+    *target.lock().unwrap() = Some(dir.join("base").join(id.0.to_string()));
+    let info = t.table("t").unwrap();
+    let mut failed = None;
+    for k in 0..5000 {
+        if let Err(e) = t.insert_bulk(&info, &row(k)) {
+            failed = Some((e, "insert"));
+            break;
+        }
+    }
+    if failed.is_none() {
+        failed = t.finish_bulk().err().map(|e| (e, "finish"));
+    }
+    t.rollback();
+    // The truncation and the load are undone; the table takes new rows.
+    assert_eq!(keys_of(&st), (0..FIRST).collect::<Vec<_>>());
+    let mut t = begin(&st);
+    let info = t.table("t").unwrap();
+    t.insert(&info, &row(-1)).unwrap();
+    commit(t);
+    assert_eq!(keys_of(&st).len(), FIRST as usize + 1);
+    st.shutdown().unwrap();
+    (failed, writes.load(Ordering::SeqCst))
+}
+
+#[test]
+fn a_full_disk_fails_a_load_into_a_new_file_with_53100_and_the_transaction_undoes_it() {
+    let (none, all) = load_onto_a_full_disk(IoMethod::Worker, u64::MAX);
+    assert!(none.is_none() && all >= 4, "{all} writes");
+    let full = |method, ok| {
+        let (failed, tried) = load_onto_a_full_disk(method, ok);
+        let (e, at) = failed.expect("the load fails");
+        assert_eq!(e.sqlstate, walnut_common::SqlState::DISK_FULL, "{e}");
+        assert!(tried > ok, "the disk filled up");
+        at
+    };
+    // In the background (io_method = worker): the batch that failed was handed over earlier;
+    // a later batch or the end of the load reports it.
+    full(IoMethod::Worker, 1);
+    // The last batch fails: only the end of the load can report it.
+    assert_eq!(full(IoMethod::Worker, all - 1), "finish");
+    // io_method = sync: the insert that completed the batch gets the error itself.
+    assert_eq!(full(IoMethod::Sync, 1), "insert");
 }

@@ -99,7 +99,12 @@ impl LevelItems for Downlinks {
 ///
 /// # Errors
 /// 54000 for a key over [`MAX_KEY_SIZE`] bytes; I/O errors (53100 for a full disk).
-pub fn build(st: &Storage, rel: &Relation, xid: Xid, entries: &dyn SortedEntries) -> Result<()> {
+pub fn build(
+    st: &Storage,
+    rel: &Arc<Relation>,
+    xid: Xid,
+    entries: &dyn SortedEntries,
+) -> Result<()> {
     let n = entries.count();
     for i in 0..n {
         assert!(
@@ -155,7 +160,7 @@ pub fn build(st: &Storage, rel: &Relation, xid: Xid, entries: &dyn SortedEntries
     m[28..32].copy_from_slice(&(lvl as u32).to_le_bytes());
     w.push(meta_block, m)?;
     w.flush()?;
-    w.bulk.finish(st, rel);
+    w.bulk.finish(st, rel)?;
     rel.btree_root.store(root.0, Ordering::Release);
     Ok(())
 }
@@ -247,7 +252,7 @@ fn build_level(
 /// Writes built pages into the new relation, [`BUILD_BATCH_PAGES`] to a WAL record.
 struct Writer<'a> {
     st: &'a Storage,
-    rel: &'a Relation,
+    rel: &'a Arc<Relation>,
     bulk: BulkWriter,
     batch: Vec<(BlockNumber, Box<PageBuf>)>,
     /// Where this build reports its progress, if anywhere.
@@ -275,10 +280,8 @@ impl Writer<'_> {
         if self.batch.is_empty() {
             return Ok(());
         }
-        let blocks: Vec<BlockNumber> = self.batch.iter().map(|(b, _)| *b).collect();
-        let mut pages: Vec<&mut PageBuf> = self.batch.iter_mut().map(|(_, p)| &mut **p).collect();
-        self.bulk.write(self.st, self.rel, &blocks, &mut pages)?;
-        self.batch.clear();
+        let batch = std::mem::replace(&mut self.batch, Vec::with_capacity(BUILD_BATCH_PAGES));
+        self.bulk.write(self.st, self.rel, batch)?;
         Ok(())
     }
 }

@@ -231,21 +231,19 @@ impl BulkInsert {
         }
     }
 
-    /// A flush into a relation the transaction created (DESIGN.md, "Bulk load", steps 3'-5'):
+    /// A flush into a relation the transaction created (DESIGN.md, "Bulk load", steps 3'-7'):
     /// the next `n` blocks, one `NEWPAGES` record, the pages written straight to the file
     /// ([`BulkWriter`]).
     fn flush_direct(&mut self, st: &Storage) -> Result<()> {
-        let w = self.direct.as_ref().expect("a direct load");
+        let w = self.direct.as_mut().expect("a direct load");
         let n = self.full.len() as u32;
         let first = w.reserve(&self.rel, n);
-        let blocks: Vec<BlockNumber> = (first.0..first.0 + n).map(BlockNumber).collect();
-        w.write(
-            st,
-            &self.rel,
-            &blocks,
-            &mut self.full.iter_mut().map(|p| &mut **p).collect::<Vec<_>>(),
-        )?;
-        self.spare.append(&mut self.full);
+        let batch = (first.0..first.0 + n)
+            .map(BlockNumber)
+            .zip(self.full.drain(..))
+            .collect();
+        w.write(st, &self.rel, batch)?;
+        w.recycle(&mut self.spare);
         Ok(())
     }
 
@@ -288,8 +286,8 @@ impl BulkInsert {
             self.full.push(p);
         }
         self.flush(st)?;
-        if let Some(w) = &self.direct {
-            w.finish(st, &self.rel);
+        if let Some(w) = &mut self.direct {
+            w.finish(st, &self.rel)?;
         }
         let last = self.rel.nblocks.load(Ordering::Acquire).saturating_sub(1);
         self.rel.insert_hint.store(last, Ordering::Release);
