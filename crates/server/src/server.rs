@@ -146,7 +146,7 @@ async fn accept_loop(
                 continue;
             }
         };
-        let handlers = ConnHandlers(Arc::new(Conn::new(shared.clone())));
+        let handlers = ConnHandlers(Conn::new(shared.clone()));
         let tls = tls.clone();
         let mut stop = stop.clone();
         // Each connection gets its own OS thread and single-threaded runtime (see

@@ -931,10 +931,7 @@ fn disconnect_mid_transaction_or_mid_copy_leaves_nothing() {
     s.query("create table u (id int primary key, n int)");
     s.query("insert into u values (1, 0)");
     let port = s.port;
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt = current_thread();
     rt.block_on(async move {
         let connect = || async move {
             let (c, conn) = tokio_postgres::connect(
@@ -1006,22 +1003,9 @@ fn progress_copy_shows_a_copy_in_flight() {
     let s = Server::new(&[]);
     s.query("create table t (id int primary key, v text)");
     let port = s.port;
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt = current_thread();
     rt.block_on(async move {
-        let connect = || async move {
-            let (c, conn) = tokio_postgres::connect(
-                &format!("host=127.0.0.1 port={port} user=postgres dbname=postgres"),
-                tokio_postgres::NoTls,
-            )
-            .await
-            .unwrap();
-            tokio::spawn(conn);
-            c
-        };
-        let (a, b) = (connect().await, connect().await);
+        let (a, b) = (tokio_client(port).await, tokio_client(port).await);
         let a_pid: i32 = a
             .query_one("select pg_backend_pid()", &[])
             .await
@@ -1085,6 +1069,75 @@ fn progress_copy_shows_a_copy_in_flight() {
     });
 }
 
+/// COPY data that arrives in pieces: the server parses each piece once the connection waits
+/// for more (a row each, as pgbench sends it, is not a session call each). A bad line in the
+/// second piece ends the COPY with PostgreSQL's error, counted from the first line of the
+/// first piece, at the next message at the latest; the rest of the data is ignored, nothing
+/// of the COPY stays, and the connection goes on. A good COPY in many small messages loads
+/// every row.
+#[test]
+fn copy_data_in_pieces_reports_a_bad_line_and_loads_the_rest_whole() {
+    let s = Server::new(&[]);
+    s.query("create table t (id int primary key, v text)");
+    let port = s.port;
+    let rt = current_thread();
+    rt.block_on(async move {
+        let c = tokio_client(port).await;
+        use futures::SinkExt;
+
+        let sink = c.copy_in("copy t from stdin").await.unwrap();
+        futures::pin_mut!(sink);
+        sink.send(bytes::Bytes::from_static(b"1\tone\n2\ttwo\n"))
+            .await
+            .unwrap();
+        sink.send(bytes::Bytes::from_static(b"3\tthree\nfour\tfour\n"))
+            .await
+            .unwrap();
+        // The server may already have failed the COPY: then this send or the finish says so.
+        let after = sink
+            .send(bytes::Bytes::from_static(b"5\tfive\n"))
+            .await;
+        let e = match after {
+            Err(e) => e,
+            Ok(()) => sink.as_mut().finish().await.unwrap_err(),
+        };
+        let db = e.as_db_error().expect("an error from the server");
+        assert_eq!(db.code().code(), "22P02", "{db:?}");
+        assert!(
+            db.message().contains("invalid input syntax for type integer"),
+            "{db:?}"
+        );
+        assert!(
+            db.detail().unwrap_or_default().contains("line 4")
+                || db.where_().unwrap_or_default().contains("line 4"),
+            "{db:?}"
+        );
+        let n: i64 = c
+            .query_one("select count(*) from t", &[])
+            .await
+            .unwrap()
+            .get(0);
+        assert_eq!(n, 0, "nothing of a failed COPY stays");
+
+        let sink = c.copy_in("copy t from stdin").await.unwrap();
+        futures::pin_mut!(sink);
+        for i in 0..5000 {
+            sink.feed(bytes::Bytes::from(format!("{i}\tv{i}\n")))
+                .await
+                .unwrap();
+        }
+        assert_eq!(sink.as_mut().finish().await.unwrap(), 5000);
+        let (n, sum): (i64, i64) = {
+            let r = c
+                .query_one("select count(*), sum(id)::int8 from t", &[])
+                .await
+                .unwrap();
+            (r.get(0), r.get(1))
+        };
+        assert_eq!((n, sum), (5000, 4999 * 5000 / 2));
+    });
+}
+
 /// A full disk (`WALNUT_FAULT_DISK_FULL_WHILE`: while a trigger file exists, no file of the
 /// server's may grow, as on a file system with no free block): writes fail with 53100
 /// disk_full, first with the whole data directory full (a heap file cannot be extended), then
@@ -1107,18 +1160,9 @@ fn full_disk_fails_writes_with_53100_and_loses_nothing() {
         &[("WALNUT_FAULT_DISK_FULL_WHILE", trigger.to_str().unwrap())],
     );
     let port = s.port;
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt = current_thread();
     let acked: Vec<i32> = rt.block_on(async move {
-        let (c, conn) = tokio_postgres::connect(
-            &format!("host=127.0.0.1 port={port} user=postgres dbname=postgres"),
-            tokio_postgres::NoTls,
-        )
-        .await
-        .unwrap();
-        tokio::spawn(conn);
+        let c = tokio_client(port).await;
         let pad = "x".repeat(2000);
         let batch = |from: i32| {
             let rows: Vec<String> = (from..from + 50)
@@ -1212,4 +1256,24 @@ fn full_disk_fails_writes_with_53100_and_loses_nothing() {
         "the rows after the restart are not the acknowledged ones"
     );
     verify_offline(&mut s, &settings);
+}
+
+/// A single-threaded tokio runtime for a test's client.
+fn current_thread() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+/// A tokio-postgres client of the server on `port`, its connection driven by a spawned task.
+async fn tokio_client(port: u16) -> tokio_postgres::Client {
+    let (c, conn) = tokio_postgres::connect(
+        &format!("host=127.0.0.1 port={port} user=postgres dbname=postgres"),
+        tokio_postgres::NoTls,
+    )
+    .await
+    .unwrap();
+    tokio::spawn(conn);
+    c
 }

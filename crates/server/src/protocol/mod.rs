@@ -55,7 +55,7 @@ use pgwire::messages::response::TransactionStatus;
 use startup::AuthState;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, OnceLock, Weak};
 use walnut_common::config::Config;
 use walnut_common::Error;
 use walnut_sql::session::TxnStatus;
@@ -85,6 +85,17 @@ pub struct Conn {
     rejected: AtomicBool,
     /// Where the authentication exchange is.
     auth: Mutex<AuthState>,
+    /// COPY FROM STDIN data not yet given to the session (`copy.rs`): the CopyData messages
+    /// that arrive together, up to [`copy::COPY_CHUNK`] bytes, go to the session in one call,
+    /// not one call per message (a row each from pgbench).
+    copy_in: Mutex<Vec<u8>>,
+    /// A deferred flush of `copy_in` is queued on the connection's runtime.
+    copy_flush_queued: AtomicBool,
+    /// The error a deferred flush got (it ended the COPY), with the session's status then,
+    /// for the next COPY message to report.
+    copy_error: Mutex<Option<(Error, TxnStatus)>>,
+    /// This connection, for the tasks it spawns.
+    this: Weak<Conn>,
 }
 
 /// The handler set pgwire's `process_socket` takes: every handler is the connection itself.
@@ -130,8 +141,8 @@ fn is_empty_query(sql: &str) -> bool {
 
 impl Conn {
     /// A new connection of the server whose shared state is `shared`.
-    pub fn new(shared: Arc<Shared>) -> Conn {
-        Conn {
+    pub fn new(shared: Arc<Shared>) -> Arc<Conn> {
+        Arc::new_cyclic(|this| Conn {
             shared,
             backend: OnceLock::new(),
             statements: Mutex::new(HashMap::new()),
@@ -139,7 +150,11 @@ impl Conn {
             status: AtomicU8::new(TransactionStatus::Idle as u8),
             rejected: AtomicBool::new(false),
             auth: Mutex::new(AuthState::Idle),
-        }
+            copy_in: Mutex::new(Vec::new()),
+            copy_flush_queued: AtomicBool::new(false),
+            copy_error: Mutex::new(None),
+            this: this.clone(),
+        })
     }
 
     fn backend(&self) -> PgWireResult<&Backend> {
