@@ -312,6 +312,11 @@ impl Txn {
                     Ok(())
                 },
             )?;
+            if b == 0 {
+                // Room for as many keys in each block as in the first: one allocation, not a
+                // doubling series (each touches fresh memory).
+                keys.reserve(keys.entries.len() * n as usize, keys.bytes.len() * n as usize);
+            }
             if let Some(p) = &progress {
                 p.blocks_done.store(b as u64 + 1, Ordering::Release);
                 p.report();
@@ -807,6 +812,12 @@ impl KeyArena {
         let off = u32::try_from(off).expect("index build keys under 4 GiB");
         self.entries
             .push((u64::from_be_bytes(prefix), off, key.len() as u32, tid));
+    }
+
+    /// Makes room for `entries` more keys of `bytes` more bytes in all.
+    fn reserve(&mut self, entries: usize, bytes: usize) {
+        self.entries.reserve(entries);
+        self.bytes.reserve(bytes);
     }
 
     fn slice(&self, e: &(u64, u32, u32, Tid)) -> &[u8] {

@@ -674,6 +674,7 @@ pub fn visit_block(
     if page::is_new(&p) || page::kind(&p) != Some(PageKind::Heap) {
         return Ok(());
     }
+    let mut last_xmin: Option<(Xid, bool)> = None;
     for i in 0..page::slot_count(&p) {
         let Some(item) = page::item(&p, i) else {
             continue;
@@ -686,7 +687,17 @@ pub fn visit_block(
             )));
         }
         let xmin = Xid(u64::from_le_bytes(item[0..8].try_into().expect("8")));
-        if !st.xact.visible(snap, xmin) {
+        // The tuples of a page mostly share their xmin (a bulk load's page has one): ask the
+        // transaction status once per run of equal xmins.
+        let seen = match last_xmin {
+            Some((x, v)) if x == xmin => v,
+            _ => {
+                let v = st.xact.visible(snap, xmin);
+                last_xmin = Some((xmin, v));
+                v
+            }
+        };
+        if !seen {
             continue;
         }
         let xmax = header_xmax(item);
