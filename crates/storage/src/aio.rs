@@ -162,6 +162,11 @@ impl IoWorkers {
         w
     }
 
+    /// `io_combine_limit` as now set, blocks (1 ..= [`MAX_IO_COMBINE_BLOCKS`]).
+    pub fn combine(&self) -> u32 {
+        self.combine.load(Ordering::Relaxed)
+    }
+
     /// Sets `io_combine_limit` (a reload), blocks; clamped to 1 ..=
     /// [`MAX_IO_COMBINE_BLOCKS`]. Scans started later use it.
     pub fn set_combine(&self, combine: u32) {

@@ -597,6 +597,118 @@ impl BufferPool {
         r
     }
 
+    /// [`BufferPool::write_if_dirty`] for a run of frames holding consecutive blocks of one
+    /// relation, `run[k].1.block == run[0].1.block + k` (a stretch of the sorted
+    /// [`BufferPool::checkpoint_snapshot`]): the frames that still hold their page are pinned
+    /// and their write-out locks taken in block order; the pages still dirty are copied; the
+    /// WAL is flushed past the highest page LSN; and each stretch of adjacent copies goes out in
+    /// one write (`Smgr::write_blocks`: one system call, and with O_DIRECT one device request,
+    /// instead of one per page). Returns the tags this call wrote.
+    ///
+    /// # Errors
+    /// I/O errors from the WAL flush or a write: every page of the run not yet written stays
+    /// dirty.
+    pub fn write_run_if_dirty(&self, run: &[(usize, BufTag)]) -> Result<Vec<BufTag>> {
+        assert!(
+            run.windows(2).all(|w| w[1].1.rel == w[0].1.rel
+                && w[1].1.block.0 == w[0].1.block.0 + 1),
+            "a write run of consecutive blocks of one relation"
+        );
+        let pins: Vec<Pinned<'_>> = run
+            .iter()
+            .filter_map(|&(i, tag)| {
+                let map = self.shard(tag).lock();
+                if map.get(&tag) != Some(&i) {
+                    return None; // evicted, which wrote the page first
+                }
+                self.frames[i].pins.fetch_add(1, Ordering::AcqRel);
+                Some(Pinned {
+                    pool: self,
+                    idx: i,
+                    tag,
+                })
+            })
+            .collect();
+        // Write-out locks in block order (every other write-out holds one lock at a time, and
+        // a read-ahead claims only unpinned frames), and the copies, as in `write_frame`.
+        let mut taken = Vec::with_capacity(pins.len());
+        for p in &pins {
+            let f = &self.frames[p.idx];
+            let io = f.io.lock();
+            if !f.valid.load(Ordering::Acquire) {
+                continue;
+            }
+            let page = f.page.read();
+            if !f.dirty.load(Ordering::SeqCst) {
+                continue; // written meanwhile by someone else
+            }
+            f.write_pending.store(true, Ordering::SeqCst);
+            f.dirty.store(false, Ordering::SeqCst);
+            let mut copy: Box<PageBuf> = vec![0u8; BLCKSZ]
+                .into_boxed_slice()
+                .try_into()
+                .expect("BLCKSZ");
+            copy.copy_from_slice(&page[..]);
+            drop(page);
+            taken.push((p, io, copy));
+        }
+        let mut done = 0;
+        let r = self.write_copies(&mut taken, &mut done);
+        for (k, (p, _, _)) in taken.iter().enumerate() {
+            let f = &self.frames[p.idx];
+            if k >= done {
+                f.dirty.store(true, Ordering::SeqCst);
+            }
+            f.write_pending.store(false, Ordering::SeqCst);
+        }
+        r.map(|()| taken.iter().map(|(p, _, _)| p.tag).collect())
+    }
+
+    /// The WAL rule, the checksums and the writes of [`BufferPool::write_run_if_dirty`]'s
+    /// copies, each stretch of adjacent blocks in one write. `done`: the copies written (a
+    /// prefix), also after an error.
+    fn write_copies<G>(
+        &self,
+        taken: &mut [(&Pinned<'_>, G, Box<PageBuf>)],
+        done: &mut usize,
+    ) -> Result<()> {
+        let Some(first) = taken.first() else {
+            return Ok(());
+        };
+        let rel_id = first.0.tag.rel;
+        let lsn = taken.iter().map(|(_, _, c)| page::lsn(c)).max().expect("non-empty");
+        if let Some(wal) = self.wal.get() {
+            if lsn > wal.flush_lsn() {
+                wal.flush(lsn)?;
+            }
+        }
+        for (_, _, c) in taken.iter_mut() {
+            page::set_checksum(c);
+        }
+        let rel = match self.smgr.open(rel_id) {
+            Ok(rel) => rel,
+            // Dropped: the pages are garbage, not a failure (as in `write_copy`).
+            Err(_) if !self.smgr.exists(rel_id) => {
+                *done = taken.len();
+                return Ok(());
+            }
+            Err(e) => return Err(e),
+        };
+        while *done < taken.len() {
+            let start = *done;
+            let mut end = start + 1;
+            while end < taken.len()
+                && taken[end].0.tag.block.0 == taken[end - 1].0.tag.block.0 + 1
+            {
+                end += 1;
+            }
+            let bufs: Vec<&[u8]> = taken[start..end].iter().map(|(_, _, c)| &c[..]).collect();
+            self.smgr.write_blocks(&rel, taken[start].0.tag.block, &bufs)?;
+            *done = end;
+        }
+        Ok(())
+    }
+
     /// Writes out every dirty page now, unpaced (tests and tools). Returns the number written.
     ///
     /// # Errors

@@ -301,7 +301,18 @@ impl Storage {
         let mut pressure = self.ckpt_pressure.lock();
         let mut wb = Writeback::new(settings.checkpoint_flush_after);
         let mut written = 0;
-        for (k, &(i, tag)) in pages.iter().enumerate() {
+        // Runs of adjacent blocks, up to io_combine_limit, each written in one call.
+        let combine = self.io_combine_limit() as usize;
+        let mut k = 0;
+        while k < pages.len() {
+            let mut end = k + 1;
+            while end < pages.len()
+                && end - k < combine
+                && pages[end].1.rel == pages[end - 1].1.rel
+                && pages[end].1.block.0 == pages[end - 1].1.block.0 + 1
+            {
+                end += 1;
+            }
             loop {
                 let p = pressure.sample(wal.flush_latency_us(), Instant::now());
                 let wal_bytes = wal.insert_lsn().0.saturating_sub(redo.0);
@@ -321,10 +332,11 @@ impl Storage {
                     }
                 }
             }
-            if self.pool.write_if_dirty(i, tag)? {
+            for tag in self.pool.write_run_if_dirty(&pages[k..end])? {
                 written += 1;
                 wb.add(&self.smgr, tag);
             }
+            k = end;
         }
         wb.issue(&self.smgr);
         let write = started.elapsed();

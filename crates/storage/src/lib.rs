@@ -409,6 +409,17 @@ impl Storage {
         }
     }
 
+    /// `io_combine_limit`, blocks (1 ..= `smgr::MAX_IO_COMBINE_BLOCKS`): as last reloaded
+    /// when I/O workers run, else as the storage was opened with.
+    pub fn io_combine_limit(&self) -> u32 {
+        self.io_workers().map_or(
+            self.config
+                .io_combine_limit
+                .clamp(1, smgr::MAX_IO_COMBINE_BLOCKS as u32),
+            |w| w.combine(),
+        )
+    }
+
     /// The I/O workers that read ahead of sequential scans (`io_method = worker`), if started.
     pub fn io_workers(&self) -> Option<&Arc<aio::IoWorkers>> {
         self.io_workers.get()
