@@ -221,6 +221,7 @@ pub static GUCS: &[&GucDef] = &[
     &EFFECTIVE_IO_CONCURRENCY,
     &IO_COMBINE_LIMIT,
     &MAINTENANCE_IO_CONCURRENCY,
+    &MAX_PARALLEL_MAINTENANCE_WORKERS,
 ];
 
 fn check_fsync(v: Val) -> Result<Val> {
@@ -350,6 +351,20 @@ mod tests {
     }
 
     #[test]
+    fn max_parallel_maintenance_workers_is_0_to_1024_default_2() {
+        assert_eq!(
+            MAX_PARALLEL_MAINTENANCE_WORKERS.default_value(),
+            Val::Int(2)
+        );
+        assert!(MAX_PARALLEL_MAINTENANCE_WORKERS.parse("1025").is_err());
+        assert!(GUCS.iter().any(|g| g.name == "max_parallel_maintenance_workers"));
+        assert_eq!(
+            crate::StorageConfig::default().max_parallel_maintenance_workers,
+            2
+        );
+    }
+
+    #[test]
     fn maintenance_io_concurrency_is_0_to_1000_default_16() {
         assert_eq!(MAINTENANCE_IO_CONCURRENCY.default_value(), Val::Int(16));
         assert_eq!(MAINTENANCE_IO_CONCURRENCY.parse("0").unwrap(), Val::Int(0));
@@ -447,6 +462,20 @@ pub static IO_COMBINE_LIMIT: GucDef = GucDef {
     context: Context::Sighup,
     category: "Resource Usage / I/O",
     description: "Limit on the size of data reads and writes.",
+    check: None,
+};
+
+/// `max_parallel_maintenance_workers` (PostgreSQL 11): helper threads the heap scan of an index
+/// build may use besides the session's own thread (`Txn::add_primary_key`; how many follows
+/// the table's size, as PostgreSQL's `plan_create_index_workers`). PostgreSQL sets it per
+/// session (`user`); walnut's storage reads it at start and reload (`sighup`).
+pub static MAX_PARALLEL_MAINTENANCE_WORKERS: GucDef = GucDef {
+    name: "max_parallel_maintenance_workers",
+    kind: int(0, 1024, Unit::None),
+    default: "2",
+    context: Context::Sighup,
+    category: "Resource Usage / Worker Processes",
+    description: "Sets the maximum number of parallel processes per maintenance operation.",
     check: None,
 };
 

@@ -86,6 +86,9 @@ pub struct StorageConfig {
     pub io_combine_limit: u32,
     /// `maintenance_io_concurrency`: blocks a maintenance scan reads ahead (`sighup`).
     pub maintenance_io_concurrency: u32,
+    /// `max_parallel_maintenance_workers`: helper threads of an index build's heap scan
+    /// (`sighup`).
+    pub max_parallel_maintenance_workers: u32,
     /// The WAL's configuration (`wal_sync_method`, `wal_buffers`, `group_commit`, ...); its
     /// `dir` is replaced by the data directory's `wal` at open.
     pub wal: WalConfig,
@@ -115,6 +118,8 @@ impl StorageConfig {
             effective_io_concurrency: s.int(&guc::EFFECTIVE_IO_CONCURRENCY) as u32,
             io_combine_limit: s.int(&guc::IO_COMBINE_LIMIT) as u32,
             maintenance_io_concurrency: s.int(&guc::MAINTENANCE_IO_CONCURRENCY) as u32,
+            max_parallel_maintenance_workers: s.int(&guc::MAX_PARALLEL_MAINTENANCE_WORKERS)
+                as u32,
             wal,
         }
     }
@@ -177,6 +182,8 @@ pub struct Storage {
     ckpt_pressure: Mutex<checkpointer::WalPressure>,
     /// The I/O workers of `io_method = worker`, once the storage is open.
     io_workers: OnceLock<Arc<aio::IoWorkers>>,
+    /// `max_parallel_maintenance_workers`, as reloaded.
+    max_parallel_maintenance_workers: AtomicU32,
 }
 
 /// Inserts one WAL record (`rmgr`, `info`) for `xid` carrying `images[i]` as the whole new
@@ -240,6 +247,8 @@ impl Storage {
             .backend_flush_after
             .store(c.write.backend_flush_after as u32, Ordering::Relaxed);
         *self.write_settings.write() = c.write;
+        self.max_parallel_maintenance_workers
+            .store(c.max_parallel_maintenance_workers, Ordering::Relaxed);
         if let Some(w) = self.io_workers.get() {
             w.set_distance(c.effective_io_concurrency);
             w.set_combine(c.io_combine_limit);
@@ -406,6 +415,7 @@ impl Storage {
             distance_estimate_kb: Mutex::new(0),
             ckpt_pressure: Mutex::new(checkpointer::WalPressure::default()),
             io_workers: OnceLock::new(),
+            max_parallel_maintenance_workers: AtomicU32::new(config.max_parallel_maintenance_workers),
         }
     }
 
@@ -418,6 +428,11 @@ impl Storage {
                 .clamp(1, smgr::MAX_IO_COMBINE_BLOCKS as u32),
             |w| w.combine(),
         )
+    }
+
+    /// `max_parallel_maintenance_workers`, as last reloaded.
+    pub fn max_parallel_maintenance_workers(&self) -> u32 {
+        self.max_parallel_maintenance_workers.load(Ordering::Relaxed)
     }
 
     /// The I/O workers that read ahead of sequential scans (`io_method = worker`), if started.

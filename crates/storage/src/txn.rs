@@ -11,6 +11,7 @@ use crate::btree::{self, Existing, InsertOutcome, SortedEntries};
 use crate::catalog::{self, TableInfo};
 use crate::heap::{self, WriteCheck};
 use crate::recovery::encode_rel_list;
+use crate::smgr::Relation;
 use crate::xact::{Snapshot, XidStatus};
 use crate::{Storage, RM_XACT, XACT_ABORT, XACT_COMMIT};
 use std::collections::HashMap;
@@ -281,46 +282,59 @@ impl Txn {
     /// TIDs, sorted (PostgreSQL's `tuplesort` for `nbtsort.c`). Only the columns up to the last
     /// key column are decoded; the keys share one buffer.
     ///
+    /// A large table is scanned in parallel (PostgreSQL's parallel index build): the session's
+    /// thread and [`scan_workers`] helper threads each scan one contiguous part of the blocks
+    /// into their own arena; the arenas are joined in block order (so a table loaded in key
+    /// order stays sorted and is not sorted again) and then sorted.
+    ///
     /// # Errors
-    /// 23502 if a key column is NULL; I/O, corruption and cancellation errors.
+    /// 23502 if a key column is NULL; I/O, corruption and cancellation errors (a helper's
+    /// included).
     fn sorted_keys(&self, info: &TableInfo, cols: &[usize]) -> Result<KeyArena> {
         let rel = self.st.smgr.open(info.relfile)?;
-        let types = info.def.types();
-        let upto = cols.iter().max().map_or(0, |&c| c + 1);
-        let mut keys = KeyArena::default();
-        let mut null_col = None;
+        let n = rel.nblocks.load(Ordering::Acquire);
         // pg_stat_progress_create_index: blocks scanned, then the sort.
         let progress = crate::progress::index_build_progress();
-        let n = rel.nblocks.load(Ordering::Acquire);
-        // A maintenance read: read ahead by maintenance_io_concurrency (with O_DIRECT data).
-        let mut ahead = crate::aio::ReadAhead::maintenance(&self.st, &rel, n);
-        for b in 0..n {
-            self.check_cancel()?;
-            ahead.before(b);
-            heap::visit_block(
-                &self.st,
-                &rel,
-                BlockNumber(b),
-                &self.snap,
-                &mut |tid, bytes| {
-                    let row = decode_row(&types[..upto], bytes)?;
-                    if let Some(&c) = cols.iter().find(|&&c| row[c].is_null()) {
-                        null_col.get_or_insert(c);
-                        return Ok(());
-                    }
-                    keys.push(cols.iter().map(|&c| &row[c]), tid);
-                    Ok(())
-                },
-            )?;
-            if b == 0 {
-                // Room for as many keys in each block as in the first: one allocation, not a
-                // doubling series (each touches fresh memory).
-                keys.reserve(keys.entries.len() * n as usize, keys.bytes.len() * n as usize);
+        let done = std::sync::atomic::AtomicU64::new(0);
+        let scan = Scan {
+            st: &self.st,
+            rel: &rel,
+            snap: &self.snap,
+            cancel: &self.cancel,
+            types: info.def.types(),
+            cols,
+            done: &done,
+        };
+        let parts = scan_workers(n, self.st.max_parallel_maintenance_workers()) + 1;
+        let bounds: Vec<u32> = (0..=parts).map(|i| (n as u64 * i as u64 / parts as u64) as u32).collect();
+        let results: Vec<Result<(KeyArena, Option<usize>)>> = std::thread::scope(|sc| {
+            let helpers: Vec<_> = (1..parts)
+                .map(|i| {
+                    let (scan, lo, hi) = (&scan, bounds[i], bounds[i + 1]);
+                    std::thread::Builder::new()
+                        .name("index build scan".into())
+                        .spawn_scoped(sc, move || scan.part(lo, hi, None))
+                })
+                .collect();
+            // The session scans the first part and reports the progress of all.
+            let mut all = vec![scan.part(bounds[0], bounds[1], progress.as_deref())];
+            for h in helpers {
+                all.push(match h {
+                    Ok(h) => h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)),
+                    Err(e) => Err(Error::io("could not start an index build scan thread", e)),
+                });
             }
-            if let Some(p) = &progress {
-                p.blocks_done.store(b as u64 + 1, Ordering::Release);
-                p.report();
-            }
+            all
+        });
+        if results
+            .iter()
+            .any(|r| matches!(r, Err(e) if e.kind == walnut_common::ErrorKind::Cancelled))
+        {
+            self.cancel.store(false, Ordering::Release); // the cancel is consumed
+        }
+        let mut keys = KeyArena::default();
+        for r in results {
+            let (part, null_col) = r?;
             if let Some(c) = null_col {
                 return Err(Error::user(
                     SqlState::NOT_NULL_VIOLATION,
@@ -330,8 +344,10 @@ impl Txn {
                     ),
                 ));
             }
+            keys.append(part);
         }
         if let Some(p) = &progress {
+            p.blocks_done.store(n as u64, Ordering::Release);
             p.set_phase(crate::progress::PHASE_SORTING);
         }
         keys.sort();
@@ -790,6 +806,88 @@ fn existing_state(
     Err(Error::corruption("version chain does not end"))
 }
 
+/// A heap block a helper of a parallel index build's scan is given at least: PostgreSQL's
+/// `min_parallel_table_scan_size` (8 MB).
+const MIN_PARALLEL_SCAN_BLOCKS: u64 = 1024;
+
+/// Helper threads for the heap scan of an index build over `nblocks` blocks, at most `max`
+/// (`max_parallel_maintenance_workers`): none under [`MIN_PARALLEL_SCAN_BLOCKS`], then one,
+/// and one more each time the table is three times larger (PostgreSQL's
+/// `compute_parallel_worker` for `plan_create_index_workers`).
+fn scan_workers(nblocks: u32, max: u32) -> usize {
+    let mut workers = 0;
+    let mut threshold = MIN_PARALLEL_SCAN_BLOCKS;
+    while nblocks as u64 >= threshold && workers < max {
+        workers += 1;
+        threshold *= 3;
+    }
+    workers as usize
+}
+
+/// What each participant of an index build's heap scan shares.
+struct Scan<'a> {
+    st: &'a Storage,
+    rel: &'a Arc<Relation>,
+    snap: &'a Snapshot,
+    cancel: &'a AtomicBool,
+    types: Vec<walnut_common::DataType>,
+    cols: &'a [usize],
+    /// Blocks scanned by all participants.
+    done: &'a std::sync::atomic::AtomicU64,
+}
+
+impl Scan<'_> {
+    /// Scans blocks `lo..hi` into an arena of keys (sized from the first block), reading ahead
+    /// by `maintenance_io_concurrency`. Returns it and the first key column found NULL, if
+    /// any (the scan stops there). `progress`: where the session reports every participant's
+    /// blocks.
+    ///
+    /// # Errors
+    /// I/O and corruption errors; cancellation (the flag is left for the session to clear).
+    fn part(
+        &self,
+        lo: u32,
+        hi: u32,
+        progress: Option<&crate::progress::IndexBuildProgress>,
+    ) -> Result<(KeyArena, Option<usize>)> {
+        let upto = self.cols.iter().max().map_or(0, |&c| c + 1);
+        let mut keys = KeyArena::default();
+        let mut null_col = None;
+        // A maintenance read: read ahead by maintenance_io_concurrency (with O_DIRECT data).
+        let mut ahead = crate::aio::ReadAhead::maintenance(self.st, self.rel, hi);
+        for b in lo..hi {
+            if self.cancel.load(Ordering::Acquire) {
+                return Err(Error::cancelled());
+            }
+            ahead.before(b);
+            heap::visit_block(self.st, self.rel, BlockNumber(b), self.snap, &mut |tid, bytes| {
+                let row = decode_row(&self.types[..upto], bytes)?;
+                if let Some(&c) = self.cols.iter().find(|&&c| row[c].is_null()) {
+                    null_col.get_or_insert(c);
+                    return Ok(());
+                }
+                keys.push(self.cols.iter().map(|&c| &row[c]), tid);
+                Ok(())
+            })?;
+            if b == lo {
+                // Room for as many keys in each block as in the first: one allocation, not a
+                // doubling series (each touches fresh memory).
+                let blocks = (hi - lo) as usize;
+                keys.reserve(keys.entries.len() * blocks, keys.bytes.len() * blocks);
+            }
+            let all = self.done.fetch_add(1, Ordering::AcqRel) + 1;
+            if let Some(p) = progress {
+                p.blocks_done.store(all, Ordering::Release);
+                p.report();
+            }
+            if null_col.is_some() {
+                break;
+            }
+        }
+        Ok((keys, null_col))
+    }
+}
+
 /// Encoded keys with their TIDs, in one buffer: what an index build sorts. Each entry keeps
 /// its key's first 8 bytes as a big-endian integer, so most comparisons touch no buffer.
 #[derive(Default)]
@@ -812,6 +910,23 @@ impl KeyArena {
         let off = u32::try_from(off).expect("index build keys under 4 GiB");
         self.entries
             .push((u64::from_be_bytes(prefix), off, key.len() as u32, tid));
+    }
+
+    /// Appends `other`'s keys after this arena's.
+    fn append(&mut self, other: KeyArena) {
+        if self.entries.is_empty() {
+            *self = other;
+            return;
+        }
+        let base = u32::try_from(self.bytes.len()).expect("index build keys under 4 GiB");
+        self.bytes.extend_from_slice(&other.bytes);
+        u32::try_from(self.bytes.len()).expect("index build keys under 4 GiB");
+        self.entries.extend(
+            other
+                .entries
+                .into_iter()
+                .map(|(prefix, off, len, tid)| (prefix, off + base, len, tid)),
+        );
     }
 
     /// Makes room for `entries` more keys of `bytes` more bytes in all.

@@ -586,3 +586,71 @@ fn a_full_disk_fails_a_load_into_a_new_file_with_53100_and_the_transaction_undoe
     // io_method = sync: the insert that completed the batch gets the error itself.
     assert_eq!(full(IoMethod::Sync, 1), "insert");
 }
+
+/// Loads `keys` (in this order) into a new table `t` and commits; returns its blocks.
+fn load_keys(st: &Arc<Storage>, keys: impl Iterator<Item = i32>, null_last: bool) -> u32 {
+    let mut t = begin(st);
+    let _ = t.drop_table("t");
+    t.create_table(table()).unwrap();
+    let info = t.table("t").unwrap();
+    for k in keys {
+        t.insert_bulk(&info, &row(k)).unwrap();
+    }
+    if null_last {
+        t.insert_bulk(&info, &[Value::Int4(-1), Value::Null]).unwrap();
+    }
+    commit(t);
+    let rel = st.smgr.open(begin(st).table("t").unwrap().relfile).unwrap();
+    rel.nblocks.load(Ordering::Acquire)
+}
+
+/// An index build over a table of more than 3 × 1024 blocks scans it with two helper threads
+/// besides the session's (max_parallel_maintenance_workers = 2, the default), each over its
+/// own part: keys loaded in descending order come out of the index ascending and whole; a key
+/// of the session's part duplicated in the last helper's part is 23505; a NULL key in the last
+/// part is 23502. With no helpers (0) the index is the same.
+#[test]
+fn a_parallel_index_build_scan_sorts_across_parts_and_finds_duplicates_and_nulls_in_any() {
+    for workers in [2, 0] {
+        let fv = FaultVfs::new(FaultConfig::new(36));
+        let dir = Path::new(DIR);
+        Storage::initdb(Arc::new(fv.clone()), dir).unwrap();
+        let cfg = StorageConfig {
+            max_parallel_maintenance_workers: workers,
+            ..config(512)
+        };
+        let st = Storage::open(Arc::new(fv.clone()), dir, cfg).unwrap();
+        let n = 95_000;
+        let blocks = load_keys(&st, (0..n).rev(), false);
+        assert!(blocks >= 3 * 1024, "{blocks} blocks: two helpers");
+        let mut t = begin(&st);
+        t.add_primary_key("t", vec![0]).unwrap();
+        commit(t);
+        let t = begin(&st);
+        let info = t.table("t").unwrap();
+        let mut keys = Vec::new();
+        t.index_scan(&info, Bound::Unbounded, Bound::Unbounded, &mut |_, r| {
+            assert_eq!(r, row(r[0].as_i64().unwrap() as i32));
+            keys.push(r[0].as_i64().unwrap() as i32);
+            Ok(true)
+        })
+        .unwrap();
+        t.rollback();
+        assert!(keys == (0..n).collect::<Vec<_>>(), "workers {workers}");
+
+        // The last key loaded (0, in the last part) also first (in the session's part).
+        load_keys(&st, std::iter::once(0).chain((0..n).rev()), false);
+        let mut t = begin(&st);
+        let e = t.add_primary_key("t", vec![0]).unwrap_err();
+        assert_eq!(e.sqlstate, walnut_common::SqlState::UNIQUE_VIOLATION, "{e}");
+        t.rollback();
+        // A NULL key in the last part.
+        load_keys(&st, (0..n).rev(), true);
+        let mut t = begin(&st);
+        let e = t.add_primary_key("t", vec![1]).unwrap_err();
+        assert_eq!(e.sqlstate, walnut_common::SqlState::NOT_NULL_VIOLATION, "{e}");
+        assert!(e.message.contains("column \"v\""), "{e}");
+        t.rollback();
+        st.shutdown().unwrap();
+    }
+}
