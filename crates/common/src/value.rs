@@ -443,14 +443,28 @@ pub fn now_timestamp() -> i64 {
 
 /// Encodes a row for a heap tuple: u16 LE attribute count, a null bitmap of
 /// `ceil(natts / 8)` bytes (bit set = NULL), then each non-null value in column order:
-/// bool 1 byte, int2 2, int4 4, int8 8, float8 8, timestamp 8 (all LE), strings as u32 LE length
-/// plus UTF-8 bytes. Values must already have their column types (see [`Value::cast`]).
-pub fn encode_row(values: &[Value], out: &mut Vec<u8>) {
+/// bool 1 byte, int2 2, int4 4, int8 8, float8 8, timestamp 8 (all LE); a string as its length
+/// (one byte `0..=127`, or the byte 0x80 and a u32 LE) and its UTF-8 bytes. A `char(n)` value is
+/// stored without its trailing blanks, which [`decode_row`] puts back: pgbench's
+/// `filler char(84)`, blank in every row, takes one byte instead of 88.
+///
+/// `types` are the columns' types, `values` the row, cast to them (see [`Value::cast`]): one type
+/// per value.
+///
+/// # Panics
+/// If `types` has fewer entries than `values` (a caller's bug, checked in release builds).
+pub fn encode_row<'t>(
+    types: impl IntoIterator<Item = &'t DataType>,
+    values: &[Value],
+    out: &mut Vec<u8>,
+) {
     let natts = values.len();
     out.extend_from_slice(&(natts as u16).to_le_bytes());
     let bitmap_at = out.len();
     out.resize(bitmap_at + natts.div_ceil(8), 0);
+    let mut types = types.into_iter();
     for (i, v) in values.iter().enumerate() {
+        let ty = types.next().expect("encode_row: a type for every value");
         match v {
             Value::Null => out[bitmap_at + i / 8] |= 1 << (i % 8),
             Value::Bool(b) => out.push(*b as u8),
@@ -460,12 +474,27 @@ pub fn encode_row(values: &[Value], out: &mut Vec<u8>) {
             Value::Float8(x) => out.extend_from_slice(&x.to_le_bytes()),
             Value::Timestamp(x) => out.extend_from_slice(&x.to_le_bytes()),
             Value::Text(s) => {
-                out.extend_from_slice(&(s.len() as u32).to_le_bytes());
+                let s = match ty {
+                    DataType::Char(_) => s.trim_end_matches(' '),
+                    _ => s.as_str(),
+                };
+                match u8::try_from(s.len()) {
+                    Ok(len) if len <= SHORT_STRING_MAX => out.push(len),
+                    _ => {
+                        out.push(LONG_STRING);
+                        out.extend_from_slice(&(s.len() as u32).to_le_bytes());
+                    }
+                }
                 out.extend_from_slice(s.as_bytes());
             }
         }
     }
 }
+
+/// Longest string whose stored length takes one byte (the byte is the length).
+const SHORT_STRING_MAX: u8 = 0x7F;
+/// First byte of a longer string's stored length; a u32 LE length follows.
+const LONG_STRING: u8 = 0x80;
 
 /// Decodes [`encode_row`]'s format given the column types.
 ///
@@ -506,9 +535,23 @@ pub fn decode_row(types: &[DataType], bytes: &[u8]) -> Result<Vec<Value>> {
                 Value::Timestamp(i64::from_le_bytes(take(8)?.try_into().expect("8")))
             }
             DataType::Text | DataType::Varchar(_) | DataType::Char(_) => {
-                let len = u32::from_le_bytes(take(4)?.try_into().expect("4")) as usize;
+                let len = match take(1)?[0] {
+                    len @ 0..=SHORT_STRING_MAX => len as usize,
+                    LONG_STRING => u32::from_le_bytes(take(4)?.try_into().expect("4")) as usize,
+                    _ => return Err(corrupt()),
+                };
                 let s = std::str::from_utf8(take(len)?).map_err(|_| corrupt())?;
-                Value::Text(s.to_string())
+                match ty {
+                    DataType::Char(n) => {
+                        let chars = if s.is_ascii() { len } else { s.chars().count() };
+                        let pad = (*n as usize).saturating_sub(chars);
+                        let mut padded = String::with_capacity(len + pad);
+                        padded.push_str(s);
+                        padded.extend(std::iter::repeat_n(' ', pad));
+                        Value::Text(padded)
+                    }
+                    _ => Value::Text(s.to_string()),
+                }
             }
         };
         out.push(v);
@@ -580,13 +623,16 @@ mod tests {
             DataType::Float8,
             DataType::Int2,
             DataType::Timestamp,
+            DataType::Char(20),
+            DataType::Varchar(None),
         ]
     }
 
     proptest! {
         #[test]
         fn row_round_trip(b in any::<Option<bool>>(), i in any::<Option<i32>>(), l in any::<i64>(),
-                          s in any::<Option<String>>(), f in any::<f64>(), h in any::<i16>(), t in any::<i64>()) {
+                          s in any::<Option<String>>(), f in any::<f64>(), h in any::<i16>(), t in any::<i64>(),
+                          c in "[a-z\u{e9} ]{0,20}", v in "[a-z ]{0,200}") {
             let row = vec![
                 b.map(Value::Bool).unwrap_or(Value::Null),
                 i.map(Value::Int4).unwrap_or(Value::Null),
@@ -595,9 +641,11 @@ mod tests {
                 Value::Float8(f),
                 Value::Int2(h),
                 Value::Timestamp(t),
+                Value::Text(c).cast(&DataType::Char(20)).unwrap(),
+                Value::Text(v),
             ];
             let mut buf = Vec::new();
-            encode_row(&row, &mut buf);
+            encode_row(&types(), &row, &mut buf);
             prop_assert_eq!(decode_row(&types(), &buf).unwrap(), row);
         }
 
@@ -622,6 +670,28 @@ mod tests {
         fn float_keys_sort_like_floats(a in -1e300f64..1e300, b in -1e300f64..1e300) {
             prop_assert_eq!(encode_key(&[Value::Float8(a)]).cmp(&encode_key(&[Value::Float8(b)])), a.total_cmp(&b));
         }
+    }
+
+    #[test]
+    fn a_char_value_is_stored_without_its_trailing_blanks_and_read_back_padded() {
+        let types = [DataType::Char(84), DataType::Text, DataType::Char(3)];
+        let row = [
+            Value::Text(" ".repeat(84)),
+            Value::Text(format!("{} ", "x".repeat(199))),
+            Value::Text("\u{e9}  ".into()),
+        ];
+        let mut buf = Vec::new();
+        encode_row(&types, &row, &mut buf);
+        let mut want = vec![3, 0, 0, 0];
+        want.extend_from_slice(&[0x80, 200, 0, 0, 0]);
+        want.extend_from_slice(format!("{} ", "x".repeat(199)).as_bytes());
+        want.extend_from_slice(&[2, 0xC3, 0xA9]);
+        assert_eq!(buf, want, "char(84) blank: 1 byte; text keeps its blank");
+        let back = decode_row(&types, &buf).unwrap();
+        assert_eq!(back, row);
+        assert_eq!(back[2], Value::Text("\u{e9}  ".into()), "padded to 3 characters");
+        buf[3] = 0x81;
+        assert!(decode_row(&types, &buf).is_err(), "a length byte of 0x81 is corruption");
     }
 
     #[test]

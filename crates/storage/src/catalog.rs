@@ -84,7 +84,7 @@ pub fn encode(info: &TableInfo) -> Vec<u8> {
         Value::Int4(info.def.fillfactor as i32),
     ];
     let mut out = Vec::new();
-    encode_row(&row, &mut out);
+    encode_row(&catalog_types(), &row, &mut out);
     out
 }
 

@@ -3,7 +3,7 @@
 //! Control file, 48 bytes, little-endian:
 //! ```text
 //!  0 u32 magic "WLNT" (0x544E_4C57)
-//!  4 u32 format version (1)
+//!  4 u32 format version ([`FORMAT_VERSION`])
 //!  8 u32 state: 1 = shut down cleanly, 2 = in production
 //! 12 u32 reserved
 //! 16 u64 checkpoint_lsn  start of the last checkpoint record
@@ -23,6 +23,12 @@ use walnut_common::{panic_fatal, Error, Lsn, Result, Xid};
 use walnut_io::{OpenMode, Vfs};
 
 const MAGIC: u32 = 0x544E_4C57;
+
+/// Version of the on-disk formats, stored in the control file (PostgreSQL's
+/// `PG_CONTROL_VERSION` and `CATALOG_VERSION_NO` in one). A data directory of another version
+/// is refused at start-up. History: 1, the first; 2, heap rows store a string's length in one
+/// byte when it is under 128 bytes, and `char(n)` without its trailing blanks.
+pub const FORMAT_VERSION: u32 = 2;
 const XST_MAGIC: u32 = 0x5453_5857;
 
 /// Database state recorded in the control file.
@@ -109,7 +115,7 @@ impl ControlFile {
     pub fn encode(&self) -> Vec<u8> {
         let mut b = Vec::with_capacity(48);
         b.extend_from_slice(&MAGIC.to_le_bytes());
-        b.extend_from_slice(&1u32.to_le_bytes());
+        b.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
         b.extend_from_slice(&(self.state as u32).to_le_bytes());
         b.extend_from_slice(&0u32.to_le_bytes());
         b.extend_from_slice(&self.checkpoint_lsn.0.to_le_bytes());
@@ -134,10 +140,16 @@ impl ControlFile {
         }
         let u32_at = |i: usize| u32::from_le_bytes(b[i..i + 4].try_into().expect("4"));
         let u64_at = |i: usize| u64::from_le_bytes(b[i..i + 8].try_into().expect("8"));
-        if u32_at(0) != MAGIC || u32_at(4) != 1 {
-            return Err(Error::corruption(
-                "control file has a wrong magic number or version",
-            ));
+        if u32_at(0) != MAGIC {
+            return Err(Error::corruption("control file has a wrong magic number"));
+        }
+        if u32_at(4) != FORMAT_VERSION {
+            return Err(Error::corruption(format!(
+                "database files are incompatible with server: the data directory was \
+                 initialized with format version {}, but the server needs version \
+                 {FORMAT_VERSION}; it looks like you need to initdb",
+                u32_at(4)
+            )));
         }
         if walnut_common::crc32c(&b[..44]) != u32_at(44) {
             return Err(Error::corruption("incorrect checksum in control file"));
@@ -246,5 +258,25 @@ mod tests {
         assert_eq!(ControlFile::decode(&b).unwrap(), c);
         b[20] ^= 1;
         assert!(ControlFile::decode(&b).is_err());
+    }
+
+    #[test]
+    fn a_data_directory_of_another_format_version_is_refused_by_name() {
+        let c = ControlFile {
+            state: DbState::ShutDown,
+            checkpoint_lsn: Lsn(100),
+            redo_lsn: Lsn(100),
+            next_xid: Xid(3),
+            next_relfile: 16385,
+        };
+        let mut b = c.encode();
+        b[4..8].copy_from_slice(&1u32.to_le_bytes());
+        let crc = walnut_common::crc32c(&b[..44]);
+        b[44..48].copy_from_slice(&crc.to_le_bytes());
+        let err = ControlFile::decode(&b).unwrap_err().to_string();
+        assert!(
+            err.contains("incompatible") && err.contains("version 1") && err.contains("initdb"),
+            "{err}"
+        );
     }
 }

@@ -370,7 +370,7 @@ impl Txn {
         let xid = self.xid();
         let rel = self.st.smgr.open(info.relfile)?;
         let mut data = Vec::with_capacity(64);
-        encode_row(row, &mut data);
+        encode_row(info.def.columns.iter().map(|c| &c.ty), row, &mut data);
         let Some(index) = info.index else {
             heap::insert(
                 &self.st,
@@ -447,7 +447,7 @@ impl Txn {
         let bulk = self.bulk.as_mut().expect("just set");
         assert_eq!(bulk.xid(), xid, "bulk load of another transaction");
         self.row_scratch.clear();
-        encode_row(row, &mut self.row_scratch);
+        encode_row(info.def.columns.iter().map(|c| &c.ty), row, &mut self.row_scratch);
         bulk.add(&self.st, &self.row_scratch)
     }
 
@@ -542,7 +542,7 @@ impl Txn {
         let rel = self.st.smgr.open(info.relfile)?;
         let mut data = Vec::new();
         if let Some(row) = new_row {
-            encode_row(row, &mut data);
+            encode_row(info.def.columns.iter().map(|c| &c.ty), row, &mut data);
         }
         loop {
             let r = match new_row {
