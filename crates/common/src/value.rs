@@ -689,9 +689,16 @@ mod tests {
         assert_eq!(buf, want, "char(84) blank: 1 byte; text keeps its blank");
         let back = decode_row(&types, &buf).unwrap();
         assert_eq!(back, row);
-        assert_eq!(back[2], Value::Text("\u{e9}  ".into()), "padded to 3 characters");
+        assert_eq!(
+            back[2],
+            Value::Text("\u{e9}  ".into()),
+            "padded to 3 characters"
+        );
         buf[3] = 0x81;
-        assert!(decode_row(&types, &buf).is_err(), "a length byte of 0x81 is corruption");
+        assert!(
+            decode_row(&types, &buf).is_err(),
+            "a length byte of 0x81 is corruption"
+        );
     }
 
     #[test]

@@ -1094,9 +1094,7 @@ fn copy_data_in_pieces_reports_a_bad_line_and_loads_the_rest_whole() {
             .await
             .unwrap();
         // The server may already have failed the COPY: then this send or the finish says so.
-        let after = sink
-            .send(bytes::Bytes::from_static(b"5\tfive\n"))
-            .await;
+        let after = sink.send(bytes::Bytes::from_static(b"5\tfive\n")).await;
         let e = match after {
             Err(e) => e,
             Ok(()) => sink.as_mut().finish().await.unwrap_err(),
@@ -1104,7 +1102,8 @@ fn copy_data_in_pieces_reports_a_bad_line_and_loads_the_rest_whole() {
         let db = e.as_db_error().expect("an error from the server");
         assert_eq!(db.code().code(), "22P02", "{db:?}");
         assert!(
-            db.message().contains("invalid input syntax for type integer"),
+            db.message()
+                .contains("invalid input syntax for type integer"),
             "{db:?}"
         );
         assert!(

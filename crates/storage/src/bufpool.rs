@@ -610,8 +610,8 @@ impl BufferPool {
     /// dirty.
     pub fn write_run_if_dirty(&self, run: &[(usize, BufTag)]) -> Result<Vec<BufTag>> {
         assert!(
-            run.windows(2).all(|w| w[1].1.rel == w[0].1.rel
-                && w[1].1.block.0 == w[0].1.block.0 + 1),
+            run.windows(2)
+                .all(|w| w[1].1.rel == w[0].1.rel && w[1].1.block.0 == w[0].1.block.0 + 1),
             "a write run of consecutive blocks of one relation"
         );
         let pins: Vec<Pinned<'_>> = run
@@ -676,7 +676,11 @@ impl BufferPool {
             return Ok(());
         };
         let rel_id = first.0.tag.rel;
-        let lsn = taken.iter().map(|(_, _, c)| page::lsn(c)).max().expect("non-empty");
+        let lsn = taken
+            .iter()
+            .map(|(_, _, c)| page::lsn(c))
+            .max()
+            .expect("non-empty");
         if let Some(wal) = self.wal.get() {
             if lsn > wal.flush_lsn() {
                 wal.flush(lsn)?;
@@ -697,13 +701,13 @@ impl BufferPool {
         while *done < taken.len() {
             let start = *done;
             let mut end = start + 1;
-            while end < taken.len()
-                && taken[end].0.tag.block.0 == taken[end - 1].0.tag.block.0 + 1
+            while end < taken.len() && taken[end].0.tag.block.0 == taken[end - 1].0.tag.block.0 + 1
             {
                 end += 1;
             }
             let bufs: Vec<&[u8]> = taken[start..end].iter().map(|(_, _, c)| &c[..]).collect();
-            self.smgr.write_blocks(&rel, taken[start].0.tag.block, &bufs)?;
+            self.smgr
+                .write_blocks(&rel, taken[start].0.tag.block, &bufs)?;
             *done = end;
         }
         Ok(())

@@ -357,7 +357,9 @@ mod tests {
             Val::Int(2)
         );
         assert!(MAX_PARALLEL_MAINTENANCE_WORKERS.parse("1025").is_err());
-        assert!(GUCS.iter().any(|g| g.name == "max_parallel_maintenance_workers"));
+        assert!(GUCS
+            .iter()
+            .any(|g| g.name == "max_parallel_maintenance_workers"));
         assert_eq!(
             crate::StorageConfig::default().max_parallel_maintenance_workers,
             2

@@ -118,8 +118,7 @@ impl StorageConfig {
             effective_io_concurrency: s.int(&guc::EFFECTIVE_IO_CONCURRENCY) as u32,
             io_combine_limit: s.int(&guc::IO_COMBINE_LIMIT) as u32,
             maintenance_io_concurrency: s.int(&guc::MAINTENANCE_IO_CONCURRENCY) as u32,
-            max_parallel_maintenance_workers: s.int(&guc::MAX_PARALLEL_MAINTENANCE_WORKERS)
-                as u32,
+            max_parallel_maintenance_workers: s.int(&guc::MAX_PARALLEL_MAINTENANCE_WORKERS) as u32,
             wal,
         }
     }
@@ -321,7 +320,6 @@ impl Storage {
         Ok(end)
     }
 
-
     /// Allocates a new relation file id.
     pub fn allocate_relfile(&self) -> RelFileId {
         RelFileId(self.next_relfile.fetch_add(1, Ordering::AcqRel))
@@ -415,7 +413,9 @@ impl Storage {
             distance_estimate_kb: Mutex::new(0),
             ckpt_pressure: Mutex::new(checkpointer::WalPressure::default()),
             io_workers: OnceLock::new(),
-            max_parallel_maintenance_workers: AtomicU32::new(config.max_parallel_maintenance_workers),
+            max_parallel_maintenance_workers: AtomicU32::new(
+                config.max_parallel_maintenance_workers,
+            ),
         }
     }
 
@@ -432,7 +432,8 @@ impl Storage {
 
     /// `max_parallel_maintenance_workers`, as last reloaded.
     pub fn max_parallel_maintenance_workers(&self) -> u32 {
-        self.max_parallel_maintenance_workers.load(Ordering::Relaxed)
+        self.max_parallel_maintenance_workers
+            .load(Ordering::Relaxed)
     }
 
     /// The I/O workers that read ahead of sequential scans (`io_method = worker`), if started.

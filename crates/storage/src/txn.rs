@@ -306,7 +306,9 @@ impl Txn {
             done: &done,
         };
         let parts = scan_workers(n, self.st.max_parallel_maintenance_workers()) + 1;
-        let bounds: Vec<u32> = (0..=parts).map(|i| (n as u64 * i as u64 / parts as u64) as u32).collect();
+        let bounds: Vec<u32> = (0..=parts)
+            .map(|i| (n as u64 * i as u64 / parts as u64) as u32)
+            .collect();
         let results: Vec<Result<(KeyArena, Option<usize>)>> = std::thread::scope(|sc| {
             let helpers: Vec<_> = (1..parts)
                 .map(|i| {
@@ -447,7 +449,11 @@ impl Txn {
         let bulk = self.bulk.as_mut().expect("just set");
         assert_eq!(bulk.xid(), xid, "bulk load of another transaction");
         self.row_scratch.clear();
-        encode_row(info.def.columns.iter().map(|c| &c.ty), row, &mut self.row_scratch);
+        encode_row(
+            info.def.columns.iter().map(|c| &c.ty),
+            row,
+            &mut self.row_scratch,
+        );
         bulk.add(&self.st, &self.row_scratch)
     }
 
@@ -860,15 +866,21 @@ impl Scan<'_> {
                 return Err(Error::cancelled());
             }
             ahead.before(b);
-            heap::visit_block(self.st, self.rel, BlockNumber(b), self.snap, &mut |tid, bytes| {
-                let row = decode_row(&self.types[..upto], bytes)?;
-                if let Some(&c) = self.cols.iter().find(|&&c| row[c].is_null()) {
-                    null_col.get_or_insert(c);
-                    return Ok(());
-                }
-                keys.push(self.cols.iter().map(|&c| &row[c]), tid);
-                Ok(())
-            })?;
+            heap::visit_block(
+                self.st,
+                self.rel,
+                BlockNumber(b),
+                self.snap,
+                &mut |tid, bytes| {
+                    let row = decode_row(&self.types[..upto], bytes)?;
+                    if let Some(&c) = self.cols.iter().find(|&&c| row[c].is_null()) {
+                        null_col.get_or_insert(c);
+                        return Ok(());
+                    }
+                    keys.push(self.cols.iter().map(|&c| &row[c]), tid);
+                    Ok(())
+                },
+            )?;
             if b == lo {
                 // Room for as many keys in each block as in the first: one allocation, not a
                 // doubling series (each touches fresh memory).

@@ -26,9 +26,9 @@ use support::{hook_vfs, Hook, Io};
 use walnut_common::{ColumnDef, DataType, TableDef, Value};
 use walnut_io::fault::{CrashKind, FaultConfig, FaultVfs};
 use walnut_io::Vfs;
+use walnut_storage::aio::IoMethod;
 use walnut_storage::control::DbState;
 use walnut_storage::txn::Txn;
-use walnut_storage::aio::IoMethod;
 use walnut_storage::{Storage, StorageConfig};
 use walnut_wal::{CommitOpts, SessionId};
 
@@ -524,14 +524,16 @@ fn load_onto_a_full_disk(method: IoMethod, ok_writes: u64) -> Outcome {
     let writes = Arc::new(AtomicU64::new(0));
     let hook: Arc<Hook> = {
         let (target, writes) = (target.clone(), writes.clone());
-        Arc::new(move |io: &Io<'_>, run: &mut dyn FnMut() -> std::io::Result<()>| {
-            let ours = matches!(io, Io::Write { .. })
-                && target.lock().unwrap().as_deref() == Some(io.path());
-            if ours && writes.fetch_add(1, Ordering::SeqCst) >= ok_writes {
-                return Err(std::io::Error::from_raw_os_error(28));
-            }
-            run()
-        })
+        Arc::new(
+            move |io: &Io<'_>, run: &mut dyn FnMut() -> std::io::Result<()>| {
+                let ours = matches!(io, Io::Write { .. })
+                    && target.lock().unwrap().as_deref() == Some(io.path());
+                if ours && writes.fetch_add(1, Ordering::SeqCst) >= ok_writes {
+                    return Err(std::io::Error::from_raw_os_error(28));
+                }
+                run()
+            },
+        )
     };
     let cfg = StorageConfig {
         io_method: method,
@@ -597,7 +599,8 @@ fn load_keys(st: &Arc<Storage>, keys: impl Iterator<Item = i32>, null_last: bool
         t.insert_bulk(&info, &row(k)).unwrap();
     }
     if null_last {
-        t.insert_bulk(&info, &[Value::Int4(-1), Value::Null]).unwrap();
+        t.insert_bulk(&info, &[Value::Int4(-1), Value::Null])
+            .unwrap();
     }
     commit(t);
     let rel = st.smgr.open(begin(st).table("t").unwrap().relfile).unwrap();
@@ -648,7 +651,11 @@ fn a_parallel_index_build_scan_sorts_across_parts_and_finds_duplicates_and_nulls
         load_keys(&st, (0..n).rev(), true);
         let mut t = begin(&st);
         let e = t.add_primary_key("t", vec![1]).unwrap_err();
-        assert_eq!(e.sqlstate, walnut_common::SqlState::NOT_NULL_VIOLATION, "{e}");
+        assert_eq!(
+            e.sqlstate,
+            walnut_common::SqlState::NOT_NULL_VIOLATION,
+            "{e}"
+        );
         assert!(e.message.contains("column \"v\""), "{e}");
         t.rollback();
         st.shutdown().unwrap();
