@@ -34,6 +34,11 @@ impl TableDef {
 
     /// Column types in order.
     pub fn types(&self) -> Vec<DataType> {
-        self.columns.iter().map(|c| c.ty.clone()).collect()
+        self.column_types().cloned().collect()
+    }
+
+    /// Column types in order, borrowed (what `value::encode_row` takes).
+    pub fn column_types(&self) -> impl Iterator<Item = &DataType> {
+        self.columns.iter().map(|c| &c.ty)
     }
 }

@@ -19,7 +19,7 @@ use parking_lot::{Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
-use walnut_common::{BlockNumber, Error, ErrorKind, Lsn, RelFileId, Result, SqlState, BLCKSZ};
+use walnut_common::{BlockNumber, Error, ErrorKind, Lsn, RelFileId, Result, SqlState};
 use walnut_wal::Wal;
 
 const SHARDS: usize = 64;
@@ -204,12 +204,7 @@ impl BufferPool {
                 pins: AtomicU32::new(0),
                 usage: AtomicU8::new(0),
                 io: Mutex::new(()),
-                page: RwLock::new(
-                    vec![0u8; BLCKSZ]
-                        .into_boxed_slice()
-                        .try_into()
-                        .expect("BLCKSZ bytes"),
-                ),
+                page: RwLock::new(page::zeroed()),
             })
             .collect();
         BufferPool {
@@ -503,10 +498,7 @@ impl BufferPool {
     fn write_frame(&self, i: usize, tag: BufTag) -> Result<bool> {
         let f = &self.frames[i];
         let _io = f.io.lock();
-        let mut copy: Box<PageBuf> = vec![0u8; BLCKSZ]
-            .into_boxed_slice()
-            .try_into()
-            .expect("BLCKSZ");
+        let mut copy: Box<PageBuf> = page::zeroed();
         {
             let page = f.page.read();
             if !f.dirty.load(Ordering::SeqCst) {
@@ -527,20 +519,38 @@ impl BufferPool {
     /// The WAL rule, the checksum and the write of a frame's copy.
     fn write_copy(&self, tag: BufTag, copy: &mut PageBuf) -> Result<()> {
         let lsn = page::lsn(copy);
+        match self.before_write(tag.rel, lsn, [&mut *copy])? {
+            Some(rel) => self.smgr.write(&rel, tag.block, &copy[..]),
+            None => Ok(()),
+        }
+    }
+
+    /// What precedes writing copies of pages of `rel`: the WAL rule (the WAL flushed past
+    /// `lsn`, the highest page LSN among them), each copy's checksum, and the relation's file.
+    /// `None` if the relation was dropped (its buffers are discarded lazily when they were
+    /// pinned at the time): the pages are garbage, not a failure.
+    ///
+    /// # Errors
+    /// The WAL flush's I/O errors; the open's, for a relation that still exists.
+    fn before_write<'p>(
+        &self,
+        rel: RelFileId,
+        lsn: Lsn,
+        copies: impl IntoIterator<Item = &'p mut PageBuf>,
+    ) -> Result<Option<Arc<Relation>>> {
         if let Some(wal) = self.wal.get() {
             if lsn > wal.flush_lsn() {
                 wal.flush(lsn)?;
             }
         }
-        page::set_checksum(copy);
-        let rel = match self.smgr.open(tag.rel) {
-            Ok(rel) => rel,
-            // The relation was dropped (its buffers are discarded lazily when they were
-            // pinned at the time): the page is garbage, not a failure.
-            Err(_) if !self.smgr.exists(tag.rel) => return Ok(()),
-            Err(e) => return Err(e),
-        };
-        self.smgr.write(&rel, tag.block, &copy[..])
+        for c in copies {
+            page::set_checksum(c);
+        }
+        match self.smgr.open(rel) {
+            Ok(r) => Ok(Some(r)),
+            Err(_) if !self.smgr.exists(rel) => Ok(None),
+            Err(e) => Err(e),
+        }
     }
 
     /// The frames whose pages must be written for a checkpoint whose redo point is already
@@ -644,11 +654,7 @@ impl BufferPool {
             }
             f.write_pending.store(true, Ordering::SeqCst);
             f.dirty.store(false, Ordering::SeqCst);
-            let mut copy: Box<PageBuf> = vec![0u8; BLCKSZ]
-                .into_boxed_slice()
-                .try_into()
-                .expect("BLCKSZ");
-            copy.copy_from_slice(&page[..]);
+            let copy = page::boxed_copy(&page);
             drop(page);
             taken.push((p, io, copy));
         }
@@ -681,34 +687,17 @@ impl BufferPool {
             .map(|(_, _, c)| page::lsn(c))
             .max()
             .expect("non-empty");
-        if let Some(wal) = self.wal.get() {
-            if lsn > wal.flush_lsn() {
-                wal.flush(lsn)?;
-            }
-        }
-        for (_, _, c) in taken.iter_mut() {
-            page::set_checksum(c);
-        }
-        let rel = match self.smgr.open(rel_id) {
-            Ok(rel) => rel,
-            // Dropped: the pages are garbage, not a failure (as in `write_copy`).
-            Err(_) if !self.smgr.exists(rel_id) => {
-                *done = taken.len();
-                return Ok(());
-            }
-            Err(e) => return Err(e),
+        let copies = taken.iter_mut().map(|(_, _, c)| &mut **c);
+        let Some(rel) = self.before_write(rel_id, lsn, copies)? else {
+            *done = taken.len();
+            return Ok(());
         };
-        while *done < taken.len() {
-            let start = *done;
-            let mut end = start + 1;
-            while end < taken.len() && taken[end].0.tag.block.0 == taken[end - 1].0.tag.block.0 + 1
-            {
-                end += 1;
-            }
-            let bufs: Vec<&[u8]> = taken[start..end].iter().map(|(_, _, c)| &c[..]).collect();
+        let block = |i: usize| taken[i].0.tag.block.0;
+        for run in crate::smgr::runs(taken.len(), usize::MAX, |i| block(i) == block(i - 1) + 1) {
+            let bufs: Vec<&[u8]> = taken[run.clone()].iter().map(|(_, _, c)| &c[..]).collect();
             self.smgr
-                .write_blocks(&rel, taken[start].0.tag.block, &bufs)?;
-            *done = end;
+                .write_blocks(&rel, taken[run.start].0.tag.block, &bufs)?;
+            *done = run.end;
         }
         Ok(())
     }

@@ -254,15 +254,11 @@ fn log_and_write(
         page::set_lsn(p, end);
         page::set_checksum(p);
     }
-    let mut i = 0;
-    while i < batch.len() {
-        let mut j = i + 1;
-        while j < batch.len() && batch[j].0 .0 == batch[j - 1].0 .0 + 1 {
-            j += 1;
-        }
-        let bufs: Vec<&[u8]> = batch[i..j].iter().map(|(_, p)| &p[..]).collect();
-        smgr.write_blocks(rel, batch[i].0, &bufs)?;
-        i = j;
+    for run in crate::smgr::runs(batch.len(), usize::MAX, |i| {
+        batch[i].0 .0 == batch[i - 1].0 .0 + 1
+    }) {
+        let bufs: Vec<&[u8]> = batch[run.clone()].iter().map(|(_, p)| &p[..]).collect();
+        smgr.write_blocks(rel, batch[run.start].0, &bufs)?;
     }
     Ok(())
 }

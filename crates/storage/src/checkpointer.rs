@@ -303,16 +303,11 @@ impl Storage {
         let mut written = 0;
         // Runs of adjacent blocks, up to io_combine_limit, each written in one call.
         let combine = self.io_combine_limit() as usize;
-        let mut k = 0;
-        while k < pages.len() {
-            let mut end = k + 1;
-            while end < pages.len()
-                && end - k < combine
-                && pages[end].1.rel == pages[end - 1].1.rel
-                && pages[end].1.block.0 == pages[end - 1].1.block.0 + 1
-            {
-                end += 1;
-            }
+        for run in crate::smgr::runs(pages.len(), combine, |i| {
+            let (a, b) = (pages[i - 1].1, pages[i].1);
+            a.rel == b.rel && b.block.0 == a.block.0 + 1
+        }) {
+            let k = run.start;
             loop {
                 let p = pressure.sample(wal.flush_latency_us(), Instant::now());
                 let wal_bytes = wal.insert_lsn().0.saturating_sub(redo.0);
@@ -332,11 +327,10 @@ impl Storage {
                     }
                 }
             }
-            for tag in self.pool.write_run_if_dirty(&pages[k..end])? {
+            for tag in self.pool.write_run_if_dirty(&pages[run])? {
                 written += 1;
                 wb.add(&self.smgr, tag);
             }
-            k = end;
         }
         wb.issue(&self.smgr);
         let write = started.elapsed();

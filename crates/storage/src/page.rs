@@ -64,6 +64,21 @@ pub enum PageKind {
 /// A page image: exactly `BLCKSZ` bytes.
 pub type PageBuf = [u8; BLCKSZ];
 
+/// A zeroed page on the heap (allocated zeroed, never built on the stack).
+pub fn zeroed() -> Box<PageBuf> {
+    vec![0u8; BLCKSZ]
+        .into_boxed_slice()
+        .try_into()
+        .expect("BLCKSZ bytes")
+}
+
+/// A copy of `p` on the heap: what a write-out or a WAL record takes of a pinned page.
+pub fn boxed_copy(p: &PageBuf) -> Box<PageBuf> {
+    let mut c = zeroed();
+    c.copy_from_slice(p);
+    c
+}
+
 fn rd16(p: &[u8], at: usize) -> u16 {
     u16::from_le_bytes([p[at], p[at + 1]])
 }

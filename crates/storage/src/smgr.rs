@@ -73,6 +73,29 @@ thread_local! {
 /// largest `io_combine_limit`.
 pub const MAX_IO_COMBINE_BLOCKS: usize = 128;
 
+/// Splits `0..n` into the ranges one combined write covers: maximal runs of at most `max`
+/// items in which each item after the first `continues` the one before it (the next block of
+/// the same relation). `continues(i)` is asked for `i` in `1..n`.
+pub fn runs(
+    n: usize,
+    max: usize,
+    continues: impl Fn(usize) -> bool,
+) -> impl Iterator<Item = std::ops::Range<usize>> {
+    let mut start = 0;
+    std::iter::from_fn(move || {
+        if start >= n {
+            return None;
+        }
+        let mut end = start + 1;
+        while end < n && end - start < max && continues(end) {
+            end += 1;
+        }
+        let run = start..end;
+        start = end;
+        Some(run)
+    })
+}
+
 thread_local! {
     /// Each thread's aligned bounce buffer for combined reads and writes, grown on demand up
     /// to [`MAX_IO_COMBINE_BLOCKS`] blocks.
@@ -726,4 +749,20 @@ pub(crate) fn cut_partial_block(file: &dyn FileIo, path: &std::path::Path) -> Re
             .map_err(|e| Error::io(format!("could not truncate \"{}\"", path.display()), e))?;
     }
     Ok(whole)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::runs;
+
+    #[test]
+    fn runs_end_at_a_gap_and_at_the_combine_limit() {
+        let blocks = [1u32, 2, 3, 5, 6, 7, 8, 10];
+        let split =
+            |max| runs(blocks.len(), max, |i| blocks[i] == blocks[i - 1] + 1).collect::<Vec<_>>();
+        assert_eq!(split(3), vec![0..3, 3..6, 6..7, 7..8]);
+        assert_eq!(split(usize::MAX), vec![0..3, 3..7, 7..8]);
+        assert_eq!(split(1).len(), blocks.len());
+        assert_eq!(runs(0, 4, |_| true).count(), 0);
+    }
 }

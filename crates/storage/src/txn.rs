@@ -372,7 +372,7 @@ impl Txn {
         let xid = self.xid();
         let rel = self.st.smgr.open(info.relfile)?;
         let mut data = Vec::with_capacity(64);
-        encode_row(info.def.columns.iter().map(|c| &c.ty), row, &mut data);
+        encode_row(info.def.column_types(), row, &mut data);
         let Some(index) = info.index else {
             heap::insert(
                 &self.st,
@@ -449,11 +449,7 @@ impl Txn {
         let bulk = self.bulk.as_mut().expect("just set");
         assert_eq!(bulk.xid(), xid, "bulk load of another transaction");
         self.row_scratch.clear();
-        encode_row(
-            info.def.columns.iter().map(|c| &c.ty),
-            row,
-            &mut self.row_scratch,
-        );
+        encode_row(info.def.column_types(), row, &mut self.row_scratch);
         bulk.add(&self.st, &self.row_scratch)
     }
 
@@ -548,7 +544,7 @@ impl Txn {
         let rel = self.st.smgr.open(info.relfile)?;
         let mut data = Vec::new();
         if let Some(row) = new_row {
-            encode_row(info.def.columns.iter().map(|c| &c.ty), row, &mut data);
+            encode_row(info.def.column_types(), row, &mut data);
         }
         loop {
             let r = match new_row {
@@ -932,7 +928,10 @@ impl KeyArena {
         }
         let base = u32::try_from(self.bytes.len()).expect("index build keys under 4 GiB");
         self.bytes.extend_from_slice(&other.bytes);
-        u32::try_from(self.bytes.len()).expect("index build keys under 4 GiB");
+        assert!(
+            u32::try_from(self.bytes.len()).is_ok(),
+            "index build keys under 4 GiB"
+        );
         self.entries.extend(
             other
                 .entries

@@ -163,10 +163,7 @@ impl Checker<'_> {
         if block >= pages.nblocks || pages.bad.contains(&block) {
             return Ok(None);
         }
-        let mut buf: Box<PageBuf> = vec![0u8; BLCKSZ]
-            .into_boxed_slice()
-            .try_into()
-            .expect("BLCKSZ");
+        let mut buf: Box<PageBuf> = page::zeroed();
         self.smgr
             .read(&pages.rel, BlockNumber(block), &mut buf[..])?;
         Ok(Some(buf))

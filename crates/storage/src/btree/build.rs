@@ -154,7 +154,7 @@ pub fn build(
         downlinks = build_level(&mut w, &Downlinks(downlinks), lvl)?;
     }
     let root = downlinks[0].1;
-    let mut m = blank();
+    let mut m = page::zeroed();
     page::init(&mut m, PageKind::BTreeMeta, 0);
     m[24..28].copy_from_slice(&root.0.to_le_bytes());
     m[28..32].copy_from_slice(&(lvl as u32).to_le_bytes());
@@ -163,13 +163,6 @@ pub fn build(
     w.bulk.finish(st, rel)?;
     rel.btree_root.store(root.0, Ordering::Release);
     Ok(())
-}
-
-fn blank() -> Box<PageBuf> {
-    vec![0u8; BLCKSZ]
-        .into_boxed_slice()
-        .try_into()
-        .expect("BLCKSZ")
 }
 
 /// Packs one level's items into pages (at least one, empty if there are no items), writes
@@ -202,7 +195,7 @@ fn build_level(
             starts[g],
             starts.get(g + 1).copied().unwrap_or(items.count()),
         );
-        let mut p = blank();
+        let mut p = page::zeroed();
         init_node(&mut p, lvl);
         set_links(
             &mut p,

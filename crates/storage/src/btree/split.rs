@@ -14,7 +14,7 @@ use crate::page::{self, PageBuf, PageKind};
 use crate::smgr::Relation;
 use crate::Storage;
 use std::sync::atomic::Ordering;
-use walnut_common::{BlockNumber, Error, RelFileId, Result, Xid, BLCKSZ};
+use walnut_common::{BlockNumber, Error, RelFileId, Result, Xid};
 use walnut_wal::{BlockRef, Record, RECORD_MULTI_BLOCK_ATOMIC};
 
 /// Splits the leaf that `key` descends to (and ancestors as needed), logging all changed pages
@@ -29,15 +29,7 @@ pub(super) fn split(st: &Storage, rel: &Relation, key: &[u8], need: usize, xid: 
         }
     }
     let pin = st.pool.pin(rel, leaf, ReadMode::Normal)?;
-    let img: Box<PageBuf> = {
-        let p = pin.read();
-        let mut c: Box<PageBuf> = vec![0u8; BLCKSZ]
-            .into_boxed_slice()
-            .try_into()
-            .expect("BLCKSZ");
-        c.copy_from_slice(&p[..]);
-        c
-    };
+    let img = page::boxed_copy(&pin.read());
     drop(pin);
     let items = data_items(&img)?;
     split_node(st, rel, xid, Vec::new(), leaf, &img, items, &path, None)
@@ -62,12 +54,7 @@ fn split_node(
 ) -> Result<()> {
     let load = |b: BlockNumber| -> Result<Box<PageBuf>> {
         let pin = st.pool.pin(rel, b, ReadMode::Normal)?;
-        let p = pin.read();
-        let mut c: Box<PageBuf> = vec![0u8; BLCKSZ]
-            .into_boxed_slice()
-            .try_into()
-            .expect("BLCKSZ");
-        c.copy_from_slice(&p[..]);
+        let c = page::boxed_copy(&pin.read());
         Ok(c)
     };
     let alloc = || -> Result<BlockNumber> {
@@ -143,10 +130,7 @@ fn split_node(
             lvl + 1
         );
         let root_block = alloc()?;
-        let mut r: Box<PageBuf> = vec![0u8; BLCKSZ]
-            .into_boxed_slice()
-            .try_into()
-            .expect("BLCKSZ");
+        let mut r: Box<PageBuf> = page::zeroed();
         init_node(&mut r, lvl + 1);
         page::add_item(&mut r, 0, &make_item(&[], &[]));
         page::add_item(&mut r, 1, &make_item(&[], &block.0.to_le_bytes()));
@@ -219,20 +203,14 @@ pub(super) fn split_halves(
     let old_high =
         page::item(page_img, 0).ok_or_else(|| Error::corruption("B-tree page has no high key"))?;
     let sep = parse_item(&items[cut])?.0;
-    let mut left: Box<PageBuf> = vec![0u8; BLCKSZ]
-        .into_boxed_slice()
-        .try_into()
-        .expect("BLCKSZ");
+    let mut left: Box<PageBuf> = page::zeroed();
     init_node(&mut left, lvl);
     set_links(&mut left, Some(right_block), left_link(page_img));
     page::add_item(&mut left, 0, &make_item(sep, &[]));
     for (j, it) in items[..cut].iter().enumerate() {
         page::add_item(&mut left, j + 1, it);
     }
-    let mut right: Box<PageBuf> = vec![0u8; BLCKSZ]
-        .into_boxed_slice()
-        .try_into()
-        .expect("BLCKSZ");
+    let mut right: Box<PageBuf> = page::zeroed();
     init_node(&mut right, lvl);
     set_links(&mut right, right_link(page_img), Some(block));
     page::add_item(&mut right, 0, old_high);

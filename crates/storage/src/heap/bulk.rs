@@ -67,10 +67,7 @@ pub struct BulkInsert {
 }
 
 fn new_page() -> Box<PageBuf> {
-    let mut p: Box<PageBuf> = vec![0u8; BLCKSZ]
-        .into_boxed_slice()
-        .try_into()
-        .expect("BLCKSZ");
+    let mut p: Box<PageBuf> = page::zeroed();
     page::init(&mut p, PageKind::Heap, 0);
     p
 }
