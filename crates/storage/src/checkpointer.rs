@@ -375,6 +375,7 @@ impl Storage {
             redo_lsn: redo,
             next_xid,
             next_relfile,
+            system_identifier: self.system_identifier,
         }
         .write(&*self.vfs, &self.dir)?;
         let distance_kb = wal_since_previous / 1024;

@@ -1,6 +1,6 @@
 //! The control file `global/pg_control` and the transaction status file `pg_xact/status`.
 //!
-//! Control file, 48 bytes, little-endian:
+//! Control file, 56 bytes, little-endian:
 //! ```text
 //!  0 u32 magic "WLNT" (0x544E_4C57)
 //!  4 u32 format version ([`FORMAT_VERSION`])
@@ -10,7 +10,8 @@
 //! 24 u64 redo_lsn        that checkpoint's redo point
 //! 32 u64 next_xid
 //! 40 u32 next_relfile
-//! 44 u32 crc32c of bytes 0..44
+//! 44 u64 system_identifier  chosen by initdb, never changed (IDENTIFY_SYSTEM's systemid)
+//! 52 u32 crc32c of bytes 0..52
 //! ```
 //! Status file: u32 magic "WXST", u32 reserved, u64 count, `count` status bytes (index = xid;
 //! 0 unknown, 1 aborted, 2 committed), u32 crc32c of everything before it.
@@ -27,8 +28,11 @@ const MAGIC: u32 = 0x544E_4C57;
 /// Version of the on-disk formats, stored in the control file (PostgreSQL's
 /// `PG_CONTROL_VERSION` and `CATALOG_VERSION_NO` in one). A data directory of another version
 /// is refused at start-up. History: 1, the first; 2, heap rows store a string's length in one
-/// byte when it is under 128 bytes, and `char(n)` without its trailing blanks.
-pub const FORMAT_VERSION: u32 = 2;
+/// byte when it is under 128 bytes, and `char(n)` without its trailing blanks; 3, the control
+/// file holds the system identifier.
+pub const FORMAT_VERSION: u32 = 3;
+/// Size of the control file, bytes.
+const CONTROL_LEN: usize = 56;
 const XST_MAGIC: u32 = 0x5453_5857;
 
 /// Database state recorded in the control file.
@@ -53,6 +57,23 @@ pub struct ControlFile {
     pub next_xid: Xid,
     /// Next relation file id as of the checkpoint.
     pub next_relfile: u32,
+    /// The data directory's identity, chosen by initdb ([`new_system_identifier`]) and copied
+    /// by base backups: a standby streams only from a primary with the same one.
+    pub system_identifier: u64,
+}
+
+/// A new system identifier, as PostgreSQL's `BootStrapXLOG` makes one: the seconds of the
+/// current time in the high 32 bits, its microseconds shifted left by 12, and 12 random bits
+/// (PostgreSQL uses the pid), so that two clusters made at once still differ.
+pub fn new_system_identifier() -> u64 {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    let mut r = [0u8; 2];
+    let _ = getrandom::getrandom(&mut r);
+    (now.as_secs() << 32)
+        | (u64::from(now.subsec_micros()) << 12)
+        | u64::from(u16::from_le_bytes(r) & 0xFFF)
 }
 
 /// Writes `bytes` to `path` atomically and durably through the Vfs: a temporary file, written
@@ -111,9 +132,9 @@ fn read_all(vfs: &dyn Vfs, path: &Path) -> Result<Option<Vec<u8>>> {
 }
 
 impl ControlFile {
-    /// Encodes to the 48-byte format.
+    /// Encodes to the 56-byte format.
     pub fn encode(&self) -> Vec<u8> {
-        let mut b = Vec::with_capacity(48);
+        let mut b = Vec::with_capacity(CONTROL_LEN);
         b.extend_from_slice(&MAGIC.to_le_bytes());
         b.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
         b.extend_from_slice(&(self.state as u32).to_le_bytes());
@@ -122,6 +143,7 @@ impl ControlFile {
         b.extend_from_slice(&self.redo_lsn.0.to_le_bytes());
         b.extend_from_slice(&self.next_xid.0.to_le_bytes());
         b.extend_from_slice(&self.next_relfile.to_le_bytes());
+        b.extend_from_slice(&self.system_identifier.to_le_bytes());
         let crc = walnut_common::crc32c(&b);
         b.extend_from_slice(&crc.to_le_bytes());
         b
@@ -132,9 +154,19 @@ impl ControlFile {
     /// # Errors
     /// Corruption for a wrong magic, version, size or CRC.
     pub fn decode(b: &[u8]) -> Result<ControlFile> {
-        if b.len() != 48 {
+        // The version comes first: an older directory's file is shorter.
+        if b.len() >= 8 && b[..4] == MAGIC.to_le_bytes() && b[4..8] != FORMAT_VERSION.to_le_bytes()
+        {
             return Err(Error::corruption(format!(
-                "control file has {} bytes, expected 48",
+                "database files are incompatible with server: the data directory was \
+                 initialized with format version {}, but the server needs version \
+                 {FORMAT_VERSION}; it looks like you need to initdb",
+                u32::from_le_bytes([b[4], b[5], b[6], b[7]])
+            )));
+        }
+        if b.len() != CONTROL_LEN {
+            return Err(Error::corruption(format!(
+                "control file has {} bytes, expected {CONTROL_LEN}",
                 b.len()
             )));
         }
@@ -143,15 +175,7 @@ impl ControlFile {
         if u32_at(0) != MAGIC {
             return Err(Error::corruption("control file has a wrong magic number"));
         }
-        if u32_at(4) != FORMAT_VERSION {
-            return Err(Error::corruption(format!(
-                "database files are incompatible with server: the data directory was \
-                 initialized with format version {}, but the server needs version \
-                 {FORMAT_VERSION}; it looks like you need to initdb",
-                u32_at(4)
-            )));
-        }
-        if walnut_common::crc32c(&b[..44]) != u32_at(44) {
+        if walnut_common::crc32c(&b[..52]) != u32_at(52) {
             return Err(Error::corruption("incorrect checksum in control file"));
         }
         let state = match u32_at(8) {
@@ -169,6 +193,7 @@ impl ControlFile {
             redo_lsn: Lsn(u64_at(24)),
             next_xid: Xid(u64_at(32)),
             next_relfile: u32_at(40),
+            system_identifier: u64_at(44),
         })
     }
 
@@ -253,6 +278,7 @@ mod tests {
             redo_lsn: Lsn(64),
             next_xid: Xid(9),
             next_relfile: 16390,
+            system_identifier: 7_000_000_000_000_000_001,
         };
         let mut b = c.encode();
         assert_eq!(ControlFile::decode(&b).unwrap(), c);
@@ -268,15 +294,19 @@ mod tests {
             redo_lsn: Lsn(100),
             next_xid: Xid(3),
             next_relfile: 16385,
+            system_identifier: 1,
         };
         let mut b = c.encode();
-        b[4..8].copy_from_slice(&1u32.to_le_bytes());
-        let crc = walnut_common::crc32c(&b[..44]);
-        b[44..48].copy_from_slice(&crc.to_le_bytes());
+        b[4..8].copy_from_slice(&2u32.to_le_bytes());
+        let crc = walnut_common::crc32c(&b[..52]);
+        b[52..56].copy_from_slice(&crc.to_le_bytes());
         let err = ControlFile::decode(&b).unwrap_err().to_string();
         assert!(
-            err.contains("incompatible") && err.contains("version 1") && err.contains("initdb"),
+            err.contains("incompatible") && err.contains("version 2") && err.contains("initdb"),
             "{err}"
         );
+        // A version-2 file is 48 bytes: still refused by version, not by size.
+        let err = ControlFile::decode(&b[..48]).unwrap_err().to_string();
+        assert!(err.contains("version 2"), "{err}");
     }
 }

@@ -153,6 +153,8 @@ pub struct Storage {
     pub xact: XactManager,
     /// `full_page_writes`.
     pub full_page_writes: bool,
+    /// The data directory's identity (the control file's; IDENTIFY_SYSTEM reports it).
+    pub system_identifier: u64,
     wal: OnceLock<Arc<Wal>>,
     next_relfile: AtomicU32,
     /// Committed catalog (table name -> info).
@@ -357,6 +359,7 @@ impl Storage {
             redo_lsn: Lsn::FIRST,
             next_xid: Xid::FIRST_NORMAL,
             next_relfile: RelFileId::FIRST_USER.0,
+            system_identifier: control::new_system_identifier(),
         };
         let st = Storage::new(
             vfs.clone(),
@@ -395,6 +398,7 @@ impl Storage {
             pool: BufferPool::new(config.shared_buffers_pages, smgr.clone()),
             smgr,
             xact: XactManager::new(ctl.next_xid, xact_status),
+            system_identifier: ctl.system_identifier,
             full_page_writes: config.full_page_writes,
             wal: OnceLock::new(),
             next_relfile: AtomicU32::new(ctl.next_relfile),
