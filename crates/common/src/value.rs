@@ -29,6 +29,8 @@ pub enum DataType {
     Char(u32),
     /// `timestamp` without time zone (OID 1114), microseconds since 2000-01-01 00:00:00.
     Timestamp,
+    /// `pg_lsn` (OID 3220): a WAL position, bytes; text `X/X` (two hexadecimal halves).
+    PgLsn,
 }
 
 impl DataType {
@@ -44,6 +46,7 @@ impl DataType {
             DataType::Varchar(_) => 1043,
             DataType::Char(_) => 1042,
             DataType::Timestamp => 1114,
+            DataType::PgLsn => 3220,
         }
     }
 
@@ -60,6 +63,7 @@ impl DataType {
             DataType::Varchar(Some(n)) => format!("character varying({n})"),
             DataType::Char(n) => format!("character({n})"),
             DataType::Timestamp => "timestamp without time zone".into(),
+            DataType::PgLsn => "pg_lsn".into(),
         }
     }
 
@@ -89,6 +93,7 @@ impl DataType {
             DataType::Varchar(Some(n)) => format!("varchar:{n}"),
             DataType::Char(n) => format!("char:{n}"),
             DataType::Timestamp => "timestamp".into(),
+            DataType::PgLsn => "pg_lsn".into(),
         }
     }
 
@@ -103,6 +108,7 @@ impl DataType {
             "text" => DataType::Text,
             "varchar" => DataType::Varchar(None),
             "timestamp" => DataType::Timestamp,
+            "pg_lsn" => DataType::PgLsn,
             _ => {
                 let (name, n) = s.split_once(':')?;
                 let n: u32 = n.parse().ok()?;
@@ -141,6 +147,23 @@ pub enum Value {
     Text(String),
     /// timestamp: microseconds since 2000-01-01 00:00:00.
     Timestamp(i64),
+    /// pg_lsn: a WAL position, bytes.
+    PgLsn(u64),
+}
+
+/// Parses `X/X`, a `pg_lsn`'s text (`pg_lsn_in`): two hexadecimal halves of at most 8 digits.
+pub fn parse_lsn(s: &str) -> Option<u64> {
+    let (hi, lo) = s.split_once('/')?;
+    let ok = |p: &str| !p.is_empty() && p.len() <= 8 && p.bytes().all(|b| b.is_ascii_hexdigit());
+    if !ok(hi) || !ok(lo) {
+        return None;
+    }
+    Some((u64::from_str_radix(hi, 16).ok()? << 32) | u64::from_str_radix(lo, 16).ok()?)
+}
+
+/// A `pg_lsn`'s text, `X/X` (`pg_lsn_out`).
+pub fn format_lsn(lsn: u64) -> String {
+    format!("{:X}/{:X}", lsn >> 32, lsn & 0xffff_ffff)
 }
 
 /// Microseconds between 1970-01-01 and 2000-01-01 (PostgreSQL's epoch).
@@ -182,6 +205,7 @@ impl Value {
             Value::Float8(v) => format_float8(*v),
             Value::Text(s) => s.clone(),
             Value::Timestamp(us) => format_timestamp(*us),
+            Value::PgLsn(lsn) => format_lsn(*lsn),
         })
     }
 
@@ -223,6 +247,7 @@ impl Value {
                     format!("invalid input syntax for type timestamp: \"{s}\""),
                 )
             })?),
+            DataType::PgLsn => Value::PgLsn(parse_lsn(t).ok_or_else(|| bad("pg_lsn"))?),
         })
     }
 
@@ -273,6 +298,10 @@ impl Value {
                 Value::Timestamp(t) => Value::Timestamp(*t),
                 _ => return Err(no_cast(self, ty)),
             },
+            DataType::PgLsn => match self {
+                Value::PgLsn(l) => Value::PgLsn(*l),
+                _ => return Err(no_cast(self, ty)),
+            },
             DataType::Text | DataType::Varchar(_) | DataType::Char(_) => {
                 let text = self.to_text().expect("non-null value has a text form");
                 Value::Text(text).cast(ty)?
@@ -289,6 +318,8 @@ impl Value {
             (Value::Bool(a), Value::Bool(b)) => Some(a.cmp(b)),
             (Value::Text(a), Value::Text(b)) => Some(a.cmp(b)),
             (Value::Timestamp(a), Value::Timestamp(b)) => Some(a.cmp(b)),
+            (Value::PgLsn(a), Value::PgLsn(b)) => Some(a.cmp(b)),
+            (Value::PgLsn(_), _) | (_, Value::PgLsn(_)) => None,
             (Value::Float8(_), _) | (_, Value::Float8(_)) => {
                 let (a, b) = (self.as_f64()?, other.as_f64()?);
                 Some(a.total_cmp(&b))
@@ -307,6 +338,7 @@ impl Value {
             Value::Float8(_) => DataType::Float8,
             Value::Text(_) => DataType::Text,
             Value::Timestamp(_) => DataType::Timestamp,
+            Value::PgLsn(_) => DataType::PgLsn,
         }
     }
 }
@@ -473,6 +505,7 @@ pub fn encode_row<'t>(
             Value::Int8(x) => out.extend_from_slice(&x.to_le_bytes()),
             Value::Float8(x) => out.extend_from_slice(&x.to_le_bytes()),
             Value::Timestamp(x) => out.extend_from_slice(&x.to_le_bytes()),
+            Value::PgLsn(x) => out.extend_from_slice(&x.to_le_bytes()),
             Value::Text(s) => {
                 let s = match ty {
                     DataType::Char(_) => s.trim_end_matches(' '),
@@ -534,6 +567,7 @@ pub fn decode_row(types: &[DataType], bytes: &[u8]) -> Result<Vec<Value>> {
             DataType::Timestamp => {
                 Value::Timestamp(i64::from_le_bytes(take(8)?.try_into().expect("8")))
             }
+            DataType::PgLsn => Value::PgLsn(u64::from_le_bytes(take(8)?.try_into().expect("8"))),
             DataType::Text | DataType::Varchar(_) | DataType::Char(_) => {
                 let len = match take(1)?[0] {
                     len @ 0..=SHORT_STRING_MAX => len as usize,
@@ -576,6 +610,10 @@ pub fn encode_key_part(v: &Value, out: &mut Vec<u8>) {
             };
             out.push(1);
             out.extend_from_slice(&((x as u64) ^ (1 << 63)).to_be_bytes());
+        }
+        Value::PgLsn(x) => {
+            out.push(1);
+            out.extend_from_slice(&x.to_be_bytes());
         }
         Value::Float8(f) => {
             let bits = f.to_bits();
@@ -625,14 +663,41 @@ mod tests {
             DataType::Timestamp,
             DataType::Char(20),
             DataType::Varchar(None),
+            DataType::PgLsn,
         ]
+    }
+
+    #[test]
+    fn pg_lsn_text_order_and_keys() {
+        let a = Value::parse(&DataType::PgLsn, "0/16B3748").unwrap();
+        let b = Value::parse(&DataType::PgLsn, "1/0").unwrap();
+        assert_eq!(a, Value::PgLsn(0x16B_3748));
+        assert_eq!(b.to_text().unwrap(), "1/0");
+        assert_eq!(a.sql_cmp(&b), Some(Ordering::Less));
+        assert!(encode_key(&[a.clone()]) < encode_key(&[b.clone()]));
+        assert_eq!(
+            Value::Text("A/10".into()).cast(&DataType::PgLsn).unwrap(),
+            Value::PgLsn((10 << 32) | 16)
+        );
+        assert_eq!(
+            a.cast(&DataType::Text).unwrap(),
+            Value::Text("0/16B3748".into())
+        );
+        for bad in ["", "16", "0/", "/0", "x/1", "123456789/0"] {
+            let e = Value::parse(&DataType::PgLsn, bad).unwrap_err();
+            assert_eq!(e.sqlstate, SqlState::INVALID_TEXT_REPRESENTATION, "{bad}");
+        }
+        assert_eq!(
+            DataType::from_catalog(&DataType::PgLsn.to_catalog()),
+            Some(DataType::PgLsn)
+        );
     }
 
     proptest! {
         #[test]
         fn row_round_trip(b in any::<Option<bool>>(), i in any::<Option<i32>>(), l in any::<i64>(),
                           s in any::<Option<String>>(), f in any::<f64>(), h in any::<i16>(), t in any::<i64>(),
-                          c in "[a-z\u{e9} ]{0,20}", v in "[a-z ]{0,200}") {
+                          c in "[a-z\u{e9} ]{0,20}", v in "[a-z ]{0,200}", lsn in any::<u64>()) {
             let row = vec![
                 b.map(Value::Bool).unwrap_or(Value::Null),
                 i.map(Value::Int4).unwrap_or(Value::Null),
@@ -643,6 +708,7 @@ mod tests {
                 Value::Timestamp(t),
                 Value::Text(c).cast(&DataType::Char(20)).unwrap(),
                 Value::Text(v),
+                Value::PgLsn(lsn),
             ];
             let mut buf = Vec::new();
             encode_row(&types(), &row, &mut buf);

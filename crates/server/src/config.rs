@@ -123,6 +123,8 @@ pub struct ServerConfig {
     pub auth: Arc<AuthConfig>,
     /// TLS, if `ssl = on`: the SSLRequest is answered `S` and the handshake done.
     pub tls: Option<pgwire::tokio::TlsAcceptor>,
+    /// The WAL replication connections stream (`None`: they are refused).
+    pub wal_source: Option<Arc<crate::protocol::walsender::WalSource>>,
 }
 
 impl std::fmt::Debug for ServerConfig {
@@ -157,6 +159,7 @@ impl ServerConfig {
             config,
             auth: Arc::new(AuthConfig::default()),
             tls: None,
+            wal_source: None,
         }
     }
 }

@@ -87,15 +87,55 @@ pub static LOG_MIN_MESSAGES: GucDef = GucDef {
     check: None,
 };
 
+const REPLICATION: &str = "Replication / Sending Servers";
+
+/// `max_wal_senders`: replication connections at once; the next gets FATAL 53300.
+pub static MAX_WAL_SENDERS: GucDef = GucDef {
+    name: "max_wal_senders",
+    kind: int(0, 262_143, Unit::None),
+    default: "10",
+    context: Context::Postmaster,
+    category: REPLICATION,
+    description: "Sets the maximum number of simultaneously running WAL sender processes.",
+    check: None,
+};
+
+/// `wal_sender_timeout`, ms: a walsender whose client is silent this long ends; 0 disables.
+pub static WAL_SENDER_TIMEOUT: GucDef = GucDef {
+    name: "wal_sender_timeout",
+    kind: int(0, i32::MAX as i64, Unit::Ms),
+    default: "60s",
+    context: Context::Sighup,
+    category: REPLICATION,
+    description: "Sets the maximum time to wait for WAL replication.",
+    check: None,
+};
+
+/// `data_directory_mode`: the permissions of the data directory (`walnut initdb` leaves the
+/// process's umask in force; PostgreSQL's default, owner only, is what this reports).
+/// `pg_receivewal` and `pg_basebackup` read it to create their files alike.
+pub static DATA_DIRECTORY_MODE: GucDef = GucDef {
+    name: "data_directory_mode",
+    kind: Kind::Str,
+    default: "0700",
+    context: Context::Internal,
+    category: "Preset Options",
+    description: "Shows the mode of the data directory.",
+    check: None,
+};
+
 /// Every parameter of this crate.
 pub static GUCS: &[&GucDef] = &[
+    &DATA_DIRECTORY_MODE,
     &LISTEN_ADDRESSES,
     &LOG_MIN_MESSAGES,
     &MAX_CONNECTIONS,
+    &MAX_WAL_SENDERS,
     &PORT,
     &SSL_ON,
     &SSL_CERT_FILE,
     &SSL_KEY_FILE,
+    &WAL_SENDER_TIMEOUT,
 ];
 
 /// Every parameter walnut knows: the SQL layer's, the storage engine's, the WAL's and these.

@@ -6,14 +6,18 @@
 //! | field    | accepted |
 //! |----------|----------|
 //! | TYPE     | `host` (TLS or not), `hostssl` (TLS only), `hostnossl` (plain only); `local` lines are ignored (walnut has no Unix-domain socket) |
-//! | DATABASE | `all` or a comma-separated list of names |
+//! | DATABASE | `all`, `replication`, or a comma-separated list of these and names (a quoted `"all"` or `"replication"` is a name) |
 //! | USER     | `all` or a comma-separated list of names |
 //! | ADDRESS  | `all`, a CIDR (`127.0.0.1/32`, `::1/128`, `0.0.0.0/0`), or an address followed by a mask column (`192.168.0.0 255.255.0.0`) |
 //! | METHOD   | `trust`, `reject`, `scram-sha-256`; `md5` and `password` mean `scram-sha-256` (as PostgreSQL does for `md5` when the stored password is a SCRAM verifier: walnut stores no other kind and never sends a password in clear) |
 //!
 //! The first line whose type, database, user and address match decides; no match rejects the
-//! connection (28000, "no pg_hba.conf entry for host ..."). Without a file the rules are
-//! [`DEFAULT_HBA`]: trust from the loopback addresses only, what `walnut initdb` writes.
+//! connection (28000, "no pg_hba.conf entry for host ..."). As in PostgreSQL, a physical
+//! replication connection (`replication=true`) matches only lines whose DATABASE has the
+//! `replication` keyword, and `all` does not match it; a `replication=database` connection
+//! matches by its database name like any other. Without a file the rules are [`DEFAULT_HBA`]:
+//! trust from the loopback addresses only, for sessions and for replication, what
+//! `walnut initdb` writes.
 
 use std::net::IpAddr;
 use std::path::Path;
@@ -25,8 +29,11 @@ pub const DEFAULT_HBA: &str = "\
 #
 # Trust on the loopback interface only. To require passwords, set one with
 # `walnut passwd -D DATADIR -U USER` and change the method to scram-sha-256.
-host        all       all   127.0.0.1/32   trust
-host        all       all   ::1/128        trust
+host        all          all   127.0.0.1/32   trust
+host        all          all   ::1/128        trust
+# Physical replication connections (walsenders) match only the `replication` keyword.
+host        replication  all   127.0.0.1/32   trust
+host        replication  all   ::1/128        trust
 ";
 
 /// Which connections a line is for.
@@ -58,8 +65,12 @@ pub struct Rule {
     pub line: usize,
     /// Connection type.
     pub conn: ConnType,
-    /// Database names; empty means `all`.
+    /// Database names (quoted keywords are names here).
     pub databases: Vec<String>,
+    /// The DATABASE field has `all`: every database, but not physical replication.
+    pub all_databases: bool,
+    /// The DATABASE field has `replication`: physical replication connections.
+    pub replication: bool,
     /// User names; empty means `all`.
     pub users: Vec<String>,
     /// Network and prefix length in bits; `None` means `all`.
@@ -125,6 +136,19 @@ fn names(field: &str) -> Vec<String> {
     }
 }
 
+/// The DATABASE field: (names, `all`, `replication`), as `hba.c`'s `check_db` reads it.
+fn database_field(field: &str) -> (Vec<String>, bool, bool) {
+    let (mut names, mut all, mut replication) = (Vec::new(), false, false);
+    for token in field.split(',') {
+        match token {
+            "all" => all = true,
+            "replication" => replication = true,
+            t => names.push(t.trim_matches('"').to_string()),
+        }
+    }
+    (names, all, replication)
+}
+
 impl Hba {
     /// Parses the file's text.
     ///
@@ -186,10 +210,13 @@ impl Hba {
                 }
                 None => return Err(err("missing authentication method")),
             };
+            let (databases, all_databases, replication) = database_field(f[1]);
             rules.push(Rule {
                 line,
                 conn,
-                databases: names(f[1]),
+                databases,
+                all_databases,
+                replication,
                 users: names(f[2]),
                 network,
                 method,
@@ -212,10 +239,18 @@ impl Hba {
     }
 
     /// The rule that decides a connection from `addr` (over TLS if `ssl`) for `database` as
-    /// `user`: the first that matches, or `None` (reject).
+    /// `user`, a physical replication connection if `replication`: the first that matches, or
+    /// `None` (reject).
     // `map_or(true, ..)` rather than `is_none_or`, which needs Rust 1.82 (the workspace says 1.80).
     #[allow(clippy::unnecessary_map_or)]
-    pub fn find(&self, addr: IpAddr, ssl: bool, database: &str, user: &str) -> Option<&Rule> {
+    pub fn find(
+        &self,
+        addr: IpAddr,
+        ssl: bool,
+        database: &str,
+        user: &str,
+        replication: bool,
+    ) -> Option<&Rule> {
         self.rules.iter().find(|r| {
             let conn_ok = match r.conn {
                 ConnType::Host => true,
@@ -223,7 +258,11 @@ impl Hba {
                 ConnType::HostNoSsl => !ssl,
             };
             conn_ok
-                && (r.databases.is_empty() || r.databases.iter().any(|d| d == database))
+                && if replication {
+                    r.replication
+                } else {
+                    r.all_databases || r.databases.iter().any(|d| d == database)
+                }
                 && (r.users.is_empty() || r.users.iter().any(|u| u == user))
                 && r.network
                     .map_or(true, |(net, bits)| in_network(addr, net, bits))
@@ -243,20 +282,53 @@ mod tests {
     fn the_default_trusts_loopback_only() {
         let h = Hba::parse(DEFAULT_HBA).unwrap();
         assert_eq!(
-            h.find(ip("127.0.0.1"), false, "db", "u").unwrap().method,
-            Method::Trust
-        );
-        assert_eq!(
-            h.find(ip("::1"), false, "db", "u").unwrap().method,
-            Method::Trust
-        );
-        assert_eq!(
-            h.find(ip("::ffff:127.0.0.1"), false, "db", "u")
+            h.find(ip("127.0.0.1"), false, "db", "u", false)
                 .unwrap()
                 .method,
             Method::Trust
         );
-        assert!(h.find(ip("10.0.0.1"), false, "db", "u").is_none());
+        assert_eq!(
+            h.find(ip("::1"), false, "db", "u", false).unwrap().method,
+            Method::Trust
+        );
+        assert_eq!(
+            h.find(ip("::ffff:127.0.0.1"), false, "db", "u", false)
+                .unwrap()
+                .method,
+            Method::Trust
+        );
+        assert!(h.find(ip("10.0.0.1"), false, "db", "u", false).is_none());
+        assert_eq!(
+            h.find(ip("127.0.0.1"), false, "replication", "u", true)
+                .unwrap()
+                .line,
+            9
+        );
+        assert!(h
+            .find(ip("10.0.0.1"), false, "replication", "u", true)
+            .is_none());
+    }
+
+    #[test]
+    fn physical_replication_matches_only_the_replication_keyword() {
+        let h = Hba::parse(
+            "host all all 10.0.0.0/8 trust\n\
+             host \"replication\" all 10.0.0.0/8 reject\n\
+             host sales,replication all 0.0.0.0/0 scram-sha-256\n",
+        )
+        .unwrap();
+        let m = |d: &str, repl| h.find(ip("10.1.1.1"), false, d, "u", repl).map(|r| r.line);
+        // `all` does not match a physical replication connection; the keyword does.
+        assert_eq!(m("replication", true), Some(3));
+        assert_eq!(m("x", true), Some(3));
+        // A session for a database named "replication" matches `all` and the quoted name,
+        // never the keyword alone.
+        assert_eq!(m("replication", false), Some(1));
+        assert_eq!(
+            h.find(ip("1.1.1.1"), false, "replication", "u", false),
+            None
+        );
+        assert_eq!(m("sales", false), Some(1));
     }
 
     #[test]
@@ -269,8 +341,9 @@ mod tests {
              hostnossl all all 127.0.0.1/32 trust\n",
         )
         .unwrap();
-        let m =
-            |a: &str, ssl, d: &str, u: &str| h.find(ip(a), ssl, d, u).map(|r| (r.method, r.line));
+        let m = |a: &str, ssl, d: &str, u: &str| {
+            h.find(ip(a), ssl, d, u, false).map(|r| (r.method, r.line))
+        };
         assert_eq!(
             m("1.2.3.4", true, "x", "admin"),
             Some((Method::ScramSha256, 2))

@@ -231,6 +231,13 @@ fn serve(dir: &Path, port: Option<u16>, overrides: &[String]) -> Result<(), Stri
                 .map_err(|e| format!("could not open data directory: {e}"))?
                 .map_err(|e| format!("could not open data directory \"{}\": {e}", dir.display()))?;
         let engine: std::sync::Arc<dyn walnut_sql::storage::Engine> = handle_engine.clone();
+        let mut config = config;
+        config.wal_source = Some(std::sync::Arc::new(
+            walnut_server::protocol::walsender::WalSource {
+                wal: handle_engine.storage.wal().clone(),
+                system_identifier: handle_engine.storage.system_identifier,
+            },
+        ));
         let handle = server::start(&config, engine).await.map_err(|e| {
             format!(
                 "could not listen on {}:{}: {e}",

@@ -11,7 +11,7 @@
 
 use crate::backend::Registry;
 use crate::config::ServerConfig;
-use crate::protocol::{Conn, ConnHandlers, Shared};
+use crate::protocol::{Conn, Shared};
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::sync::Arc;
@@ -65,6 +65,7 @@ pub async fn start(config: &ServerConfig, engine: Arc<dyn Engine>) -> io::Result
         auth: config.auth.clone(),
         config: config.config.clone(),
         registry: registry.clone(),
+        wal_source: config.wal_source.clone(),
     });
     let (stop, stop_rx) = watch::channel(false);
     let mut addrs: Vec<SocketAddr> = Vec::new();
@@ -146,7 +147,7 @@ async fn accept_loop(
                 continue;
             }
         };
-        let handlers = ConnHandlers(Conn::new(shared.clone()));
+        let conn = Conn::new(shared.clone());
         let tls = tls.clone();
         let mut stop = stop.clone();
         // Each connection gets its own OS thread and single-threaded runtime (see
@@ -181,7 +182,7 @@ async fn accept_loop(
                     };
                     let _ = socket.set_nodelay(true);
                     tokio::select! {
-                        result = pgwire::tokio::process_socket(socket, tls, handlers) => {
+                        result = crate::protocol::serve(socket, tls, conn) => {
                             if let Err(e) = result {
                                 tracing::debug!(%peer, "connection ended with error: {e}");
                             }

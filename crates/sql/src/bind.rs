@@ -114,6 +114,7 @@ pub(crate) fn map_type(t: &ast::DataType) -> Result<DataType> {
                 "varchar" => DataType::Varchar(arg),
                 "bpchar" => DataType::Char(arg.unwrap_or(1)),
                 "timestamp" => DataType::Timestamp,
+                "pg_lsn" => DataType::PgLsn,
                 // Object identifiers are plain int8 here (catalog views report int8 OIDs).
                 "oid" => DataType::Int8,
                 _ => return Err(Error::unsupported(format!("type {n}"))),
@@ -669,6 +670,12 @@ impl Binder<'_> {
             ),
             _ => self.unify(l, r)?,
         };
+        if a == ArithOp::Sub && lt == DataType::PgLsn && rt == DataType::PgLsn {
+            return Ok((
+                Expr::Func(Func::LsnDiff, vec![l, r]),
+                Ty::Known(DataType::Int8),
+            ));
+        }
         let ty = match (&lt, &rt) {
             (a2, b2) if a2.is_integer() && b2.is_integer() => {
                 let rank = |t: &DataType| match t {
@@ -739,6 +746,32 @@ impl Binder<'_> {
                 Expr::Func(Func::BackendPid, Vec::new()),
                 Ty::Known(DataType::Int4),
             ),
+            (
+                "pg_current_wal_lsn" | "pg_current_wal_insert_lsn" | "pg_current_wal_flush_lsn",
+                0,
+            ) => {
+                let f = match name.as_str() {
+                    "pg_current_wal_insert_lsn" => Func::WalInsertLsn,
+                    "pg_current_wal_flush_lsn" => Func::WalFlushLsn,
+                    _ => Func::WalWriteLsn,
+                };
+                (Expr::Func(f, Vec::new()), Ty::Known(DataType::PgLsn))
+            }
+            ("pg_wal_lsn_diff", 2) => {
+                let mut bound = Vec::with_capacity(2);
+                for a in &args {
+                    let (x, t) = self.bind(a)?;
+                    let (x, t) = self.coerce(x, t, &DataType::PgLsn)?;
+                    if t != DataType::PgLsn {
+                        return Err(Error::user(
+                            SqlState::UNDEFINED_FUNCTION,
+                            format!("function pg_wal_lsn_diff with an argument of type {} does not exist", t.name()),
+                        ));
+                    }
+                    bound.push(x);
+                }
+                (Expr::Func(Func::LsnDiff, bound), Ty::Known(DataType::Int8))
+            }
             ("abs", 1) => {
                 let (x, t) = self.bind(args[0])?;
                 let (x, t) = self.coerce(x, t, &DataType::Float8)?;
@@ -949,6 +982,7 @@ pub(crate) fn output_name(e: &ast::Expr) -> String {
                     DataType::Varchar(_) => "varchar".into(),
                     DataType::Char(_) => "bpchar".into(),
                     DataType::Timestamp => "timestamp".into(),
+                    DataType::PgLsn => "pg_lsn".into(),
                 },
                 Err(_) => "?column?".into(),
             },

@@ -60,6 +60,19 @@ impl Engine for StorageEngine {
         Some(self.progress.clone())
     }
 
+    fn wal_positions(&self) -> Option<crate::storage::WalPositions> {
+        let wal = self.storage.wal();
+        // Read flush first: each is then at least as far as the one read before it.
+        let flush = wal.flush_lsn().0;
+        let write = wal.write_lsn().0.max(flush);
+        let insert = wal.insert_lsn().0.max(write);
+        Some(crate::storage::WalPositions {
+            insert,
+            write,
+            flush,
+        })
+    }
+
     fn system_view(&self, name: &str) -> Option<(Vec<ColumnDef>, Vec<Vec<Value>>)> {
         let s = self.storage.wal().stats();
         let i = |v: u64| Value::Int8(v as i64);
@@ -186,6 +199,9 @@ impl Engine for StorageEngine {
                     rows,
                 ))
             }
+            "pg_stat_replication" => Some(crate::replication_views::pg_stat_replication(
+                &self.storage.wal().senders().snapshot(),
+            )),
             _ => crate::stat_views::view(&self.storage.smgr.stats, name),
         }
     }

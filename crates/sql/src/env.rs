@@ -21,6 +21,12 @@ pub(crate) trait Env {
     /// The backend's process id (`pg_backend_pid()`); 0 if the front end never said.
     fn backend_pid(&self) -> i32;
 
+    /// The WAL's positions (`pg_current_wal_lsn()` and its siblings).
+    ///
+    /// # Errors
+    /// 55000 if the engine has no WAL.
+    fn wal_positions(&self) -> Result<crate::storage::WalPositions>;
+
     /// Where the statement's bulk work (an index build) registers in the progress views, if
     /// the engine has them.
     fn progress(&self) -> Option<&Reporter>;

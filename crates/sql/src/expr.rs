@@ -91,6 +91,15 @@ pub(crate) enum Func {
     ReloadConf,
     /// `pg_backend_pid()`: the session's backend process id, integer.
     BackendPid,
+    /// `pg_current_wal_insert_lsn()`: the WAL's insert position, pg_lsn.
+    WalInsertLsn,
+    /// `pg_current_wal_lsn()`: the WAL's write position, pg_lsn.
+    WalWriteLsn,
+    /// `pg_current_wal_flush_lsn()`: the WAL's flush position, pg_lsn.
+    WalFlushLsn,
+    /// `pg_wal_lsn_diff(a, b)` and `a - b` of two pg_lsn: a - b in bytes (PostgreSQL's is
+    /// numeric; bigint here holds every difference of two LSNs below 2^63).
+    LsnDiff,
 }
 
 /// A compiled expression.
@@ -489,6 +498,25 @@ fn eval_func(f: Func, args: &[Expr], row: &[Value], ctx: &Ctx<'_>) -> Result<Val
     }
     if f == Func::BackendPid {
         return Ok(Value::Int4(ctx.env.backend_pid()));
+    }
+    if matches!(
+        f,
+        Func::WalInsertLsn | Func::WalWriteLsn | Func::WalFlushLsn
+    ) {
+        let p = ctx.env.wal_positions()?;
+        return Ok(Value::PgLsn(match f {
+            Func::WalInsertLsn => p.insert,
+            Func::WalWriteLsn => p.write,
+            _ => p.flush,
+        }));
+    }
+    if f == Func::LsnDiff {
+        return Ok(match (args[0].eval(row, ctx)?, args[1].eval(row, ctx)?) {
+            (Value::PgLsn(a), Value::PgLsn(b)) => {
+                Value::Int8((i128::from(a) - i128::from(b)) as i64)
+            }
+            _ => Value::Null,
+        });
     }
     if f == Func::Coalesce {
         for a in args {

@@ -27,6 +27,7 @@ mod plan;
 mod planner;
 mod preparse;
 pub mod progress;
+mod replication_views;
 pub mod session;
 mod stat_views;
 pub mod storage;

@@ -69,6 +69,24 @@ pub trait Engine: Send + Sync + 'static {
     fn progress(&self) -> Option<Arc<crate::progress::Registry>> {
         None
     }
+
+    /// The WAL's positions, bytes (LSNs): where the next record goes (insert), what has been
+    /// written, and what is durable (flush), for `pg_current_wal_insert_lsn()`,
+    /// `pg_current_wal_lsn()` and `pg_current_wal_flush_lsn()`. `None`: the engine has no WAL.
+    fn wal_positions(&self) -> Option<WalPositions> {
+        None
+    }
+}
+
+/// See [`Engine::wal_positions`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WalPositions {
+    /// End of the last reserved record, bytes.
+    pub insert: u64,
+    /// Everything before it has been written, bytes.
+    pub write: u64,
+    /// Everything before it is durable, bytes.
+    pub flush: u64,
 }
 
 /// One transaction. Each statement calls [`Transaction::new_statement`] first, which takes a new

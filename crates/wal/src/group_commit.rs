@@ -200,6 +200,9 @@ pub(crate) struct GroupCommit {
     leader: Condvar,
     max_inflight: usize,
     pipelining: Pipelining,
+    /// Woken at every publish, for waiters outside the commit path (walsenders: PostgreSQL's
+    /// `WalSndWakeup` after `XLogFlush`).
+    published: tokio::sync::Notify,
 }
 
 impl GroupCommit {
@@ -228,7 +231,14 @@ impl GroupCommit {
             leader: Condvar::new(),
             max_inflight: max_inflight.max(1),
             pipelining,
+            published: tokio::sync::Notify::new(),
         }
+    }
+
+    /// Notified after every publish that moved `flushed()` (`notify_waiters`: only futures
+    /// already waiting, or enabled, see it; check `flushed()` after enabling one).
+    pub(crate) fn published(&self) -> &tokio::sync::Notify {
+        &self.published
     }
 
     /// Everything before this is durable, bytes.
@@ -426,6 +436,7 @@ impl GroupCommit {
         if published {
             st.ctrl.on_published(now, self.flushed());
             self.followers.notify_all();
+            self.published.notify_waiters();
         }
         st
     }

@@ -6,6 +6,18 @@ use walnut_common::{Error, Result, SqlState};
 
 const WAL_SETTINGS: &str = "Write-Ahead Log / Settings";
 
+/// `wal_segment_size`, MB: fixed at 16 ([`crate::WAL_SEGMENT_SIZE`]); shown as `16MB`, which
+/// `pg_receivewal` and `pg_basebackup` read with `SHOW wal_segment_size`.
+pub static WAL_SEGMENT_SIZE: GucDef = GucDef {
+    name: "wal_segment_size",
+    kind: int(16, 16, Unit::Mb),
+    default: "16MB",
+    context: Context::Internal,
+    category: "Preset Options",
+    description: "Shows the size of write ahead log segments.",
+    check: None,
+};
+
 /// `synchronous_commit`: how long a commit waits (see [`crate::SynchronousCommit`]).
 pub static SYNCHRONOUS_COMMIT: GucDef = GucDef {
     name: "synchronous_commit",
@@ -158,6 +170,7 @@ fn check_wal_compression(v: Val) -> Result<Val> {
 
 /// Every parameter of this crate.
 pub static GUCS: &[&GucDef] = &[
+    &WAL_SEGMENT_SIZE,
     &COMMIT_DELAY,
     &COMMIT_SIBLINGS,
     &GROUP_COMMIT,

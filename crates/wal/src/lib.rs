@@ -19,6 +19,7 @@ mod reader;
 mod record;
 mod ring;
 mod segment;
+pub mod senders;
 mod sync;
 #[cfg(test)]
 mod tests;

@@ -206,6 +206,11 @@ impl ExtendedQueryHandler for Conn {
         C::Error: Debug,
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
+        if self.replication.get().is_some() {
+            return Err(user_error(
+                &super::replication::extended_protocol_on_walsender(),
+            ));
+        }
         let name = message.name.unwrap_or_default();
         if !name.is_empty() && self.statements.lock().contains_key(&name) {
             return Err(user_error(&Error::user(

@@ -1,8 +1,9 @@
 //! The PostgreSQL wire protocol front end, on top of `pgwire` 0.42.
 //!
-//! pgwire owns the socket loop (`pgwire::tokio::process_socket`): SSL/GSS negotiation (both
-//! refused), message framing, dispatch by connection state, skipping messages after an
-//! extended-protocol error until Sync, and sending ErrorResponse for handler errors.
+//! pgwire does SSL negotiation, message framing, dispatch by connection state, skipping
+//! messages after an extended-protocol error until Sync, and sending ErrorResponse for handler
+//! errors. The socket loop is [`serve`], pgwire's `process_socket` with one addition: after a
+//! START_REPLICATION it hands the socket to the walsender, which must read and write at once.
 //! Everything else is here, in one per-connection object, [`Conn`], that implements all of
 //! pgwire's handler traits, one message family per file:
 //!
@@ -20,6 +21,9 @@
 //! - `results.rs`: one statement's results and notices as messages (RowDescription, DataRow,
 //!   CommandComplete, EmptyQueryResponse, CopyInResponse), for the three above; `values.rs`
 //!   encodes the values and decodes Bind parameters.
+//! - `replication.rs`: replication connections (`replication=true|database`): the walsender's
+//!   commands (IDENTIFY_SYSTEM, START_REPLICATION, ...); `walsender.rs` streams the WAL after
+//!   START_REPLICATION, in CopyBoth mode, from [`serve`]'s loop, which owns the socket.
 //! - `errors.rs`: walnut errors and notices as ErrorResponse and NoticeResponse, and the
 //!   `ErrorHandler` that logs what pgwire sends.
 //!
@@ -36,20 +40,18 @@
 mod copy;
 mod errors;
 mod extended;
+pub mod replication;
 mod results;
 mod simple;
 mod startup;
 pub mod values;
+pub mod walsender;
 
 use crate::backend::{Backend, Registry};
 use errors::fatal_error;
 use extended::{Portal, Stmt};
 use parking_lot::Mutex;
-use pgwire::api::auth::StartupHandler;
-use pgwire::api::cancel::CancelHandler;
-use pgwire::api::copy::CopyHandler;
-use pgwire::api::query::{ExtendedQueryHandler, SimpleQueryHandler};
-use pgwire::api::{ClientInfo, ErrorHandler, PgWireServerHandlers};
+use pgwire::api::{ClientInfo, ErrorHandler};
 use pgwire::error::{PgWireError, PgWireResult};
 use pgwire::messages::response::TransactionStatus;
 use startup::AuthState;
@@ -71,6 +73,8 @@ pub struct Shared {
     pub config: Arc<Config>,
     /// Connection count and cancel keys.
     pub registry: Arc<Registry>,
+    /// The WAL that replication connections stream; `None`: they are refused.
+    pub wal_source: Option<Arc<walsender::WalSource>>,
 }
 
 /// One client connection: implements every pgwire handler trait.
@@ -96,30 +100,14 @@ pub struct Conn {
     copy_error: Mutex<Option<(Error, TxnStatus)>>,
     /// This connection, for the tasks it spawns.
     this: Weak<Conn>,
-}
-
-/// The handler set pgwire's `process_socket` takes: every handler is the connection itself.
-pub struct ConnHandlers(pub Arc<Conn>);
-
-impl PgWireServerHandlers for ConnHandlers {
-    fn simple_query_handler(&self) -> Arc<impl SimpleQueryHandler> {
-        self.0.clone()
-    }
-    fn extended_query_handler(&self) -> Arc<impl ExtendedQueryHandler> {
-        self.0.clone()
-    }
-    fn startup_handler(&self) -> Arc<impl StartupHandler> {
-        self.0.clone()
-    }
-    fn copy_handler(&self) -> Arc<impl CopyHandler> {
-        self.0.clone()
-    }
-    fn error_handler(&self) -> Arc<impl ErrorHandler> {
-        self.0.clone()
-    }
-    fn cancel_handler(&self) -> Arc<impl CancelHandler> {
-        self.0.clone()
-    }
+    /// The database the client named at startup.
+    database: OnceLock<String>,
+    /// A replication connection: what its `replication` startup parameter asked for.
+    replication: OnceLock<replication::ReplicationMode>,
+    /// A replication connection's entry in the WAL's walsender list (`pg_stat_replication`).
+    walsnd: OnceLock<walnut_wal::senders::Registration>,
+    /// START_REPLICATION was accepted (CopyBothResponse sent): [`serve`] streams from here next.
+    start_streaming: Mutex<Option<walnut_common::Lsn>>,
 }
 
 fn pg_status(status: TxnStatus) -> TransactionStatus {
@@ -154,6 +142,10 @@ impl Conn {
             copy_flush_queued: AtomicBool::new(false),
             copy_error: Mutex::new(None),
             this: this.clone(),
+            database: OnceLock::new(),
+            replication: OnceLock::new(),
+            walsnd: OnceLock::new(),
+            start_streaming: Mutex::new(None),
         })
     }
 
@@ -174,6 +166,93 @@ impl Conn {
         tracing::error!("{}", e.message);
         fatal_error(&e)
     }
+}
+
+/// How long a client has to finish startup (pgwire's `STARTUP_TIMEOUT_MILLIS`, PostgreSQL's
+/// `authentication_timeout` default).
+const STARTUP_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// Runs one client connection to its end: pgwire's `process_socket` (TLS negotiation, then each
+/// message through `process_message`, errors through `process_error`), plus the walsender: when
+/// a message left a START_REPLICATION accepted, the socket goes to
+/// [`walsender::stream`] until the client's CopyDone, then back to this loop.
+///
+/// # Errors
+/// The socket's I/O errors.
+pub async fn serve(
+    tcp: tokio::net::TcpStream,
+    tls: Option<pgwire::tokio::TlsAcceptor>,
+    conn: Arc<Conn>,
+) -> std::io::Result<()> {
+    use futures::StreamExt;
+    use pgwire::api::PgWireConnectionState as State;
+    use pgwire::messages::PgWireFrontendMessage as Msg;
+    use pgwire::tokio::server::{negotiate_tls, process_error, process_message};
+
+    let startup_timeout = tokio::time::sleep(STARTUP_TIMEOUT);
+    tokio::pin!(startup_timeout);
+    let socket = tokio::select! {
+        _ = &mut startup_timeout => return Ok(()),
+        s = negotiate_tls(tcp, tls) => s?,
+    };
+    // A direct TLS request without TLS configured.
+    let Some(mut socket) = socket else {
+        return Ok(());
+    };
+    loop {
+        let msg = if matches!(
+            socket.state(),
+            State::AwaitingStartup | State::AuthenticationInProgress
+        ) {
+            tokio::select! {
+                _ = &mut startup_timeout => None,
+                m = socket.next() => m,
+            }
+        } else {
+            socket.next().await
+        };
+        let Some(Ok(msg)) = msg else { break };
+        if matches!(msg, Msg::Terminate(_)) {
+            break;
+        }
+        let is_extended = match socket.state() {
+            State::CopyInProgress(extended) => extended,
+            _ => msg.is_extended_query(),
+        };
+        let is_cancel = matches!(msg, Msg::CancelRequest(_));
+        let c = || conn.clone();
+        if let Err(mut e) = process_message(msg, &mut socket, c(), c(), c(), c(), c()).await {
+            ErrorHandler::on_error(&*conn, &socket, &mut e);
+            let fatal = e.is_fatal();
+            process_error(&mut socket, e, is_extended).await?;
+            if fatal {
+                break;
+            }
+        }
+        if is_cancel {
+            break;
+        }
+        let start = conn.start_streaming.lock().take();
+        if let (Some(start), Some(src), Some(reg)) =
+            (start, &conn.shared.wal_source, conn.walsnd.get())
+        {
+            let timeout = conn
+                .shared
+                .config
+                .settings()
+                .int(&crate::guc::WAL_SENDER_TIMEOUT);
+            let timeout = (timeout > 0).then(|| std::time::Duration::from_millis(timeout as u64));
+            match walsender::stream(&mut socket, &src.wal, reg.snd(), start, timeout).await {
+                Ok(walsender::Ended::CopyDone) => socket.set_state(State::ReadyForQuery),
+                Ok(walsender::Ended::Closed) => break,
+                Err(e) => {
+                    tracing::debug!("walsender: connection ended: {e}");
+                    break;
+                }
+            }
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]

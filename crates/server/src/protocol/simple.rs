@@ -7,8 +7,9 @@
 //! COPY mode instead, and ReadyForQuery waits for CopyDone or CopyFail (`copy.rs`).
 
 use super::errors::error_message;
+use super::replication::{self, Command, ReplicationMode};
 use super::results::{feed_notices, feed_output};
-use super::{is_empty_query, status_from_u8, Conn};
+use super::{is_empty_query, status_from_u8, walsender, Conn};
 use async_trait::async_trait;
 use futures::{Sink, SinkExt};
 use pgwire::api::query::SimpleQueryHandler;
@@ -16,11 +17,145 @@ use pgwire::api::results::Response;
 use pgwire::api::store::PortalStore;
 use pgwire::api::{ClientInfo, ClientPortalStore, PgWireConnectionState};
 use pgwire::error::{PgWireError, PgWireResult};
+use pgwire::messages::copy::CopyBothResponse;
 use pgwire::messages::response::{EmptyQueryResponse, ReadyForQuery};
 use pgwire::messages::simplequery::Query;
 use pgwire::messages::PgWireBackendMessage;
 use std::fmt::Debug;
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use walnut_common::{DataType, Error, SqlState, Value};
+use walnut_sql::session::Output;
+use walnut_sql::types::ColumnDesc;
+
+impl Conn {
+    /// ErrorResponse, then ReadyForQuery with the last status.
+    async fn reply_error<C>(&self, client: &mut C, e: &Error) -> PgWireResult<()>
+    where
+        C: ClientInfo + Sink<PgWireBackendMessage> + Unpin + Send,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        client.feed(error_message(e)).await?;
+        self.ready(client).await
+    }
+
+    /// ReadyForQuery with the last status the session reported.
+    async fn ready<C>(&self, client: &mut C) -> PgWireResult<()>
+    where
+        C: ClientInfo + Sink<PgWireBackendMessage> + Unpin + Send,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        client.set_state(PgWireConnectionState::ReadyForQuery);
+        let status = status_from_u8(self.status.load(Ordering::Relaxed));
+        client
+            .send(PgWireBackendMessage::ReadyForQuery(ReadyForQuery::new(
+                status,
+            )))
+            .await?;
+        Ok(())
+    }
+
+    /// A replication command on a replication connection (`replication.rs`). SHOW goes to
+    /// the session as the SQL statement; START_REPLICATION, once its start point is checked,
+    /// sends CopyBothResponse and leaves the streaming to [`super::serve`].
+    async fn on_replication_command<C>(
+        &self,
+        client: &mut C,
+        cmd: Result<Command, Error>,
+    ) -> PgWireResult<()>
+    where
+        C: ClientInfo + Sink<PgWireBackendMessage> + Unpin + Send,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        let src = self
+            .shared
+            .wal_source
+            .as_ref()
+            .expect("replication connections need a WAL source (checked at startup)");
+        let cmd = match cmd {
+            Ok(c) => c,
+            Err(e) => return self.reply_error(client, &e).await,
+        };
+        match cmd {
+            Command::IdentifySystem => {
+                let dbname = match self.replication.get() {
+                    Some(ReplicationMode::Database) => {
+                        Value::Text(self.database.get().cloned().unwrap_or_default())
+                    }
+                    _ => Value::Null,
+                };
+                let col = |name: &str, ty| ColumnDesc {
+                    name: name.to_string(),
+                    ty,
+                };
+                let output = Output::Rows {
+                    columns: Arc::new(vec![
+                        col("systemid", DataType::Text),
+                        col("timeline", DataType::Int4),
+                        col("xlogpos", DataType::Text),
+                        col("dbname", DataType::Text),
+                    ]),
+                    rows: vec![vec![
+                        Value::Text(src.system_identifier.to_string()),
+                        Value::Int4(1),
+                        Value::Text(src.wal.flush_lsn().to_string()),
+                        dbname,
+                    ]],
+                    tag: "IDENTIFY_SYSTEM".to_string(),
+                };
+                feed_output(client, output, &[], true).await?;
+                self.ready(client).await
+            }
+            Command::TimelineHistory(tli) => {
+                self.reply_error(client, &replication::no_timeline_history(tli))
+                    .await
+            }
+            Command::StartReplication {
+                slot,
+                start,
+                timeline,
+            } => {
+                if let Some(slot) = slot {
+                    let e = Error::user(
+                        SqlState::UNDEFINED_OBJECT,
+                        format!("replication slot \"{slot}\" does not exist"),
+                    );
+                    return self.reply_error(client, &e).await;
+                }
+                if let Some(tli) = timeline.filter(|&t| t != 1) {
+                    let e = Error::user(
+                        SqlState::OBJECT_NOT_IN_PREREQUISITE_STATE,
+                        format!(
+                            "requested starting point {start} on timeline {tli} is not in this server's history"
+                        ),
+                    );
+                    return self.reply_error(client, &e).await;
+                }
+                if let Err(e) = walsender::check_start(&src.wal, start) {
+                    return self.reply_error(client, &e).await;
+                }
+                client
+                    .send(PgWireBackendMessage::CopyBothResponse(
+                        CopyBothResponse::new(0, 0, vec![]),
+                    ))
+                    .await?;
+                *self.start_streaming.lock() = Some(start);
+                Ok(())
+            }
+            Command::Unsupported(what) => {
+                let e = Error::user(
+                    SqlState::FEATURE_NOT_SUPPORTED,
+                    format!("{what} is not supported yet"),
+                );
+                self.reply_error(client, &e).await
+            }
+            Command::Show => unreachable!("SHOW is answered by the session"),
+        }
+    }
+}
 
 #[async_trait]
 impl SimpleQueryHandler for Conn {
@@ -33,6 +168,17 @@ impl SimpleQueryHandler for Conn {
     {
         let backend = self.backend()?;
         let sql = query.query;
+        if let Some(&mode) = self.replication.get() {
+            match replication::parse_command(&sql) {
+                Some(Ok(Command::Show)) => {}
+                Some(cmd) => return self.on_replication_command(client, cmd).await,
+                None if mode == ReplicationMode::Physical && !is_empty_query(&sql) => {
+                    let e = replication::sql_on_physical_walsender();
+                    return self.reply_error(client, &e).await;
+                }
+                None => {}
+            }
+        }
         let status = if is_empty_query(&sql) {
             client
                 .feed(PgWireBackendMessage::EmptyQueryResponse(

@@ -13,7 +13,7 @@
 //! session whose key it names.
 
 use super::errors::{error_info, fatal_error, protocol_error};
-use super::Conn;
+use super::{replication, Conn};
 use crate::backend::Backend;
 use crate::config;
 use async_trait::async_trait;
@@ -147,6 +147,7 @@ impl Conn {
         save_startup_parameters_to_metadata(client, &startup);
         let user = startup.parameters.get("user").cloned().unwrap_or_default();
         let database = database(&startup).to_string();
+        let _ = self.database.set(database.clone());
         let addr = client.socket_addr().ip();
         let ssl = client.is_secure();
         let ssl_text = if ssl {
@@ -154,11 +155,38 @@ impl Conn {
         } else {
             "no encryption"
         };
+        let mode = match replication::parse_mode(
+            startup.parameters.get("replication").map(String::as_str),
+        ) {
+            Ok(m) => m,
+            Err(e) => return self.reject(client, &e).await,
+        };
+        if let Some(mode) = mode {
+            if self.shared.wal_source.is_none() {
+                let e = Error::user(
+                    SqlState::FEATURE_NOT_SUPPORTED,
+                    "this server does not accept replication connections",
+                );
+                return self.reject(client, &e).await;
+            }
+            let _ = self.replication.set(mode);
+        }
+        let physical = mode == Some(replication::ReplicationMode::Physical);
+        // PostgreSQL's messages name the database only for connections that have one.
+        let (no_entry, rejects) = if physical {
+            (
+                format!("replication connection from host \"{addr}\", user \"{user}\""),
+                format!("replication connection for host \"{addr}\", user \"{user}\""),
+            )
+        } else {
+            let who = format!("host \"{addr}\", user \"{user}\", database \"{database}\"");
+            (who.clone(), format!("connection for {who}"))
+        };
         let auth = &self.shared.auth;
-        let Some(rule) = auth.hba.find(addr, ssl, &database, &user) else {
+        let Some(rule) = auth.hba.find(addr, ssl, &database, &user, physical) else {
             let e = auth_error(
                 "28000",
-                format!("no pg_hba.conf entry for host \"{addr}\", user \"{user}\", database \"{database}\", {ssl_text}"),
+                format!("no pg_hba.conf entry for {no_entry}, {ssl_text}"),
             );
             return self.reject(client, &e).await;
         };
@@ -166,7 +194,7 @@ impl Conn {
             crate::hba::Method::Reject => {
                 let e = auth_error(
                     "28000",
-                    format!("pg_hba.conf rejects connection for host \"{addr}\", user \"{user}\", database \"{database}\", {ssl_text}"),
+                    format!("pg_hba.conf rejects {rejects}, {ssl_text}"),
                 );
                 self.reject(client, &e).await
             }
@@ -313,6 +341,11 @@ impl Conn {
             Err(e) => return self.reject(client, &e).await,
         };
         let pid = reservation.pid();
+        if self.replication.get().is_some() {
+            if let Err(e) = self.register_walsender(client, startup, pid) {
+                return self.reject(client, &e).await;
+            }
+        }
         let secret = registry.new_secret(
             pid,
             client.protocol_version() != ProtocolVersion::PROTOCOL3_0,
@@ -360,6 +393,56 @@ impl Conn {
         if self.backend.set(backend).is_err() {
             return Err(fatal_error(&protocol_error("duplicate startup message")));
         }
+        Ok(())
+    }
+}
+
+impl Conn {
+    /// Enters a replication connection in the WAL's walsender list, within `max_wal_senders`.
+    ///
+    /// # Errors
+    /// 53300 with PostgreSQL's message when `max_wal_senders` are already connected.
+    fn register_walsender<C: ClientInfo>(
+        &self,
+        client: &C,
+        startup: &Startup,
+        pid: i32,
+    ) -> Result<(), Error> {
+        let src = self
+            .shared
+            .wal_source
+            .as_ref()
+            .expect("replication connections need a WAL source (checked at startup)");
+        let max = self
+            .shared
+            .config
+            .settings()
+            .int(&crate::guc::MAX_WAL_SENDERS);
+        let addr = client.socket_addr();
+        let snd = walnut_wal::senders::WalSnd::new(
+            pid,
+            startup.parameters.get("user").cloned().unwrap_or_default(),
+            startup
+                .parameters
+                .get("application_name")
+                .cloned()
+                .unwrap_or_default(),
+            Some(addr.ip()),
+            addr.port(),
+        );
+        let reg = src
+            .wal
+            .senders()
+            .register(usize::try_from(max).unwrap_or(0), snd)
+            .map_err(|_| {
+                Error::user(
+                    SqlState::TOO_MANY_CONNECTIONS,
+                    format!(
+                        "number of requested standby connections exceeds max_wal_senders (currently {max})"
+                    ),
+                )
+            })?;
+        let _ = self.walsnd.set(reg);
         Ok(())
     }
 }

@@ -80,6 +80,7 @@ pub fn decode_param(
         DataType::Timestamp => {
             Value::Timestamp(i64::from_be_bytes(bytes.try_into().map_err(|_| bad())?))
         }
+        DataType::PgLsn => Value::PgLsn(u64::from_be_bytes(bytes.try_into().map_err(|_| bad())?)),
         DataType::Text | DataType::Varchar(_) | DataType::Char(_) => {
             Value::Text(utf8(bytes)?.to_string()).cast(ty)?
         }
@@ -101,7 +102,7 @@ fn type_size(ty: &DataType) -> i16 {
         DataType::Bool => 1,
         DataType::Int2 => 2,
         DataType::Int4 => 4,
-        DataType::Int8 | DataType::Float8 | DataType::Timestamp => 8,
+        DataType::Int8 | DataType::Float8 | DataType::Timestamp | DataType::PgLsn => 8,
         DataType::Text | DataType::Varchar(_) | DataType::Char(_) => -1,
     }
 }
@@ -195,6 +196,7 @@ fn put_binary(buf: &mut BytesMut, value: &Value, ty: &DataType) -> Result<()> {
         (DataType::Int8, Value::Int8(v)) => buf.put_i64(*v),
         (DataType::Float8, Value::Float8(v)) => buf.put_f64(*v),
         (DataType::Timestamp, Value::Timestamp(v)) => buf.put_i64(*v),
+        (DataType::PgLsn, Value::PgLsn(v)) => buf.put_u64(*v),
         (_, Value::Text(s)) if ty.is_string() => buf.put_slice(s.as_bytes()),
         _ => {
             return Err(Error::internal(format!(

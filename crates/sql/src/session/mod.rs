@@ -104,6 +104,7 @@ fn type_from_oid(oid: u32) -> Result<Option<DataType>> {
         1043 => DataType::Varchar(None),
         1042 => DataType::Text,
         1114 => DataType::Timestamp,
+        3220 => DataType::PgLsn,
         other => {
             return Err(Error::unsupported(format!(
                 "parameter type with OID {other}"
@@ -155,6 +156,15 @@ impl Env for SessionEnv<'_> {
 
     fn backend_pid(&self) -> i32 {
         self.pid
+    }
+
+    fn wal_positions(&self) -> Result<crate::storage::WalPositions> {
+        self.engine.wal_positions().ok_or_else(|| {
+            Error::user(
+                SqlState::OBJECT_NOT_IN_PREREQUISITE_STATE,
+                "this server has no WAL",
+            )
+        })
     }
 
     fn progress(&self) -> Option<&Reporter> {

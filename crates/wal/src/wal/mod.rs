@@ -168,6 +168,11 @@ pub struct Wal {
     /// WAL up to here can be written without creating a segment.
     space_end: AtomicU64,
     stats: Counters,
+    /// One more than the highest segment number recycled or removed, 0 if none
+    /// (`XLogCtl->lastRemovedSegNo`): a walsender that read such a segment read stale bytes.
+    removed_below: AtomicU64,
+    /// The walsenders streaming this WAL (`pg_stat_replication`).
+    senders: Arc<crate::senders::WalSenders>,
     writer: Mutex<Option<JoinHandle<()>>>,
     writer_ctl: Arc<WriterCtl>,
     live: Live,
@@ -294,6 +299,8 @@ impl Wal {
             last_mark: AtomicU64::new(0),
             space_end: AtomicU64::new(segment_of(end) * WAL_SEGMENT_SIZE),
             stats: Counters::default(),
+            removed_below: AtomicU64::new(0),
+            senders: Arc::default(),
             writer: Mutex::new(None),
             writer_ctl: Arc::new(WriterCtl::new()),
             live: Live {
@@ -602,6 +609,30 @@ impl Wal {
         Lsn(self.gc.flushed())
     }
 
+    /// Notified whenever [`Wal::flush_lsn`] moves (every group-commit publish, including the
+    /// WAL writer's flushes). A waiter enables its `Notified` future, then reads `flush_lsn`,
+    /// then awaits, so that no move between the read and the wait is missed.
+    pub fn flush_notify(&self) -> &tokio::sync::Notify {
+        self.gc.published()
+    }
+
+    /// The segment numbers below this have been recycled or removed (0: none): bytes read from
+    /// such a segment's file may belong to another segment. Read after reading a segment to
+    /// know whether what was read is valid (PostgreSQL's `XLogGetLastRemovedSegno` + 1).
+    pub fn removed_below(&self) -> u64 {
+        self.removed_below.load(Ordering::SeqCst)
+    }
+
+    /// The directory of the segment files.
+    pub fn dir(&self) -> &std::path::Path {
+        &self.cfg.dir
+    }
+
+    /// The walsenders streaming this WAL.
+    pub fn senders(&self) -> &Arc<crate::senders::WalSenders> {
+        &self.senders
+    }
+
     /// The current checkpoint's redo point (PostgreSQL's `RedoRecPtr`), bytes.
     pub fn redo_lsn(&self) -> Lsn {
         Lsn(self.redo_lsn.load(Ordering::SeqCst))
@@ -669,6 +700,9 @@ impl Wal {
         let mut changed = false;
         let (mut removed, mut recycled) = (0, 0);
         for &old in existing.iter().filter(|&&s| s < cutoff) {
+            // Before the rename: a reader that checks after reading sees it (`XLogFileRead`'s
+            // check against `lastRemovedSegNo`).
+            self.removed_below.fetch_max(old + 1, Ordering::SeqCst);
             let from = segment::segment_path(dir, old);
             while next_free <= max_recycled
                 && self.vfs.exists(&segment::segment_path(dir, next_free))

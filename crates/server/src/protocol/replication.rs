@@ -1,0 +1,269 @@
+//! Replication connections (PostgreSQL's walsender, `src/backend/replication/walsender.c`, and
+//! its command grammar `repl_gram.y`): the `replication` startup parameter, the replication
+//! commands a walsender accepts in a simple Query, and their replies. Streaming itself, after
+//! START_REPLICATION, is `walsender.rs`.
+//!
+//! | command | reply |
+//! |---|---|
+//! | `IDENTIFY_SYSTEM` | one row: systemid (text), timeline (int4), xlogpos (text, the flush LSN), dbname (text, NULL when physical) |
+//! | `SHOW name` | as the SQL `SHOW` (`wal_segment_size` is `16MB`) |
+//! | `TIMELINE_HISTORY n` | 58P01: walnut has only timeline 1, which has no history file |
+//! | `START_REPLICATION [SLOT s] [PHYSICAL] X/X [TIMELINE n]` | CopyBothResponse, then the WAL from X/X (`walsender.rs`) |
+//! | slot commands, `BASE_BACKUP` | 0A000 for now |
+//!
+//! A physical replication connection (`replication=true`) runs only these: SQL gets 0A000
+//! "cannot execute SQL commands in WAL sender for physical replication". A database one
+//! (`replication=database`) runs SQL as well.
+
+use super::errors::protocol_error;
+use walnut_common::{Error, Lsn, SqlState};
+
+/// What the `replication` startup parameter asked for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReplicationMode {
+    /// `replication=true` (also `on`, `yes`, `1`): a physical walsender, no database.
+    Physical,
+    /// `replication=database`: a walsender connected to a database; SQL runs too.
+    Database,
+}
+
+/// Parses the `replication` startup parameter (PostgreSQL's `ProcessStartupPacket`): `None` for
+/// a normal session.
+///
+/// # Errors
+/// 22023 for any other value, with PostgreSQL's message and hint.
+pub fn parse_mode(value: Option<&str>) -> Result<Option<ReplicationMode>, Error> {
+    let Some(v) = value else { return Ok(None) };
+    if v.eq_ignore_ascii_case("database") {
+        return Ok(Some(ReplicationMode::Database));
+    }
+    match walnut_common::guc::parse_bool(v) {
+        Some(true) => Ok(Some(ReplicationMode::Physical)),
+        Some(false) => Ok(None),
+        None => Err(Error::user(
+            SqlState::INVALID_PARAMETER_VALUE,
+            format!("invalid value for parameter \"replication\": \"{v}\""),
+        )
+        .with_detail("Valid values are: \"false\", 0, \"true\", 1, \"database\".")),
+    }
+}
+
+/// A replication command.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Command {
+    /// `IDENTIFY_SYSTEM`.
+    IdentifySystem,
+    /// `SHOW name`: answered by the session as the SQL statement.
+    Show,
+    /// `TIMELINE_HISTORY tli`.
+    TimelineHistory(u32),
+    /// `START_REPLICATION [SLOT slot] [PHYSICAL] start [TIMELINE tli]`.
+    StartReplication {
+        /// The slot named, if any.
+        slot: Option<String>,
+        /// Where to start, bytes (LSN).
+        start: Lsn,
+        /// The timeline asked for, if given.
+        timeline: Option<u32>,
+    },
+    /// A command walnut does not run yet (its keyword).
+    Unsupported(&'static str),
+}
+
+/// Parses `X/X` (two hexadecimal halves of an LSN, as PostgreSQL prints and `pg_lsn_in` reads).
+pub fn parse_lsn(s: &str) -> Option<Lsn> {
+    walnut_common::value::parse_lsn(s).map(Lsn)
+}
+
+const UNSUPPORTED: &[&str] = &[
+    "CREATE_REPLICATION_SLOT",
+    "DROP_REPLICATION_SLOT",
+    "READ_REPLICATION_SLOT",
+    "ALTER_REPLICATION_SLOT",
+    "BASE_BACKUP",
+    "UPLOAD_MANIFEST",
+];
+
+/// Parses a replication command: `None` if the text is not one (its first word is no
+/// replication keyword: SQL), as `replication_scanner_is_replication_command` decides.
+///
+/// # Errors
+/// 42601 for a replication command with bad arguments.
+pub fn parse_command(sql: &str) -> Option<Result<Command, Error>> {
+    let text = sql.trim().trim_end_matches(';').trim_end();
+    let words: Vec<&str> = text.split_whitespace().collect();
+    let first = words.first()?.to_ascii_uppercase();
+    let syntax = || {
+        Error::user(
+            SqlState::SYNTAX_ERROR,
+            format!("syntax error in replication command \"{text}\""),
+        )
+    };
+    let is = |w: &str, k: &str| w.eq_ignore_ascii_case(k);
+    let cmd = match first.as_str() {
+        "IDENTIFY_SYSTEM" if words.len() == 1 => Ok(Command::IdentifySystem),
+        "IDENTIFY_SYSTEM" => Err(syntax()),
+        "SHOW" if words.len() == 2 => Ok(Command::Show),
+        "SHOW" => Err(syntax()),
+        "TIMELINE_HISTORY" => match words.as_slice() {
+            [_, tli] => tli
+                .parse::<u32>()
+                .ok()
+                .filter(|&t| t > 0)
+                .map(Command::TimelineHistory)
+                .ok_or_else(syntax),
+            _ => Err(syntax()),
+        },
+        "START_REPLICATION" => {
+            let mut rest = &words[1..];
+            let mut slot = None;
+            if let [k, name, tail @ ..] = rest {
+                if is(k, "SLOT") {
+                    slot = Some(name.trim_matches('"').to_string());
+                    rest = tail;
+                }
+            }
+            if let [k, tail @ ..] = rest {
+                if is(k, "LOGICAL") {
+                    return Some(Err(Error::user(
+                        SqlState::FEATURE_NOT_SUPPORTED,
+                        "logical replication is not supported",
+                    )));
+                }
+                if is(k, "PHYSICAL") {
+                    rest = tail;
+                }
+            }
+            match rest {
+                [lsn] => parse_lsn(lsn).map(|start| Command::StartReplication {
+                    slot,
+                    start,
+                    timeline: None,
+                }),
+                [lsn, k, tli] if is(k, "TIMELINE") => {
+                    match (parse_lsn(lsn), tli.parse::<u32>().ok().filter(|&t| t > 0)) {
+                        (Some(start), Some(t)) => Some(Command::StartReplication {
+                            slot,
+                            start,
+                            timeline: Some(t),
+                        }),
+                        _ => None,
+                    }
+                }
+                _ => None,
+            }
+            .ok_or_else(syntax)
+        }
+        w => match UNSUPPORTED.iter().find(|k| **k == w) {
+            Some(k) => Ok(Command::Unsupported(k)),
+            None => return None,
+        },
+    };
+    Some(cmd)
+}
+
+/// The error for SQL on a physical replication connection.
+pub fn sql_on_physical_walsender() -> Error {
+    Error::user(
+        SqlState::FEATURE_NOT_SUPPORTED,
+        "cannot execute SQL commands in WAL sender for physical replication",
+    )
+}
+
+/// The error for the extended query protocol on a replication connection (PostgreSQL's
+/// `PostgresMain` refuses Parse/Bind/Execute from a walsender).
+pub fn extended_protocol_on_walsender() -> Error {
+    protocol_error("extended query protocol not supported in a replication connection")
+}
+
+/// The error for `TIMELINE_HISTORY tli`: walnut has one timeline, 1, and timeline 1 has no
+/// history file (as in PostgreSQL, where asking for it fails to open the file).
+pub fn no_timeline_history(tli: u32) -> Error {
+    Error::user(
+        SqlState::UNDEFINED_FILE,
+        format!("could not open file \"pg_wal/{tli:08X}.history\": No such file or directory"),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_replication_parameter() {
+        assert_eq!(parse_mode(None).unwrap(), None);
+        assert_eq!(
+            parse_mode(Some("true")).unwrap(),
+            Some(ReplicationMode::Physical)
+        );
+        assert_eq!(
+            parse_mode(Some("1")).unwrap(),
+            Some(ReplicationMode::Physical)
+        );
+        assert_eq!(parse_mode(Some("off")).unwrap(), None);
+        assert_eq!(
+            parse_mode(Some("Database")).unwrap(),
+            Some(ReplicationMode::Database)
+        );
+        let e = parse_mode(Some("maybe")).unwrap_err();
+        assert_eq!(e.sqlstate, SqlState::INVALID_PARAMETER_VALUE);
+    }
+
+    #[test]
+    fn lsns() {
+        assert_eq!(parse_lsn("0/16B3748"), Some(Lsn(0x16B_3748)));
+        assert_eq!(parse_lsn("1/00000008"), Some(Lsn((1 << 32) | 8)));
+        for bad in ["", "0", "/1", "1/", "g/1", "1/2/3", "123456789/0", "0/-1"] {
+            assert_eq!(parse_lsn(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn commands() {
+        assert_eq!(
+            parse_command("identify_system;").unwrap().unwrap(),
+            Command::IdentifySystem
+        );
+        assert_eq!(
+            parse_command("SHOW wal_segment_size").unwrap().unwrap(),
+            Command::Show
+        );
+        assert_eq!(
+            parse_command("START_REPLICATION 0/1000000 TIMELINE 1")
+                .unwrap()
+                .unwrap(),
+            Command::StartReplication {
+                slot: None,
+                start: Lsn(0x100_0000),
+                timeline: Some(1)
+            }
+        );
+        assert_eq!(
+            parse_command("START_REPLICATION SLOT \"s1\" PHYSICAL 1/0")
+                .unwrap()
+                .unwrap(),
+            Command::StartReplication {
+                slot: Some("s1".into()),
+                start: Lsn(1 << 32),
+                timeline: None
+            }
+        );
+        assert_eq!(
+            parse_command("BASE_BACKUP (PROGRESS)").unwrap().unwrap(),
+            Command::Unsupported("BASE_BACKUP")
+        );
+        for bad in [
+            "START_REPLICATION",
+            "START_REPLICATION x/y",
+            "START_REPLICATION 0/0 TIMELINE 0",
+            "START_REPLICATION 0/0 extra",
+            "TIMELINE_HISTORY one",
+            "IDENTIFY_SYSTEM now",
+        ] {
+            let e = parse_command(bad).unwrap().unwrap_err();
+            assert_eq!(e.sqlstate, SqlState::SYNTAX_ERROR, "{bad}");
+        }
+        assert!(parse_command("select 1").is_none());
+        assert!(parse_command("  ").is_none());
+    }
+}

@@ -1,0 +1,359 @@
+//! End-to-end tests of replication connections against the built `walnut` binary: PostgreSQL
+//! 18's `pg_receivewal` streams walnut's WAL byte for byte, psql runs the walsender's commands,
+//! and bad input gets a clear error while the server stays up.
+
+mod support;
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+use support::{pg_bin, stderr, Server};
+
+/// The directory of PostgreSQL 18's client programs: `PG18_BINDIR`, else what
+/// `../shared/bench/postgres18.sh bin` installs, else the `PATH`'s if they are version 18 or
+/// later (an older `pg_receivewal` refuses a server that says it is 18).
+fn pg18_bindir() -> PathBuf {
+    if let Ok(dir) = std::env::var("PG18_BINDIR") {
+        return PathBuf::from(dir);
+    }
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/bench/postgres18.sh");
+    if script.exists() {
+        let out = Command::new("bash")
+            .arg(&script)
+            .arg("bin")
+            .output()
+            .unwrap();
+        let dir = String::from_utf8_lossy(&out.stdout).trim().to_string();
+        if out.status.success() && Path::new(&dir).join("pg_receivewal").exists() {
+            return PathBuf::from(dir);
+        }
+    }
+    let in_path = pg_bin("pg_receivewal");
+    let v = Command::new(&in_path).arg("--version").output().unwrap();
+    let v = String::from_utf8_lossy(&v.stdout).to_string();
+    let major: u32 = v
+        .split_whitespace()
+        .nth(2)
+        .and_then(|x| x.split('.').next())
+        .and_then(|x| x.parse().ok())
+        .unwrap_or(0);
+    assert!(
+        major >= 18,
+        "PostgreSQL 18's pg_receivewal is needed ({v:?} found): set PG18_BINDIR or run \
+         ../shared/bench/postgres18.sh install"
+    );
+    in_path.parent().unwrap().to_path_buf()
+}
+
+/// psql on a replication connection (`replication=true` or `database`): (stdout, stderr).
+fn psql_repl(s: &Server, replication: &str, sql: &str) -> (String, String) {
+    let out = s.psql_with(
+        sql,
+        &format!("user=postgres replication={replication}"),
+        &[],
+    );
+    (
+        String::from_utf8_lossy(&out.stdout).trim().to_string(),
+        stderr(&out),
+    )
+}
+
+fn segment_name(segno: u64) -> String {
+    format!("{:08X}{:08X}{:08X}", 1, segno >> 8, segno & 0xff)
+}
+
+fn parse_lsn(s: &str) -> u64 {
+    let (hi, lo) = s.trim().split_once('/').expect("an LSN");
+    (u64::from_str_radix(hi, 16).unwrap() << 32) | u64::from_str_radix(lo, 16).unwrap()
+}
+
+#[test]
+fn pg_receivewal_writes_the_primarys_wal_byte_for_byte() {
+    let s = Server::new(&["checkpoint_timeout=1h", "max_wal_size=10GB"]);
+    let (row, err) = psql_repl(&s, "database", "IDENTIFY_SYSTEM");
+    let f: Vec<&str> = row.split('|').collect();
+    assert_eq!(f.len(), 4, "{row} {err}");
+    assert!(f[0].parse::<u64>().unwrap() > 0, "systemid {row}");
+    assert_eq!((f[1], f[3]), ("1", "postgres"), "{row}");
+    parse_lsn(f[2]);
+    let (row, _) = psql_repl(&s, "true", "IDENTIFY_SYSTEM");
+    assert!(
+        row.ends_with('|'),
+        "a physical walsender has no dbname: {row}"
+    );
+    let (row, _) = psql_repl(&s, "true", "SHOW wal_segment_size");
+    assert_eq!(row, "16MB");
+
+    let recv = tempfile::tempdir().unwrap();
+    let mut receiver = Command::new(pg18_bindir().join("pg_receivewal"))
+        .args([
+            "-h",
+            "127.0.0.1",
+            "-p",
+            &s.port.to_string(),
+            "-U",
+            "postgres",
+        ])
+        .args(["--status-interval=1", "-D"])
+        .arg(recv.path())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Three segments or more of WAL: a load, then updates.
+    let out = s.pgbench(&["-i", "-s", "20", "-q"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let out = s.pgbench(&["-c", "4", "-T", "3", "-M", "prepared"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let flush = parse_lsn(&s.query("select pg_current_wal_flush_lsn()"));
+    let last_full = flush / (16 << 20);
+    assert!(last_full >= 3, "only {flush:X} bytes of WAL");
+
+    // While it streams, pg_stat_replication shows it.
+    let t0 = Instant::now();
+    loop {
+        let row = s.query(
+            "select application_name, state, sent_lsn >= pg_current_wal_flush_lsn(), \
+             write_lsn is not null and reply_time is not null from pg_stat_replication",
+        );
+        if row == "pg_receivewal|streaming|t|t" {
+            break;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(60),
+            "pg_stat_replication: {row}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // Every segment before the flush position's is complete on the receiver's side.
+    let t0 = Instant::now();
+    while !recv.path().join(segment_name(last_full - 1)).exists() {
+        assert!(
+            t0.elapsed() < Duration::from_secs(60),
+            "segments did not arrive"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let _ = Command::new("kill")
+        .arg("-INT")
+        .arg(receiver.id().to_string())
+        .status();
+    let status = receiver.wait().unwrap();
+    let mut log = String::new();
+    receiver
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut log)
+        .unwrap();
+    assert!(status.success(), "pg_receivewal: {status}\n{log}");
+
+    // pg_receivewal starts at the segment holding the position IDENTIFY_SYSTEM gave: 0.
+    let mut compared = 0;
+    for segno in 0..last_full {
+        let name = segment_name(segno);
+        let got = std::fs::read(recv.path().join(&name))
+            .unwrap_or_else(|e| panic!("{name} not received: {e}\n{log}"));
+        let want = std::fs::read(s.dir.join("wal").join(&name)).unwrap();
+        assert!(got == want, "segment {name} differs from the primary's");
+        compared += 1;
+    }
+    assert!(compared >= 3);
+    assert_eq!(s.query("select count(*) from pg_stat_replication"), "0");
+}
+
+/// A connection speaking the protocol by hand: what psql cannot send.
+struct Raw(TcpStream);
+
+impl Raw {
+    fn connect(port: u16, params: &[(&str, &str)]) -> Raw {
+        let mut c = TcpStream::connect(("127.0.0.1", port)).unwrap();
+        c.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+        let mut body = 196_608u32.to_be_bytes().to_vec();
+        for (k, v) in params {
+            body.extend_from_slice(k.as_bytes());
+            body.push(0);
+            body.extend_from_slice(v.as_bytes());
+            body.push(0);
+        }
+        body.push(0);
+        let mut msg = ((body.len() + 4) as u32).to_be_bytes().to_vec();
+        msg.extend_from_slice(&body);
+        c.write_all(&msg).unwrap();
+        Raw(c)
+    }
+
+    fn send(&mut self, tag: u8, body: &[u8]) {
+        let mut m = vec![tag];
+        m.extend_from_slice(&((body.len() + 4) as u32).to_be_bytes());
+        m.extend_from_slice(body);
+        self.0.write_all(&m).unwrap();
+    }
+
+    fn query(&mut self, sql: &str) {
+        let mut b = sql.as_bytes().to_vec();
+        b.push(0);
+        self.send(b'Q', &b);
+    }
+
+    /// The next message (tag, body), or `None` at EOF.
+    fn recv(&mut self) -> Option<(u8, Vec<u8>)> {
+        let mut h = [0u8; 5];
+        self.0.read_exact(&mut h).ok()?;
+        let len = u32::from_be_bytes(h[1..5].try_into().unwrap()) as usize - 4;
+        let mut b = vec![0u8; len];
+        self.0.read_exact(&mut b).ok()?;
+        Some((h[0], b))
+    }
+
+    /// Messages up to one with tag `until` (included), or EOF.
+    fn until(&mut self, until: u8) -> Vec<(u8, Vec<u8>)> {
+        let mut v = Vec::new();
+        while let Some(m) = self.recv() {
+            let done = m.0 == until;
+            v.push(m);
+            if done {
+                break;
+            }
+        }
+        v
+    }
+}
+
+/// The SQLSTATE and message of an ErrorResponse body.
+fn error_fields(body: &[u8]) -> (String, String, String) {
+    let (mut sev, mut code, mut msg) = (String::new(), String::new(), String::new());
+    for f in body.split(|&b| b == 0).filter(|f| !f.is_empty()) {
+        let v = String::from_utf8_lossy(&f[1..]).to_string();
+        match f[0] {
+            b'V' => sev = v,
+            b'C' => code = v,
+            b'M' => msg = v,
+            _ => {}
+        }
+    }
+    (sev, code, msg)
+}
+
+fn first_error(msgs: &[(u8, Vec<u8>)]) -> (String, String, String) {
+    let e = msgs.iter().find(|(t, _)| *t == b'E').unwrap_or_else(|| {
+        panic!(
+            "no ErrorResponse in {:?}",
+            msgs.iter().map(|m| m.0 as char).collect::<String>()
+        )
+    });
+    error_fields(&e.1)
+}
+
+#[test]
+fn replication_connections_refuse_bad_input_clearly_and_the_primary_stays_up() {
+    let mut s = Server::new(&["max_wal_senders=2", "checkpoint_timeout=1h"]);
+
+    // SQL on a physical walsender; a future start point; a replication command's syntax.
+    let (_, err) = psql_repl(&s, "true", "select 1");
+    assert!(
+        err.contains("cannot execute SQL commands in WAL sender for physical replication"),
+        "{err}"
+    );
+    let (_, err) = psql_repl(&s, "true", "START_REPLICATION 7/0");
+    assert!(
+        err.contains("is ahead of the WAL flush position of this server"),
+        "{err}"
+    );
+    let (_, err) = psql_repl(&s, "true", "START_REPLICATION SLOT nosuch 0/0");
+    assert!(
+        err.contains("replication slot \"nosuch\" does not exist"),
+        "{err}"
+    );
+    let (_, err) = psql_repl(&s, "true", "START_REPLICATION 0/0 TIMELINE 2");
+    assert!(err.contains("not in this server's history"), "{err}");
+    let (_, err) = psql_repl(&s, "true", "START_REPLICATION now");
+    assert!(err.contains("syntax error"), "{err}");
+    let (_, err) = psql_repl(&s, "true", "TIMELINE_HISTORY 1");
+    assert!(err.contains("00000001.history"), "{err}");
+    // SQL still runs on a database walsender.
+    let (out, err) = psql_repl(&s, "database", "select 40 + 2");
+    assert_eq!(out, "42", "{err}");
+    let out = s.psql_with("select 1", "user=postgres replication=sometimes", &[]);
+    assert!(
+        stderr(&out).contains("invalid value for parameter \"replication\""),
+        "{}",
+        stderr(&out)
+    );
+
+    // The extended protocol on a replication connection: 08P01, the connection goes on.
+    let mut r = Raw::connect(s.port, &[("user", "postgres"), ("replication", "true")]);
+    r.until(b'Z');
+    r.send(b'P', b"\0select 1\0\0\0");
+    r.send(b'S', b"");
+    let msgs = r.until(b'Z');
+    assert_eq!(first_error(&msgs).1, "08P01");
+
+    // A malformed standby status update: FATAL 08P01, that connection closes.
+    r.query("START_REPLICATION 0/0");
+    let msgs = r.until(b'W');
+    assert_eq!(msgs.last().map(|m| m.0), Some(b'W'), "CopyBothResponse");
+    let mut d = vec![b'r'];
+    d.extend_from_slice(&[0u8; 10]);
+    r.send(b'd', &d);
+    let mut rest = Vec::new();
+    while let Some(m) = r.recv() {
+        rest.push(m);
+    }
+    let (sev, code, msg) = first_error(&rest);
+    assert_eq!((sev.as_str(), code.as_str()), ("FATAL", "08P01"), "{msg}");
+    assert!(msg.contains("standby status update"), "{msg}");
+
+    // max_wal_senders: a third walsender is refused with 53300 while two are connected.
+    let mut a = Raw::connect(s.port, &[("user", "postgres"), ("replication", "true")]);
+    a.until(b'Z');
+    let mut b = Raw::connect(s.port, &[("user", "postgres"), ("replication", "true")]);
+    b.until(b'Z');
+    let mut c = Raw::connect(s.port, &[("user", "postgres"), ("replication", "true")]);
+    let (sev, code, msg) = first_error(&c.until(b'Z'));
+    assert_eq!((sev.as_str(), code.as_str()), ("FATAL", "53300"), "{msg}");
+    assert!(msg.contains("max_wal_senders (currently 2)"), "{msg}");
+    // A walsender streaming, then ended by its client's CopyDone, takes commands again.
+    a.query("START_REPLICATION 0/0");
+    a.until(b'W');
+    a.send(b'c', b"");
+    let msgs = a.until(b'Z');
+    let tags: String = msgs.iter().map(|m| m.0 as char).collect();
+    assert!(tags.ends_with("cCZ"), "after CopyDone: {tags}");
+    a.query("IDENTIFY_SYSTEM");
+    let msgs = a.until(b'Z');
+    assert!(
+        msgs.iter().any(|m| m.0 == b'D'),
+        "IDENTIFY_SYSTEM after streaming"
+    );
+    drop((a, b, c));
+
+    // WAL whose segment was recycled: "requested WAL segment ... has already been removed".
+    let out = s.pgbench(&["-i", "-s", "20", "-q"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    s.query("checkpoint");
+    s.query("checkpoint");
+    assert!(!s.dir.join("wal").join(segment_name(0)).exists());
+    let (_, err) = psql_repl(&s, "true", "START_REPLICATION 0/100");
+    assert!(
+        err.contains("requested WAL segment 000000010000000000000000 has already been removed"),
+        "{err}"
+    );
+
+    // pg_hba.conf without replication lines refuses walsenders, naming what was asked.
+    s.stop();
+    std::fs::write(
+        s.dir.join("pg_hba.conf"),
+        "host all all 127.0.0.1/32 trust\nhost all all ::1/128 trust\n",
+    )
+    .unwrap();
+    s.start(&[]);
+    let (_, err) = psql_repl(&s, "true", "IDENTIFY_SYSTEM");
+    assert!(
+        err.contains("no pg_hba.conf entry for replication connection from host \"127.0.0.1\""),
+        "{err}"
+    );
+    // Through all of it the server stayed up.
+    assert_eq!(s.query("select 1"), "1");
+}
