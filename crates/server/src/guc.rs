@@ -100,6 +100,18 @@ pub static MAX_WAL_SENDERS: GucDef = GucDef {
     check: None,
 };
 
+/// `max_replication_slots`: replication slots at once; the next CREATE_REPLICATION_SLOT gets
+/// 53400.
+pub static MAX_REPLICATION_SLOTS: GucDef = GucDef {
+    name: "max_replication_slots",
+    kind: int(0, 262_143, Unit::None),
+    default: "10",
+    context: Context::Postmaster,
+    category: REPLICATION,
+    description: "Sets the maximum number of simultaneously defined replication slots.",
+    check: None,
+};
+
 /// `wal_sender_timeout`, ms: a walsender whose client is silent this long ends; 0 disables.
 pub static WAL_SENDER_TIMEOUT: GucDef = GucDef {
     name: "wal_sender_timeout",
@@ -130,6 +142,7 @@ pub static GUCS: &[&GucDef] = &[
     &LISTEN_ADDRESSES,
     &LOG_MIN_MESSAGES,
     &MAX_CONNECTIONS,
+    &MAX_REPLICATION_SLOTS,
     &MAX_WAL_SENDERS,
     &PORT,
     &SSL_ON,

@@ -236,6 +236,7 @@ fn serve(dir: &Path, port: Option<u16>, overrides: &[String]) -> Result<(), Stri
             walnut_server::protocol::walsender::WalSource {
                 wal: handle_engine.storage.wal().clone(),
                 system_identifier: handle_engine.storage.system_identifier,
+                slots: handle_engine.storage.slots.clone(),
             },
         ));
         let handle = server::start(&config, engine).await.map_err(|e| {

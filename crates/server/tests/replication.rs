@@ -357,3 +357,172 @@ fn replication_connections_refuse_bad_input_clearly_and_the_primary_stays_up() {
     // Through all of it the server stayed up.
     assert_eq!(s.query("select 1"), "1");
 }
+
+/// Starts PostgreSQL 18's `pg_receivewal` into `dir` on slot `slot`, with `--no-loop`: an
+/// error ends it instead of a retry every 5 s.
+fn receivewal(s: &Server, dir: &Path, slot: &str) -> std::process::Child {
+    Command::new(pg18_bindir().join("pg_receivewal"))
+        .args([
+            "-h",
+            "127.0.0.1",
+            "-p",
+            &s.port.to_string(),
+            "-U",
+            "postgres",
+        ])
+        .args(["--no-loop", "--status-interval=1", "-S", slot, "-D"])
+        .arg(dir)
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+/// SIGINT, then its exit status and what it printed.
+fn stop_receiver(mut r: std::process::Child) -> (std::process::ExitStatus, String) {
+    let _ = Command::new("kill")
+        .arg("-INT")
+        .arg(r.id().to_string())
+        .status();
+    let status = r.wait().unwrap();
+    let mut log = String::new();
+    r.stderr.take().unwrap().read_to_string(&mut log).unwrap();
+    (status, log)
+}
+
+fn wait_for(what: &str, mut f: impl FnMut() -> bool) {
+    let t0 = Instant::now();
+    while !f() {
+        assert!(
+            t0.elapsed() < Duration::from_secs(90),
+            "timed out waiting for {what}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn a_slot_keeps_wal_for_a_stopped_receiver_until_max_slot_wal_keep_size() {
+    let mut s = Server::new(&["checkpoint_timeout=1h"]);
+    let (row, err) = psql_repl(
+        &s,
+        "database",
+        "CREATE_REPLICATION_SLOT s1 PHYSICAL RESERVE_WAL",
+    );
+    assert_eq!(row, "s1|||", "{err}");
+    let (_, err) = psql_repl(&s, "true", "CREATE_REPLICATION_SLOT s1 PHYSICAL");
+    assert!(
+        err.contains("replication slot \"s1\" already exists"),
+        "{err}"
+    );
+    let (_, err) = psql_repl(&s, "true", "CREATE_REPLICATION_SLOT Bad PHYSICAL");
+    assert!(err.contains("contains invalid character"), "{err}");
+    let (row, _) = psql_repl(&s, "true", "READ_REPLICATION_SLOT s1");
+    let f: Vec<&str> = row.split('|').collect();
+    assert_eq!((f[0], f[2]), ("physical", "1"), "{row}");
+    let reserved = parse_lsn(f[1]);
+    let (row, _) = psql_repl(&s, "true", "READ_REPLICATION_SLOT nosuch");
+    assert_eq!(row, "||");
+
+    // Stream on the slot: its position follows what the receiver flushed.
+    let recv = tempfile::tempdir().unwrap();
+    let r = receivewal(&s, recv.path(), "s1");
+    let out = s.pgbench(&["-i", "-s", "10", "-q"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    wait_for("the slot to be active and to advance", || {
+        s.query(&format!(
+            "select active and restart_lsn > '{}' from pg_replication_slots where slot_name = 's1'",
+            f[1]
+        )) == "t"
+    });
+    let (status, log) = stop_receiver(r);
+    assert!(status.success(), "{log}");
+    let kept =
+        parse_lsn(&s.query("select restart_lsn from pg_replication_slots where slot_name = 's1'"));
+    assert!(kept > reserved);
+
+    // With the receiver gone, checkpoints keep the slot's WAL, also across a restart.
+    let out = s.pgbench(&["-i", "-s", "20", "-q"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    s.query("checkpoint");
+    s.query("checkpoint");
+    s.stop();
+    s.start(&["checkpoint_timeout=1h"]);
+    s.query("checkpoint");
+    let kept_after =
+        parse_lsn(&s.query("select restart_lsn from pg_replication_slots where slot_name = 's1'"));
+    assert!(
+        kept_after >= reserved && kept_after <= kept,
+        "{kept_after:X}"
+    );
+    let first_kept = kept_after / (16 << 20);
+    assert!(
+        s.dir.join("wal").join(segment_name(first_kept)).exists(),
+        "the slot's segment was recycled"
+    );
+    assert_eq!(
+        s.query("select wal_status, active from pg_replication_slots"),
+        "reserved|f"
+    );
+
+    // The receiver resumes on its slot with nothing missing, and catches up.
+    let r = receivewal(&s, recv.path(), "s1");
+    let flush = parse_lsn(&s.query("select pg_current_wal_flush_lsn()"));
+    let last_full = flush / (16 << 20);
+    wait_for("the receiver to catch up", || {
+        recv.path().join(segment_name(last_full - 1)).exists()
+    });
+    let (status, log) = stop_receiver(r);
+    assert!(status.success(), "{log}");
+    assert!(!log.contains("removed"), "{log}");
+    let mut compared = 0;
+    for segno in first_kept..last_full {
+        let name = segment_name(segno);
+        let got = std::fs::read(recv.path().join(&name)).unwrap();
+        let want = std::fs::read(s.dir.join("wal").join(&name)).unwrap();
+        assert!(got == want, "segment {name} differs");
+        compared += 1;
+    }
+    assert!(compared >= 2, "{compared} segments compared");
+
+    // Past max_slot_wal_keep_size the next checkpoint invalidates the slot, visibly.
+    s.query("alter system set max_slot_wal_keep_size = '16MB'");
+    s.query("select pg_reload_conf()");
+    let out = s.pgbench(&["-i", "-s", "10", "-q"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    s.query("checkpoint");
+    assert_eq!(
+        s.query("select wal_status, invalidation_reason from pg_replication_slots"),
+        "lost|wal_removed"
+    );
+    assert!(s
+        .log()
+        .contains("invalidating obsolete replication slot \"s1\""));
+    let r = receivewal(&s, recv.path(), "s1");
+    let status = {
+        let mut r = r;
+        let t0 = Instant::now();
+        loop {
+            if let Some(st) = r.try_wait().unwrap() {
+                let mut log = String::new();
+                r.stderr.take().unwrap().read_to_string(&mut log).unwrap();
+                break (st, log);
+            }
+            assert!(
+                t0.elapsed() < Duration::from_secs(60),
+                "pg_receivewal kept running"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    };
+    assert!(!status.0.success());
+    assert!(
+        status
+            .1
+            .contains("can no longer get changes from replication slot \"s1\""),
+        "{}",
+        status.1
+    );
+    let (_, err) = psql_repl(&s, "true", "DROP_REPLICATION_SLOT s1");
+    assert!(err.is_empty(), "{err}");
+    assert_eq!(s.query("select count(*) from pg_replication_slots"), "0");
+}

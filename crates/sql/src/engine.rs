@@ -202,6 +202,15 @@ impl Engine for StorageEngine {
             "pg_stat_replication" => Some(crate::replication_views::pg_stat_replication(
                 &self.storage.wal().senders().snapshot(),
             )),
+            "pg_replication_slots" => {
+                let (max_wal, max_slot) = self.storage.slot_wal_limits();
+                Some(crate::replication_views::pg_replication_slots(
+                    &self.storage.slots.list(),
+                    self.storage.wal().insert_lsn().0,
+                    max_wal,
+                    max_slot,
+                ))
+            }
             _ => crate::stat_views::view(&self.storage.smgr.stats, name),
         }
     }

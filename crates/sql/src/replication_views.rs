@@ -102,9 +102,127 @@ pub(crate) fn pg_stat_replication(senders: &[WalSndSnapshot]) -> (Vec<ColumnDef>
     (cols, rows)
 }
 
+/// The columns and rows of `pg_replication_slots` (PostgreSQL 18's columns) for these slots,
+/// judged against the WAL's insert position `insert` and the limits `max_wal` and
+/// `max_slot_keep` (bytes; `None`: no limit), as PostgreSQL's `GetWALAvailability`:
+/// `wal_status` is `reserved` within `max_wal_size`, `extended` beyond it, `unreserved` past
+/// `max_slot_wal_keep_size` (the next checkpoint invalidates it), `lost` once invalidated.
+pub(crate) fn pg_replication_slots(
+    slots: &[walnut_storage::slots::SlotInfo],
+    insert: u64,
+    max_wal: u64,
+    max_slot_keep: Option<u64>,
+) -> (Vec<ColumnDef>, Vec<Vec<Value>>) {
+    use DataType::{Bool, Int4, Int8, PgLsn, Text, Timestamp};
+    let cols = vec![
+        col("slot_name", Text),
+        col("plugin", Text),
+        col("slot_type", Text),
+        col("datoid", Int8),
+        col("database", Text),
+        col("temporary", Bool),
+        col("active", Bool),
+        col("active_pid", Int4),
+        col("xmin", Int8),
+        col("catalog_xmin", Int8),
+        col("restart_lsn", PgLsn),
+        col("confirmed_flush_lsn", PgLsn),
+        col("wal_status", Text),
+        col("safe_wal_size", Int8),
+        col("two_phase", Bool),
+        col("two_phase_at", PgLsn),
+        col("inactive_since", Timestamp),
+        col("conflicting", Bool),
+        col("invalidation_reason", Text),
+        col("failover", Bool),
+        col("synced", Bool),
+    ];
+    let rows = slots
+        .iter()
+        .map(|s| {
+            let behind = s.restart_lsn.map(|l| insert.saturating_sub(l.0));
+            let status = match (s.invalidated, behind) {
+                (Some(_), _) => Some("lost"),
+                (None, None) => None,
+                (None, Some(b)) if max_slot_keep.is_some_and(|m| b > m) => Some("unreserved"),
+                (None, Some(b)) if b > max_wal => Some("extended"),
+                (None, Some(_)) => Some("reserved"),
+            };
+            let safe = match (s.invalidated, behind, max_slot_keep) {
+                (None, Some(b), Some(m)) => Value::Int8(m as i64 - b as i64),
+                _ => Value::Null,
+            };
+            vec![
+                Value::Text(s.name.clone()),
+                Value::Null,
+                Value::Text("physical".into()),
+                Value::Null,
+                Value::Null,
+                Value::Bool(false),
+                Value::Bool(s.active_pid.is_some()),
+                s.active_pid.map_or(Value::Null, Value::Int4),
+                Value::Null,
+                Value::Null,
+                s.restart_lsn.map_or(Value::Null, |l| Value::PgLsn(l.0)),
+                Value::Null,
+                status.map_or(Value::Null, |t| Value::Text(t.into())),
+                safe,
+                Value::Bool(false),
+                Value::Null,
+                Value::Null,
+                Value::Null,
+                s.invalidated
+                    .map_or(Value::Null, |i| Value::Text(i.name().into())),
+                Value::Bool(false),
+                Value::Bool(false),
+            ]
+        })
+        .collect();
+    (cols, rows)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn wal_status_follows_the_limits() {
+        use walnut_common::Lsn;
+        use walnut_storage::slots::{Invalidation, SlotInfo};
+        let slot = |name: &str, lsn: Option<u64>, inval| SlotInfo {
+            name: name.into(),
+            restart_lsn: lsn.map(Lsn),
+            active_pid: None,
+            invalidated: inval,
+        };
+        let slots = [
+            slot("a", Some(900), None),
+            slot("b", Some(500), None),
+            slot("c", Some(100), None),
+            slot("d", Some(100), Some(Invalidation::WalRemoved)),
+            slot("e", None, None),
+        ];
+        let (cols, rows) = pg_replication_slots(&slots, 1000, 200, Some(800));
+        let at = |name: &str| cols.iter().position(|c| c.name == name).unwrap();
+        let status: Vec<_> = rows.iter().map(|r| r[at("wal_status")].to_text()).collect();
+        let s = |x: &str| Some(x.to_string());
+        assert_eq!(
+            status,
+            vec![
+                s("reserved"),
+                s("extended"),
+                s("unreserved"),
+                s("lost"),
+                None
+            ]
+        );
+        assert_eq!(rows[0][at("safe_wal_size")], Value::Int8(700));
+        assert_eq!(rows[2][at("safe_wal_size")], Value::Int8(-100));
+        assert_eq!(
+            rows[3][at("invalidation_reason")],
+            Value::Text("wal_removed".into())
+        );
+    }
 
     #[test]
     fn intervals_print_as_postgresql_does() {

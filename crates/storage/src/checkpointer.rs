@@ -45,6 +45,41 @@ pub struct WriteSettings {
     pub backend_flush_after: usize,
     /// `min_wal_size`, MB.
     pub min_wal_size_mb: u64,
+    /// `wal_keep_size`, MB.
+    pub wal_keep_size_mb: u64,
+    /// `max_slot_wal_keep_size`, MB; `None` = no limit (-1).
+    pub max_slot_wal_keep_size_mb: Option<u64>,
+}
+
+/// The first WAL segment a checkpoint keeps (PostgreSQL's `KeepLogSeg`): the redo point's,
+/// or older for the oldest valid slot (`slot_min`, its saved restart position) but not older
+/// than `max_slot_wal_keep` bytes behind `insert`, or older for `wal_keep` bytes behind
+/// `insert`. Sizes round down to whole segments, as PostgreSQL's `ConvertToXSegs`.
+pub fn keep_from_segment(
+    redo: Lsn,
+    insert: Lsn,
+    slot_min: Option<Lsn>,
+    wal_keep: u64,
+    max_slot_wal_keep: Option<u64>,
+) -> u64 {
+    let seg = |l: u64| l / walnut_wal::WAL_SEGMENT_SIZE;
+    let cur = seg(insert.0);
+    let mut keep = seg(redo.0);
+    if let Some(m) = slot_min {
+        let mut s = seg(m.0);
+        if let Some(max) = max_slot_wal_keep {
+            let max_segs = seg(max);
+            if cur.saturating_sub(s) > max_segs {
+                s = cur - max_segs;
+            }
+        }
+        keep = keep.min(s);
+    }
+    let keep_segs = seg(wal_keep);
+    if keep_segs > 0 && cur.saturating_sub(keep) < keep_segs {
+        keep = cur.saturating_sub(keep_segs);
+    }
+    keep
 }
 
 impl WriteSettings {
@@ -61,6 +96,8 @@ impl WriteSettings {
             bgwriter_flush_after: s.int(&guc::BGWRITER_FLUSH_AFTER) as usize,
             backend_flush_after: s.int(&guc::BACKEND_FLUSH_AFTER) as usize,
             min_wal_size_mb: s.int(&guc::MIN_WAL_SIZE) as u64,
+            wal_keep_size_mb: s.int(&guc::WAL_KEEP_SIZE) as u64,
+            max_slot_wal_keep_size_mb: u64::try_from(s.int(&guc::MAX_SLOT_WAL_KEEP_SIZE)).ok(),
         }
     }
 }
@@ -397,7 +434,26 @@ impl Storage {
             settings.min_wal_size_mb << 20,
             max_wal.max(settings.min_wal_size_mb << 20),
         );
-        let (removed, recycled) = wal.remove_old_segments(redo, keep)?;
+        // Replication: slots (saved first, so the positions used are on disk) and
+        // wal_keep_size may keep WAL from before the redo point; a slot past
+        // max_slot_wal_keep_size is invalidated instead (PostgreSQL's KeepLogSeg and
+        // InvalidateObsoleteReplicationSlots).
+        self.slots.save()?;
+        let keep_seg = keep_from_segment(
+            redo,
+            wal.insert_lsn(),
+            self.slots.min_saved_restart_lsn(),
+            settings.wal_keep_size_mb << 20,
+            settings.max_slot_wal_keep_size_mb.map(|m| m << 20),
+        );
+        let keep_from = Lsn(keep_seg * walnut_wal::WAL_SEGMENT_SIZE);
+        for name in self.slots.invalidate_below(keep_from)? {
+            tracing::warn!(
+                hint = "You might need to increase \"max_slot_wal_keep_size\".",
+                "invalidating obsolete replication slot \"{name}\": its restart_lsn is more than max_slot_wal_keep_size behind"
+            );
+        }
+        let (removed, recycled) = wal.remove_old_segments(keep_from, keep)?;
         self.retry_removals();
         self.last_redo.store(redo.0, Ordering::Release);
         let st = &self.smgr.stats;

@@ -122,6 +122,31 @@ pub static CHECKPOINT_WARNING: GucDef = GucDef {
     check: None,
 };
 
+/// `wal_keep_size`, MB: a checkpoint keeps at least this much WAL behind the current
+/// position for receivers without a slot (PostgreSQL's `KeepLogSeg`). 0: none beyond the redo
+/// point.
+pub static WAL_KEEP_SIZE: GucDef = GucDef {
+    name: "wal_keep_size",
+    kind: int(0, INT_MAX, Unit::Mb),
+    default: "0",
+    context: Context::Sighup,
+    category: "Replication / Sending Servers",
+    description: "Sets the size of WAL files held for replication.",
+    check: None,
+};
+
+/// `max_slot_wal_keep_size`, MB: the most WAL a replication slot may keep behind the current
+/// position; a slot further behind is invalidated at the next checkpoint. -1: no limit.
+pub static MAX_SLOT_WAL_KEEP_SIZE: GucDef = GucDef {
+    name: "max_slot_wal_keep_size",
+    kind: int(-1, INT_MAX, Unit::Mb),
+    default: "-1",
+    context: Context::Sighup,
+    category: "Replication / Sending Servers",
+    description: "Sets the maximum WAL size that can be reserved by replication slots.",
+    check: None,
+};
+
 /// `log_checkpoints`: log each checkpoint's start and completion with PostgreSQL's line.
 pub static LOG_CHECKPOINTS: GucDef = GucDef {
     name: "log_checkpoints",
@@ -213,8 +238,10 @@ pub static GUCS: &[&GucDef] = &[
     &FULL_PAGE_WRITES,
     &IO_DIRECT,
     &LOG_CHECKPOINTS,
+    &MAX_SLOT_WAL_KEEP_SIZE,
     &MAX_WAL_SIZE,
     &MIN_WAL_SIZE,
+    &WAL_KEEP_SIZE,
     &SHARED_BUFFERS,
     &IO_METHOD,
     &IO_WORKERS,

@@ -19,6 +19,7 @@ pub mod heap;
 pub mod page;
 pub mod progress;
 pub mod recovery;
+pub mod slots;
 pub mod smgr;
 pub mod stats;
 pub mod txn;
@@ -155,6 +156,8 @@ pub struct Storage {
     pub full_page_writes: bool,
     /// The data directory's identity (the control file's; IDENTIFY_SYSTEM reports it).
     pub system_identifier: u64,
+    /// Replication slots (`pg_replslot`), which keep WAL for their receivers.
+    pub slots: Arc<slots::ReplicationSlots>,
     wal: OnceLock<Arc<Wal>>,
     next_relfile: AtomicU32,
     /// Committed catalog (table name -> info).
@@ -343,7 +346,7 @@ impl Storage {
                 format!("directory \"{}\" exists but is not empty", dir.display()),
             ));
         }
-        for sub in ["", "base", "wal", "global", "pg_xact"] {
+        for sub in ["", "base", "wal", "global", "pg_xact", "pg_replslot"] {
             vfs.create_dir_all(&dir.join(sub)).map_err(|e| {
                 Error::io(
                     format!("could not create directory \"{}\"", dir.join(sub).display()),
@@ -370,6 +373,7 @@ impl Storage {
             },
             &ctl,
             &[],
+            slots::ReplicationSlots::load(vfs.clone(), dir)?,
         );
         let wal = Wal::open(vfs.clone(), cfg, Lsn::FIRST, Lsn::FIRST)?;
         st.pool.attach_wal(wal.clone());
@@ -386,6 +390,7 @@ impl Storage {
         config: StorageConfig,
         ctl: &ControlFile,
         xact_status: &[u8],
+        slots: Arc<slots::ReplicationSlots>,
     ) -> Storage {
         let smgr = Arc::new(
             Smgr::new(vfs.clone(), dir.join("base")).with_direct_io(config.io_direct.data),
@@ -399,6 +404,7 @@ impl Storage {
             smgr,
             xact: XactManager::new(ctl.next_xid, xact_status),
             system_identifier: ctl.system_identifier,
+            slots,
             full_page_writes: config.full_page_writes,
             wal: OnceLock::new(),
             next_relfile: AtomicU32::new(ctl.next_relfile),
@@ -440,6 +446,18 @@ impl Storage {
             .load(Ordering::Relaxed)
     }
 
+    /// `max_wal_size` and `max_slot_wal_keep_size` (`None`: no limit) as in force, bytes: what
+    /// `pg_replication_slots.wal_status` and `safe_wal_size` are judged by.
+    pub fn slot_wal_limits(&self) -> (u64, Option<u64>) {
+        let max_wal = self.max_wal_size_mb.load(Ordering::Relaxed) << 20;
+        let max_slot = self
+            .write_settings
+            .read()
+            .max_slot_wal_keep_size_mb
+            .map(|m| m << 20);
+        (max_wal, max_slot)
+    }
+
     /// The I/O workers that read ahead of sequential scans (`io_method = worker`), if started.
     pub fn io_workers(&self) -> Option<&Arc<aio::IoWorkers>> {
         self.io_workers.get()
@@ -462,6 +480,7 @@ impl Storage {
             config.clone(),
             &ctl,
             &status,
+            slots::ReplicationSlots::load(vfs.clone(), dir)?,
         ));
         stats::set_backend_type(stats::BackendType::Startup);
         let end = recovery::redo(&st, &ctl);

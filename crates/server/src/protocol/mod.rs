@@ -106,8 +106,14 @@ pub struct Conn {
     replication: OnceLock<replication::ReplicationMode>,
     /// A replication connection's entry in the WAL's walsender list (`pg_stat_replication`).
     walsnd: OnceLock<walnut_wal::senders::Registration>,
-    /// START_REPLICATION was accepted (CopyBothResponse sent): [`serve`] streams from here next.
-    start_streaming: Mutex<Option<walnut_common::Lsn>>,
+    /// START_REPLICATION was accepted (CopyBothResponse sent): [`serve`] streams from here next,
+    /// with the slot it named, held until streaming ends.
+    start_streaming: Mutex<
+        Option<(
+            walnut_common::Lsn,
+            Option<walnut_storage::slots::AcquiredSlot>,
+        )>,
+    >,
 }
 
 fn pg_status(status: TxnStatus) -> TransactionStatus {
@@ -233,7 +239,7 @@ pub async fn serve(
             break;
         }
         let start = conn.start_streaming.lock().take();
-        if let (Some(start), Some(src), Some(reg)) =
+        if let (Some((start, slot)), Some(src), Some(reg)) =
             (start, &conn.shared.wal_source, conn.walsnd.get())
         {
             let timeout = conn
@@ -242,7 +248,17 @@ pub async fn serve(
                 .settings()
                 .int(&crate::guc::WAL_SENDER_TIMEOUT);
             let timeout = (timeout > 0).then(|| std::time::Duration::from_millis(timeout as u64));
-            match walsender::stream(&mut socket, &src.wal, reg.snd(), start, timeout).await {
+            let ended = walsender::stream(
+                &mut socket,
+                &src.wal,
+                reg.snd(),
+                slot.as_ref(),
+                start,
+                timeout,
+            )
+            .await;
+            drop(slot);
+            match ended {
                 Ok(walsender::Ended::CopyDone) => socket.set_state(State::ReadyForQuery),
                 Ok(walsender::Ended::Closed) => break,
                 Err(e) => {

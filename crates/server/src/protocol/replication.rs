@@ -9,7 +9,10 @@
 //! | `SHOW name` | as the SQL `SHOW` (`wal_segment_size` is `16MB`) |
 //! | `TIMELINE_HISTORY n` | 58P01: walnut has only timeline 1, which has no history file |
 //! | `START_REPLICATION [SLOT s] [PHYSICAL] X/X [TIMELINE n]` | CopyBothResponse, then the WAL from X/X (`walsender.rs`) |
-//! | slot commands, `BASE_BACKUP` | 0A000 for now |
+//! | `CREATE_REPLICATION_SLOT s PHYSICAL [RESERVE_WAL]` (or `(RESERVE_WAL [true])`) | slot_name, consistent_point (NULL), snapshot_name (NULL), output_plugin (NULL) |
+//! | `DROP_REPLICATION_SLOT s [WAIT]` | CommandComplete |
+//! | `READ_REPLICATION_SLOT s` | slot_type, restart_lsn (text), restart_tli (int8); NULLs if there is no such slot |
+//! | `TEMPORARY` and logical slots, `ALTER_REPLICATION_SLOT`, `BASE_BACKUP` | 0A000 for now |
 //!
 //! A physical replication connection (`replication=true`) runs only these: SQL gets 0A000
 //! "cannot execute SQL commands in WAL sender for physical replication". A database one
@@ -66,6 +69,22 @@ pub enum Command {
         /// The timeline asked for, if given.
         timeline: Option<u32>,
     },
+    /// `CREATE_REPLICATION_SLOT name PHYSICAL [RESERVE_WAL]`.
+    CreateSlot {
+        /// The slot's name (checked by the slot store).
+        name: String,
+        /// Reserve WAL now (from the redo point), not at the first status update.
+        reserve_wal: bool,
+    },
+    /// `DROP_REPLICATION_SLOT name [WAIT]`.
+    DropSlot {
+        /// The slot's name.
+        name: String,
+        /// Wait while a walsender uses it (walnut: only briefly; see `simple.rs`).
+        wait: bool,
+    },
+    /// `READ_REPLICATION_SLOT name`.
+    ReadSlot(String),
     /// A command walnut does not run yet (its keyword).
     Unsupported(&'static str),
 }
@@ -75,14 +94,7 @@ pub fn parse_lsn(s: &str) -> Option<Lsn> {
     walnut_common::value::parse_lsn(s).map(Lsn)
 }
 
-const UNSUPPORTED: &[&str] = &[
-    "CREATE_REPLICATION_SLOT",
-    "DROP_REPLICATION_SLOT",
-    "READ_REPLICATION_SLOT",
-    "ALTER_REPLICATION_SLOT",
-    "BASE_BACKUP",
-    "UPLOAD_MANIFEST",
-];
+const UNSUPPORTED: &[&str] = &["ALTER_REPLICATION_SLOT", "BASE_BACKUP", "UPLOAD_MANIFEST"];
 
 /// Parses a replication command: `None` if the text is not one (its first word is no
 /// replication keyword: SQL), as `replication_scanner_is_replication_command` decides.
@@ -112,6 +124,71 @@ pub fn parse_command(sql: &str) -> Option<Result<Command, Error>> {
                 .filter(|&t| t > 0)
                 .map(Command::TimelineHistory)
                 .ok_or_else(syntax),
+            _ => Err(syntax()),
+        },
+        "CREATE_REPLICATION_SLOT" => {
+            // Options may come in parentheses, PostgreSQL 15's syntax: `(RESERVE_WAL [true])`.
+            let spaced = text.replace(['(', ')', ','], " ");
+            let w: Vec<&str> = spaced.split_whitespace().collect();
+            match w.as_slice() {
+                [_, name, rest @ ..] => {
+                    let name = name.trim_matches('"').to_string();
+                    let mut rest = rest;
+                    if let [k, tail @ ..] = rest {
+                        if is(k, "TEMPORARY") {
+                            return Some(Err(Error::user(
+                                SqlState::FEATURE_NOT_SUPPORTED,
+                                "temporary replication slots are not supported yet",
+                            )));
+                        }
+                        if is(k, "LOGICAL") {
+                            return Some(Err(Error::user(
+                                SqlState::FEATURE_NOT_SUPPORTED,
+                                "logical replication is not supported",
+                            )));
+                        }
+                        if is(k, "PHYSICAL") {
+                            rest = tail;
+                        } else {
+                            return Some(Err(syntax()));
+                        }
+                    } else {
+                        return Some(Err(syntax()));
+                    }
+                    match rest {
+                        [] => Ok(Command::CreateSlot {
+                            name,
+                            reserve_wal: false,
+                        }),
+                        [k] if is(k, "RESERVE_WAL") => Ok(Command::CreateSlot {
+                            name,
+                            reserve_wal: true,
+                        }),
+                        [k, v] if is(k, "RESERVE_WAL") => {
+                            match walnut_common::guc::parse_bool(v.trim_matches('\'')) {
+                                Some(reserve_wal) => Ok(Command::CreateSlot { name, reserve_wal }),
+                                None => Err(syntax()),
+                            }
+                        }
+                        _ => Err(syntax()),
+                    }
+                }
+                _ => Err(syntax()),
+            }
+        }
+        "DROP_REPLICATION_SLOT" => match words.as_slice() {
+            [_, name] => Ok(Command::DropSlot {
+                name: name.trim_matches('"').to_string(),
+                wait: false,
+            }),
+            [_, name, w] if is(w, "WAIT") => Ok(Command::DropSlot {
+                name: name.trim_matches('"').to_string(),
+                wait: true,
+            }),
+            _ => Err(syntax()),
+        },
+        "READ_REPLICATION_SLOT" => match words.as_slice() {
+            [_, name] => Ok(Command::ReadSlot(name.trim_matches('"').to_string())),
             _ => Err(syntax()),
         },
         "START_REPLICATION" => {
@@ -252,6 +329,44 @@ mod tests {
             parse_command("BASE_BACKUP (PROGRESS)").unwrap().unwrap(),
             Command::Unsupported("BASE_BACKUP")
         );
+        for (sql, reserve_wal) in [
+            ("CREATE_REPLICATION_SLOT s1 PHYSICAL", false),
+            ("CREATE_REPLICATION_SLOT \"s1\" PHYSICAL RESERVE_WAL", true),
+            ("CREATE_REPLICATION_SLOT s1 PHYSICAL (RESERVE_WAL)", true),
+            (
+                "create_replication_slot s1 physical ( RESERVE_WAL false )",
+                false,
+            ),
+        ] {
+            assert_eq!(
+                parse_command(sql).unwrap().unwrap(),
+                Command::CreateSlot {
+                    name: "s1".into(),
+                    reserve_wal
+                },
+                "{sql}"
+            );
+        }
+        assert_eq!(
+            parse_command("DROP_REPLICATION_SLOT s1 WAIT")
+                .unwrap()
+                .unwrap(),
+            Command::DropSlot {
+                name: "s1".into(),
+                wait: true
+            }
+        );
+        assert_eq!(
+            parse_command("READ_REPLICATION_SLOT s1").unwrap().unwrap(),
+            Command::ReadSlot("s1".into())
+        );
+        assert_eq!(
+            parse_command("CREATE_REPLICATION_SLOT t TEMPORARY PHYSICAL")
+                .unwrap()
+                .unwrap_err()
+                .sqlstate,
+            SqlState::FEATURE_NOT_SUPPORTED
+        );
         for bad in [
             "START_REPLICATION",
             "START_REPLICATION x/y",
@@ -259,6 +374,10 @@ mod tests {
             "START_REPLICATION 0/0 extra",
             "TIMELINE_HISTORY one",
             "IDENTIFY_SYSTEM now",
+            "CREATE_REPLICATION_SLOT s1",
+            "CREATE_REPLICATION_SLOT s1 PHYSICAL EXTRA",
+            "DROP_REPLICATION_SLOT",
+            "READ_REPLICATION_SLOT a b",
         ] {
             let e = parse_command(bad).unwrap().unwrap_err();
             assert_eq!(e.sqlstate, SqlState::SYNTAX_ERROR, "{bad}");

@@ -18,6 +18,7 @@ use pgwire::api::store::PortalStore;
 use pgwire::api::{ClientInfo, ClientPortalStore, PgWireConnectionState};
 use pgwire::error::{PgWireError, PgWireResult};
 use pgwire::messages::copy::CopyBothResponse;
+use pgwire::messages::response::CommandComplete;
 use pgwire::messages::response::{EmptyQueryResponse, ReadyForQuery};
 use pgwire::messages::simplequery::Query;
 use pgwire::messages::PgWireBackendMessage;
@@ -27,6 +28,19 @@ use std::sync::Arc;
 use walnut_common::{DataType, Error, SqlState, Value};
 use walnut_sql::session::Output;
 use walnut_sql::types::ColumnDesc;
+
+/// Text columns named `names`, for a replication command's result.
+fn text_columns(names: &[&str]) -> Arc<Vec<ColumnDesc>> {
+    Arc::new(
+        names
+            .iter()
+            .map(|n| ColumnDesc {
+                name: (*n).to_string(),
+                ty: DataType::Text,
+            })
+            .collect(),
+    )
+}
 
 impl Conn {
     /// ErrorResponse, then ReadyForQuery with the last status.
@@ -118,13 +132,16 @@ impl Conn {
                 start,
                 timeline,
             } => {
-                if let Some(slot) = slot {
-                    let e = Error::user(
-                        SqlState::UNDEFINED_OBJECT,
-                        format!("replication slot \"{slot}\" does not exist"),
-                    );
-                    return self.reply_error(client, &e).await;
-                }
+                let slot = match slot {
+                    None => None,
+                    Some(name) => {
+                        let pid = self.walsnd.get().map_or(0, |r| r.snd().pid);
+                        match src.slots.acquire(&name, pid) {
+                            Ok(s) => Some(s),
+                            Err(e) => return self.reply_error(client, &e).await,
+                        }
+                    }
+                };
                 if let Some(tli) = timeline.filter(|&t| t != 1) {
                     let e = Error::user(
                         SqlState::OBJECT_NOT_IN_PREREQUISITE_STATE,
@@ -142,8 +159,88 @@ impl Conn {
                         CopyBothResponse::new(0, 0, vec![]),
                     ))
                     .await?;
-                *self.start_streaming.lock() = Some(start);
+                *self.start_streaming.lock() = Some((start, slot));
                 Ok(())
+            }
+            Command::CreateSlot { name, reserve_wal } => {
+                let max = self
+                    .shared
+                    .config
+                    .settings()
+                    .int(&crate::guc::MAX_REPLICATION_SLOTS);
+                let mut created = src
+                    .slots
+                    .create(&name, None, usize::try_from(max).unwrap_or(0));
+                if created.is_ok() && reserve_wal {
+                    created = src.slots.reserve(&name, || src.wal.redo_lsn()).map(|_| ());
+                    if created.is_err() {
+                        let _ = src.slots.drop_slot(&name);
+                    }
+                }
+                if let Err(e) = created {
+                    return self.reply_error(client, &e).await;
+                }
+                let output = Output::Rows {
+                    columns: text_columns(&[
+                        "slot_name",
+                        "consistent_point",
+                        "snapshot_name",
+                        "output_plugin",
+                    ]),
+                    rows: vec![vec![
+                        Value::Text(name),
+                        Value::Null,
+                        Value::Null,
+                        Value::Null,
+                    ]],
+                    tag: "CREATE_REPLICATION_SLOT".to_string(),
+                };
+                feed_output(client, output, &[], true).await?;
+                self.ready(client).await
+            }
+            Command::DropSlot { name, wait } => {
+                // WAIT: while a walsender uses the slot, retry for up to 30 s.
+                let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+                loop {
+                    match src.slots.drop_slot(&name) {
+                        Err(e)
+                            if wait
+                                && e.sqlstate == SqlState::OBJECT_IN_USE
+                                && std::time::Instant::now() < deadline =>
+                        {
+                            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                        }
+                        Err(e) => return self.reply_error(client, &e).await,
+                        Ok(()) => break,
+                    }
+                }
+                client
+                    .feed(PgWireBackendMessage::CommandComplete(CommandComplete::new(
+                        "DROP_REPLICATION_SLOT".to_string(),
+                    )))
+                    .await?;
+                self.ready(client).await
+            }
+            Command::ReadSlot(name) => {
+                let row = match src.slots.get(&name) {
+                    Some(s) => vec![
+                        Value::Text("physical".into()),
+                        s.restart_lsn
+                            .map_or(Value::Null, |l| Value::Text(l.to_string())),
+                        s.restart_lsn.map_or(Value::Null, |_| Value::Int8(1)),
+                    ],
+                    None => vec![Value::Null; 3],
+                };
+                let mut columns =
+                    (*text_columns(&["slot_type", "restart_lsn", "restart_tli"])).clone();
+                columns[2].ty = DataType::Int8;
+                let output = Output::Rows {
+                    columns: Arc::new(columns),
+                    rows: vec![row],
+                    tag: "READ_REPLICATION_SLOT".to_string(),
+                };
+                feed_output(client, output, &[], true).await?;
+                self.ready(client).await
             }
             Command::Unsupported(what) => {
                 let e = Error::user(

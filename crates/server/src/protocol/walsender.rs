@@ -34,6 +34,7 @@ use std::os::unix::fs::FileExt;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use walnut_common::{Error, Lsn, SqlState};
+use walnut_storage::slots::AcquiredSlot;
 use walnut_wal::senders::{WalSnd, WalSndState};
 use walnut_wal::{segment_file_name, segment_of, Wal, WAL_SEGMENT_SIZE};
 
@@ -44,6 +45,8 @@ pub struct WalSource {
     pub wal: Arc<Wal>,
     /// The control file's system identifier (IDENTIFY_SYSTEM's `systemid`).
     pub system_identifier: u64,
+    /// The replication slots.
+    pub slots: Arc<walnut_storage::slots::ReplicationSlots>,
 }
 
 /// Largest XLogData payload, bytes (PostgreSQL's `MAX_SEND_SIZE`, 16 pages of 8 kB).
@@ -204,6 +207,7 @@ pub async fn stream<T>(
     socket: &mut T,
     wal: &Arc<Wal>,
     snd: &Arc<WalSnd>,
+    slot: Option<&AcquiredSlot>,
     start: Lsn,
     timeout: Option<Duration>,
 ) -> Result<Ended, PgWireError>
@@ -286,6 +290,11 @@ where
             Some(Ok(PgWireFrontendMessage::CopyData(d))) => {
                 match on_client_copy_data(snd, &d.data) {
                     Ok(reply_requested) => {
+                        // A physical slot keeps WAL from what the receiver has flushed.
+                        let flushed = snd.snapshot().flush_lsn;
+                        if let (Some(slot), true) = (slot, flushed != 0) {
+                            slot.confirm(Lsn(flushed));
+                        }
                         last_reply = Instant::now();
                         keepalive_sent = false;
                         if reply_requested {
