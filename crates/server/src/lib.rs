@@ -13,12 +13,14 @@
 
 pub mod authid;
 pub mod backend;
+pub mod basebackup;
 pub mod config;
 pub mod demo;
 pub mod engine;
 pub mod guc;
 pub mod hba;
 pub mod protocol;
+pub mod repl_client;
 pub mod server;
 pub mod test_fsync;
 

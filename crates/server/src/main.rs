@@ -1,5 +1,5 @@
-//! The `walnut` binary: `initdb`, `serve`, `demo`, `test-fsync` (and a placeholder for
-//! `verify`).
+//! The `walnut` binary: `initdb`, `serve`, `demo`, `test-fsync`, `passwd`, `basebackup`,
+//! `verify`.
 #![forbid(unsafe_code)]
 
 use clap::{Parser, Subcommand};
@@ -82,6 +82,31 @@ enum Command {
         #[arg(long)]
         remove: bool,
     },
+    /// Copy a running server's data directory over a replication connection (BASE_BACKUP),
+    /// with the WAL that makes the copy consistent, like pg_basebackup. The copy recovers to
+    /// the backup's end on its first start. A progress bar shows on a terminal; PGPASSWORD
+    /// gives the password where pg_hba.conf asks for one.
+    #[command(disable_help_flag = true)]
+    Basebackup {
+        /// The server's host.
+        #[arg(short = 'h', long, default_value = "127.0.0.1")]
+        host: String,
+        /// The server's port.
+        #[arg(short = 'p', long, default_value_t = 5433)]
+        port: u16,
+        /// The role to connect as (default: PGUSER, else postgres).
+        #[arg(short = 'U', long = "username", value_name = "ROLE")]
+        user: Option<String>,
+        /// The directory to write the copy into (must not exist or be empty).
+        #[arg(short = 'D', long = "pgdata", value_name = "DIR")]
+        dir: PathBuf,
+        /// The backup's label (in backup_label).
+        #[arg(short = 'l', long, default_value = "walnut basebackup")]
+        label: String,
+        /// Print help.
+        #[arg(long, action = clap::ArgAction::Help)]
+        help: Option<bool>,
+    },
     /// Check a cleanly shut down data directory offline: page checksums, the catalog, heaps,
     /// B-tree structure, and that every index agrees with its heap (like pg_checksums and
     /// amcheck). Exit status 0: no problems; 1: problems found (listed); 2: could not run.
@@ -113,6 +138,26 @@ fn main() -> ExitCode {
                 scale,
             })
         }
+        Command::Basebackup {
+            host,
+            port,
+            user,
+            dir,
+            label,
+            help: _,
+        } => walnut_server::basebackup::run(&walnut_server::basebackup::BaseBackupArgs {
+            conn: walnut_server::repl_client::ConnInfo {
+                host,
+                port,
+                user: user
+                    .or_else(|| std::env::var("PGUSER").ok())
+                    .unwrap_or_else(|| "postgres".into()),
+                password: std::env::var("PGPASSWORD").ok(),
+                application_name: "walnut_basebackup".into(),
+            },
+            dir,
+            label,
+        }),
         Command::TestFsync {
             dir,
             seconds,
@@ -234,9 +279,7 @@ fn serve(dir: &Path, port: Option<u16>, overrides: &[String]) -> Result<(), Stri
         let mut config = config;
         config.wal_source = Some(std::sync::Arc::new(
             walnut_server::protocol::walsender::WalSource {
-                wal: handle_engine.storage.wal().clone(),
-                system_identifier: handle_engine.storage.system_identifier,
-                slots: handle_engine.storage.slots.clone(),
+                storage: handle_engine.storage.clone(),
             },
         ));
         let handle = server::start(&config, engine).await.map_err(|e| {

@@ -117,7 +117,11 @@ pub fn durable_replace(vfs: &dyn Vfs, path: &Path, bytes: &[u8]) -> Result<()> {
     Ok(())
 }
 
-fn read_all(vfs: &dyn Vfs, path: &Path) -> Result<Option<Vec<u8>>> {
+/// The whole file at `path` through the Vfs, or `None` if it does not exist.
+///
+/// # Errors
+/// I/O errors.
+pub fn read_all(vfs: &dyn Vfs, path: &Path) -> Result<Option<Vec<u8>>> {
     if !vfs.exists(path) {
         return Ok(None);
     }

@@ -7,6 +7,7 @@
 #![forbid(unsafe_code)]
 
 pub mod aio;
+pub mod backup;
 pub mod bgwriter;
 pub mod btree;
 pub mod bufpool;
@@ -36,7 +37,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 use walnut_common::guc::Settings;
-use walnut_common::{Error, Lsn, RelFileId, Result, Xid};
+use walnut_common::{Error, Lsn, RelFileId, Result, SqlState, Xid};
 use walnut_io::Vfs;
 use walnut_wal::{Record, RmgrId, Wal, WalConfig};
 use xact::XactManager;
@@ -474,6 +475,33 @@ impl Storage {
             sync_data_directory(&*vfs, dir)?;
         }
         let status = control::read_xact_status(&*vfs, dir)?;
+        // A base backup's copy: recovery must reach the backup's end (backup.rs).
+        let label_path = dir.join(backup::BACKUP_LABEL);
+        let label = match control::read_all(&*vfs, &label_path)? {
+            Some(b) => {
+                let l = backup::parse_backup_label(&String::from_utf8_lossy(&b))?;
+                if ctl.redo_lsn >= l.end && ctl.checkpoint_lsn != l.checkpoint {
+                    // A crash after the end-of-recovery checkpoint, before the rename below:
+                    // the copy is already consistent.
+                    tracing::info!(end = %l.end, redo = %ctl.redo_lsn, "backup recovery had completed; removing its label");
+                    None
+                } else if l.checkpoint != ctl.checkpoint_lsn || l.start != ctl.redo_lsn {
+                    return Err(Error::corruption(format!(
+                        "\"{}\" names checkpoint {} and redo point {}, but the control file names {} and {}",
+                        backup::BACKUP_LABEL,
+                        l.checkpoint,
+                        l.start,
+                        ctl.checkpoint_lsn,
+                        ctl.redo_lsn
+                    )));
+                } else {
+                    tracing::info!(start = %l.start, end = %l.end, "starting backup recovery");
+                    Some(l)
+                }
+            }
+            None => None,
+        };
+        let stale_label = label.is_none() && vfs.exists(&label_path);
         let st = Arc::new(Storage::new(
             vfs.clone(),
             dir,
@@ -486,6 +514,18 @@ impl Storage {
         let end = recovery::redo(&st, &ctl);
         stats::set_backend_type(stats::BackendType::ClientBackend);
         let end = end?;
+        if let Some(l) = label.filter(|l| end.end_lsn < l.end) {
+            return Err(Error::user(
+                SqlState::OBJECT_NOT_IN_PREREQUISITE_STATE,
+                format!(
+                    "WAL ends before end of online backup: redo reached {}, the backup ends at {}",
+                    end.end_lsn, l.end
+                ),
+            )
+            .with_detail(
+                "All WAL generated while online backup was taken must be available at recovery.",
+            ));
+        }
         let wal = Wal::open(vfs, wal_config(dir, &config), end.end_lsn, ctl.redo_lsn)?;
         st.pool.attach_wal(wal.clone());
         let _ = st.wal.set(wal);
@@ -494,6 +534,20 @@ impl Storage {
             tracing::info!(records = end.records_replayed, redo = %ctl.redo_lsn, end = %end.end_lsn, "redo done");
         }
         st.checkpoint_now(DbState::InProduction)?;
+        if label.is_some() || stale_label {
+            // Consistent, and checkpointed past the backup: the label has done its work.
+            let old = dir.join("backup_label.old");
+            st.vfs
+                .rename(&label_path, &old)
+                .map_err(|e| Error::io("could not rename \"backup_label\"", e))?;
+            if let Err(e) = st.vfs.sync_dir(dir) {
+                walnut_common::panic_fatal(&format!(
+                    "could not fsync directory \"{}\": {e}",
+                    dir.display()
+                ));
+            }
+            tracing::info!("backup recovery complete: the data directory is consistent");
+        }
         st.catalog.reload(&st)?;
         st.wal().start_wal_writer(config.wal_writer_delay_ms.max(1));
         let workers = match config.io_method {

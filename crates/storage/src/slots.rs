@@ -88,6 +88,30 @@ pub struct ReplicationSlots {
     vfs: Arc<dyn Vfs>,
     dir: PathBuf,
     slots: Mutex<BTreeMap<String, Slot>>,
+    /// In-memory WAL holds (base backups in progress): (last id, id -> LSN). Taken, and read
+    /// with the slots, under the `slots` lock first.
+    holds: Mutex<(u64, BTreeMap<u64, u64>)>,
+}
+
+/// WAL kept for as long as this lives ([`ReplicationSlots::hold`]): a base backup's.
+#[derive(Debug)]
+pub struct WalHold {
+    slots: Arc<ReplicationSlots>,
+    id: u64,
+    lsn: Lsn,
+}
+
+impl WalHold {
+    /// The WAL from here on is kept.
+    pub fn lsn(&self) -> Lsn {
+        self.lsn
+    }
+}
+
+impl Drop for WalHold {
+    fn drop(&mut self) {
+        self.slots.holds.lock().1.remove(&self.id);
+    }
 }
 
 impl std::fmt::Debug for ReplicationSlots {
@@ -268,6 +292,7 @@ impl ReplicationSlots {
             vfs,
             dir,
             slots: Mutex::new(slots),
+            holds: Mutex::new((0, BTreeMap::new())),
         }))
     }
 
@@ -423,15 +448,31 @@ impl ReplicationSlots {
         Ok(())
     }
 
-    /// The oldest saved restart position of a valid slot, if any slot keeps WAL.
+    /// Keeps the WAL from `at()` on until the hold drops (a base backup's; not persisted: a
+    /// crash ends the backup). `at` is called under the slots' lock, as in [`Self::reserve`].
+    pub fn hold(self: &Arc<Self>, at: impl FnOnce() -> Lsn) -> WalHold {
+        let _slots = self.slots.lock();
+        let lsn = at();
+        let mut holds = self.holds.lock();
+        holds.0 += 1;
+        let id = holds.0;
+        holds.1.insert(id, lsn.0);
+        WalHold {
+            slots: self.clone(),
+            id,
+            lsn,
+        }
+    }
+
+    /// The oldest saved restart position of a valid slot, or of a hold, if any keeps WAL.
     pub fn min_saved_restart_lsn(&self) -> Option<Lsn> {
-        self.slots
-            .lock()
+        let slots = self.slots.lock();
+        let from_slots = slots
             .values()
             .filter(|s| s.invalidated.is_none() && s.saved_restart_lsn != 0)
-            .map(|s| s.saved_restart_lsn)
-            .min()
-            .map(Lsn)
+            .map(|s| s.saved_restart_lsn);
+        let holds = self.holds.lock();
+        from_slots.chain(holds.1.values().copied()).min().map(Lsn)
     }
 
     /// Invalidates, durably, every valid slot whose restart position is below `keep_from`,
@@ -537,6 +578,11 @@ mod tests {
             s.drop_slot("zz").unwrap_err().sqlstate,
             SqlState::UNDEFINED_OBJECT
         );
+        // A hold keeps WAL like a slot, until it drops.
+        let h = s.hold(|| Lsn(300));
+        assert_eq!(s.min_saved_restart_lsn(), Some(Lsn(300)));
+        drop(h);
+        assert_eq!(s.min_saved_restart_lsn(), Some(Lsn(900)));
     }
 
     #[test]

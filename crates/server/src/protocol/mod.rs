@@ -37,6 +37,7 @@
 //! handler stores the session's status in pgwire's `ClientInfo::set_transaction_status`,
 //! which pgwire then uses.
 
+mod basebackup;
 mod copy;
 mod errors;
 mod extended;
@@ -250,7 +251,7 @@ pub async fn serve(
             let timeout = (timeout > 0).then(|| std::time::Duration::from_millis(timeout as u64));
             let ended = walsender::stream(
                 &mut socket,
-                &src.wal,
+                &src.wal(),
                 reg.snd(),
                 slot.as_ref(),
                 start,

@@ -12,7 +12,8 @@
 //! | `CREATE_REPLICATION_SLOT s PHYSICAL [RESERVE_WAL]` (or `(RESERVE_WAL [true])`) | slot_name, consistent_point (NULL), snapshot_name (NULL), output_plugin (NULL) |
 //! | `DROP_REPLICATION_SLOT s [WAIT]` | CommandComplete |
 //! | `READ_REPLICATION_SLOT s` | slot_type, restart_lsn (text), restart_tli (int8); NULLs if there is no such slot |
-//! | `TEMPORARY` and logical slots, `ALTER_REPLICATION_SLOT`, `BASE_BACKUP` | 0A000 for now |
+//! | `BASE_BACKUP [(option [, ...])]` | start position, tablespace list, the data directory as one tar in CopyOut, end position (`basebackup.rs`) |
+//! | `TEMPORARY` and logical slots, `ALTER_REPLICATION_SLOT` | 0A000 for now |
 //!
 //! A physical replication connection (`replication=true`) runs only these: SQL gets 0A000
 //! "cannot execute SQL commands in WAL sender for physical replication". A database one
@@ -85,6 +86,8 @@ pub enum Command {
     },
     /// `READ_REPLICATION_SLOT name`.
     ReadSlot(String),
+    /// `BASE_BACKUP (options)`.
+    BaseBackup(BaseBackupOptions),
     /// A command walnut does not run yet (its keyword).
     Unsupported(&'static str),
 }
@@ -94,7 +97,132 @@ pub fn parse_lsn(s: &str) -> Option<Lsn> {
     walnut_common::value::parse_lsn(s).map(Lsn)
 }
 
-const UNSUPPORTED: &[&str] = &["ALTER_REPLICATION_SLOT", "BASE_BACKUP", "UPLOAD_MANIFEST"];
+const UNSUPPORTED: &[&str] = &["ALTER_REPLICATION_SLOT", "UPLOAD_MANIFEST"];
+
+/// The options of BASE_BACKUP that walnut honours (PostgreSQL 15's syntax,
+/// `BASE_BACKUP (LABEL 'x', PROGRESS, CHECKPOINT 'fast', WAL, WAIT false, MANIFEST 'no')`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BaseBackupOptions {
+    /// LABEL, for `backup_label`.
+    pub label: String,
+    /// PROGRESS: send the total size first and progress messages during the copy.
+    pub progress: bool,
+    /// WAL: include the WAL from the start to the end of the backup.
+    pub wal: bool,
+}
+
+/// Splits `a 'b c', d` into words, keeping a quoted string (with `''` for a quote) as one
+/// word without its quotes (flagged `true`); commas and parentheses separate words. `None`
+/// for an unterminated string.
+fn option_words(s: &str) -> Option<Vec<(String, bool)>> {
+    let sep = |c: char| c.is_whitespace() || c == ',' || c == '(' || c == ')';
+    let mut out = Vec::new();
+    let mut chars = s.chars().peekable();
+    while let Some(&c) = chars.peek() {
+        if sep(c) {
+            chars.next();
+        } else if c == '\'' {
+            chars.next();
+            let mut w = String::new();
+            loop {
+                match chars.next()? {
+                    '\'' if chars.peek() == Some(&'\'') => {
+                        chars.next();
+                        w.push('\'');
+                    }
+                    '\'' => break,
+                    ch => w.push(ch),
+                }
+            }
+            out.push((w, true));
+        } else {
+            let mut w = String::new();
+            while let Some(&ch) = chars.peek() {
+                if sep(ch) {
+                    break;
+                }
+                w.push(ch);
+                chars.next();
+            }
+            out.push((w, false));
+        }
+    }
+    Some(out)
+}
+
+/// Parses BASE_BACKUP's options.
+///
+/// # Errors
+/// 42601 for an unknown option or a bad value; 0A000 for what walnut does not do (a manifest,
+/// compression, a server-side target, a rate limit, incremental backups).
+fn parse_base_backup(rest: &str, syntax: impl Fn() -> Error) -> Result<BaseBackupOptions, Error> {
+    let words = option_words(rest).ok_or_else(&syntax)?;
+    let mut o = BaseBackupOptions {
+        label: "base backup".to_string(),
+        progress: false,
+        wal: false,
+    };
+    let unsupported = |what: &str| {
+        Err(Error::user(
+            SqlState::FEATURE_NOT_SUPPORTED,
+            format!("BASE_BACKUP option {what} is not supported"),
+        ))
+    };
+    let mut i = 0;
+    while i < words.len() {
+        let (name, quoted) = &words[i];
+        if *quoted {
+            return Err(syntax());
+        }
+        // The value, if the next word is one (a quoted string, a boolean or a number).
+        let value = words.get(i + 1).filter(|(v, q)| {
+            *q || walnut_common::guc::parse_bool(v).is_some() || v.parse::<u64>().is_ok()
+        });
+        let flag = |v: Option<&(String, bool)>| match v {
+            None => Ok(true),
+            Some((v, _)) => walnut_common::guc::parse_bool(v).ok_or_else(&syntax),
+        };
+        match name.to_ascii_uppercase().as_str() {
+            "LABEL" => match value {
+                Some((v, true)) => o.label = v.clone(),
+                _ => return Err(syntax()),
+            },
+            "PROGRESS" => o.progress = flag(value)?,
+            "WAL" => o.wal = flag(value)?,
+            // walnut's start checkpoint is always immediate; spread is accepted.
+            "CHECKPOINT" => match value {
+                Some((v, true)) if v == "fast" || v == "spread" => {}
+                _ => return Err(syntax()),
+            },
+            // No WAL archiving to wait for; checksums are not verified while copying; no
+            // tablespaces to map.
+            "WAIT" | "VERIFY_CHECKSUMS" | "TABLESPACE_MAP" => {
+                flag(value)?;
+            }
+            "MANIFEST" => match value {
+                Some((v, true)) if v == "no" => {}
+                Some((v, true)) if v == "yes" || v == "force-encode" => {
+                    return unsupported("MANIFEST (backup manifests)")
+                }
+                _ => return Err(syntax()),
+            },
+            "MANIFEST_CHECKSUMS" => {}
+            "TARGET" => match value {
+                Some((v, true)) if v == "client" => {}
+                _ => return unsupported("TARGET"),
+            },
+            "COMPRESSION" | "COMPRESSION_DETAIL" => match value {
+                Some((v, true)) if v == "none" => {}
+                _ => return unsupported("COMPRESSION"),
+            },
+            "MAX_RATE" => return unsupported("MAX_RATE"),
+            "INCREMENTAL" => return unsupported("INCREMENTAL"),
+            _ => return Err(syntax()),
+        }
+        i += if value.is_some() { 2 } else { 1 };
+    }
+    Ok(o)
+}
 
 /// Parses a replication command: `None` if the text is not one (its first word is no
 /// replication keyword: SQL), as `replication_scanner_is_replication_command` decides.
@@ -126,6 +254,9 @@ pub fn parse_command(sql: &str) -> Option<Result<Command, Error>> {
                 .ok_or_else(syntax),
             _ => Err(syntax()),
         },
+        "BASE_BACKUP" => {
+            parse_base_backup(&text["BASE_BACKUP".len()..], syntax).map(Command::BaseBackup)
+        }
         "CREATE_REPLICATION_SLOT" => {
             // Options may come in parentheses, PostgreSQL 15's syntax: `(RESERVE_WAL [true])`.
             let spaced = text.replace(['(', ')', ','], " ");
@@ -326,9 +457,49 @@ mod tests {
             }
         );
         assert_eq!(
-            parse_command("BASE_BACKUP (PROGRESS)").unwrap().unwrap(),
-            Command::Unsupported("BASE_BACKUP")
+            parse_command(
+                "BASE_BACKUP (LABEL 'it''s', PROGRESS, CHECKPOINT 'fast', WAL, WAIT false, MANIFEST 'no')"
+            )
+            .unwrap()
+            .unwrap(),
+            Command::BaseBackup(BaseBackupOptions {
+                label: "it's".into(),
+                progress: true,
+                wal: true
+            })
         );
+        assert_eq!(
+            parse_command("BASE_BACKUP").unwrap().unwrap(),
+            Command::BaseBackup(BaseBackupOptions {
+                label: "base backup".into(),
+                progress: false,
+                wal: false
+            })
+        );
+        for (sql, code) in [
+            (
+                "BASE_BACKUP (MANIFEST 'yes')",
+                SqlState::FEATURE_NOT_SUPPORTED,
+            ),
+            (
+                "BASE_BACKUP (MAX_RATE 100)",
+                SqlState::FEATURE_NOT_SUPPORTED,
+            ),
+            (
+                "BASE_BACKUP (TARGET 'server')",
+                SqlState::FEATURE_NOT_SUPPORTED,
+            ),
+            ("BASE_BACKUP (NOPE)", SqlState::SYNTAX_ERROR),
+            ("BASE_BACKUP (LABEL)", SqlState::SYNTAX_ERROR),
+            ("BASE_BACKUP (LABEL 'open)", SqlState::SYNTAX_ERROR),
+            ("BASE_BACKUP (CHECKPOINT 'slow')", SqlState::SYNTAX_ERROR),
+        ] {
+            assert_eq!(
+                parse_command(sql).unwrap().unwrap_err().sqlstate,
+                code,
+                "{sql}"
+            );
+        }
         for (sql, reserve_wal) in [
             ("CREATE_REPLICATION_SLOT s1 PHYSICAL", false),
             ("CREATE_REPLICATION_SLOT \"s1\" PHYSICAL RESERVE_WAL", true),

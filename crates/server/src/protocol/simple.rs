@@ -113,9 +113,9 @@ impl Conn {
                         col("dbname", DataType::Text),
                     ]),
                     rows: vec![vec![
-                        Value::Text(src.system_identifier.to_string()),
+                        Value::Text(src.storage.system_identifier.to_string()),
                         Value::Int4(1),
-                        Value::Text(src.wal.flush_lsn().to_string()),
+                        Value::Text(src.wal().flush_lsn().to_string()),
                         dbname,
                     ]],
                     tag: "IDENTIFY_SYSTEM".to_string(),
@@ -136,7 +136,7 @@ impl Conn {
                     None => None,
                     Some(name) => {
                         let pid = self.walsnd.get().map_or(0, |r| r.snd().pid);
-                        match src.slots.acquire(&name, pid) {
+                        match src.slots().acquire(&name, pid) {
                             Ok(s) => Some(s),
                             Err(e) => return self.reply_error(client, &e).await,
                         }
@@ -151,7 +151,7 @@ impl Conn {
                     );
                     return self.reply_error(client, &e).await;
                 }
-                if let Err(e) = walsender::check_start(&src.wal, start) {
+                if let Err(e) = walsender::check_start(&src.wal(), start) {
                     return self.reply_error(client, &e).await;
                 }
                 client
@@ -168,13 +168,16 @@ impl Conn {
                     .config
                     .settings()
                     .int(&crate::guc::MAX_REPLICATION_SLOTS);
-                let mut created = src
-                    .slots
-                    .create(&name, None, usize::try_from(max).unwrap_or(0));
+                let mut created =
+                    src.slots()
+                        .create(&name, None, usize::try_from(max).unwrap_or(0));
                 if created.is_ok() && reserve_wal {
-                    created = src.slots.reserve(&name, || src.wal.redo_lsn()).map(|_| ());
+                    created = src
+                        .slots()
+                        .reserve(&name, || src.wal().redo_lsn())
+                        .map(|_| ());
                     if created.is_err() {
-                        let _ = src.slots.drop_slot(&name);
+                        let _ = src.slots().drop_slot(&name);
                     }
                 }
                 if let Err(e) = created {
@@ -202,7 +205,7 @@ impl Conn {
                 // WAIT: while a walsender uses the slot, retry for up to 30 s.
                 let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
                 loop {
-                    match src.slots.drop_slot(&name) {
+                    match src.slots().drop_slot(&name) {
                         Err(e)
                             if wait
                                 && e.sqlstate == SqlState::OBJECT_IN_USE
@@ -222,7 +225,7 @@ impl Conn {
                 self.ready(client).await
             }
             Command::ReadSlot(name) => {
-                let row = match src.slots.get(&name) {
+                let row = match src.slots().get(&name) {
                     Some(s) => vec![
                         Value::Text("physical".into()),
                         s.restart_lsn
@@ -248,6 +251,15 @@ impl Conn {
                     format!("{what} is not supported yet"),
                 );
                 self.reply_error(client, &e).await
+            }
+            Command::BaseBackup(opts) => {
+                match super::basebackup::send(client, &src.storage, &opts).await? {
+                    Ok(()) => self.ready(client).await,
+                    Err(e) => {
+                        tracing::warn!(sqlstate = %e.sqlstate, "base backup failed: {}", e.message);
+                        self.reply_error(client, &e).await
+                    }
+                }
             }
             Command::Show => unreachable!("SHOW is answered by the session"),
         }

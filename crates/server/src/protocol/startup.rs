@@ -431,7 +431,7 @@ impl Conn {
             addr.port(),
         );
         let reg = src
-            .wal
+            .wal()
             .senders()
             .register(usize::try_from(max).unwrap_or(0), snd)
             .map_err(|_| {

@@ -38,15 +38,31 @@ use walnut_storage::slots::AcquiredSlot;
 use walnut_wal::senders::{WalSnd, WalSndState};
 use walnut_wal::{segment_file_name, segment_of, Wal, WAL_SEGMENT_SIZE};
 
-/// What a walsender streams from: this server's WAL and its identity.
-#[derive(Debug)]
+/// What replication connections serve: this server's storage (its WAL, slots, files and
+/// system identifier).
 pub struct WalSource {
+    /// The open data directory.
+    pub storage: Arc<walnut_storage::Storage>,
+}
+
+impl std::fmt::Debug for WalSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WalSource")
+            .field("dir", &self.storage.dir)
+            .finish()
+    }
+}
+
+impl WalSource {
     /// The WAL.
-    pub wal: Arc<Wal>,
-    /// The control file's system identifier (IDENTIFY_SYSTEM's `systemid`).
-    pub system_identifier: u64,
+    pub fn wal(&self) -> &Arc<Wal> {
+        self.storage.wal()
+    }
+
     /// The replication slots.
-    pub slots: Arc<walnut_storage::slots::ReplicationSlots>,
+    pub fn slots(&self) -> &Arc<walnut_storage::slots::ReplicationSlots> {
+        &self.storage.slots
+    }
 }
 
 /// Largest XLogData payload, bytes (PostgreSQL's `MAX_SEND_SIZE`, 16 pages of 8 kB).

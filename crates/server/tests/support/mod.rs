@@ -68,6 +68,18 @@ impl Server {
         self.start_env(extra, &[]);
     }
 
+    /// A server on an existing data directory (a base backup's copy), started.
+    pub fn on(dir: PathBuf, extra: &[&str]) -> Server {
+        let mut s = Server {
+            dir,
+            port: port(),
+            child: None,
+            _tmp: None,
+        };
+        s.start(extra);
+        s
+    }
+
     /// Starts the server with `-c` settings `extra` and environment variables `env`. If the
     /// port was taken meanwhile (tests run in parallel and `port()` only finds one free at the
     /// time it looks), starts again on another, up to five times.
