@@ -642,7 +642,14 @@ fn a_base_backup_taken_under_pgbench_recovers_to_a_consistent_state() {
     // already; the start recognises it and removes the label.
     std::fs::copy(copy.join("backup_label.old"), copy.join("backup_label")).unwrap();
     c.start(&[]);
-    assert!(c.log().contains("backup recovery had completed"), "{}", c.log());
+    assert!(
+        c.log().contains("backup recovery had completed"),
+        "{}",
+        c.log()
+    );
     assert!(!copy.join("backup_label").exists());
-    assert_eq!(c.query_i64("select count(*) from pgbench_accounts"), 1_000_000);
+    assert_eq!(
+        c.query_i64("select count(*) from pgbench_accounts"),
+        1_000_000
+    );
 }

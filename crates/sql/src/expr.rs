@@ -512,9 +512,10 @@ fn eval_func(f: Func, args: &[Expr], row: &[Value], ctx: &Ctx<'_>) -> Result<Val
     }
     if f == Func::LsnDiff {
         return Ok(match (args[0].eval(row, ctx)?, args[1].eval(row, ctx)?) {
-            (Value::PgLsn(a), Value::PgLsn(b)) => {
-                Value::Int8((i128::from(a) - i128::from(b)) as i64)
-            }
+            (Value::PgLsn(a), Value::PgLsn(b)) => Value::Int8(
+                i64::try_from(i128::from(a) - i128::from(b))
+                    .map_err(|_| out_of_range(&DataType::Int8))?,
+            ),
             _ => Value::Null,
         });
     }

@@ -54,11 +54,13 @@ pub struct WriteSettings {
 /// The first WAL segment a checkpoint keeps (PostgreSQL's `KeepLogSeg`): the redo point's,
 /// or older for the oldest valid slot (`slot_min`, its saved restart position) but not older
 /// than `max_slot_wal_keep` bytes behind `insert`, or older for `wal_keep` bytes behind
-/// `insert`. Sizes round down to whole segments, as PostgreSQL's `ConvertToXSegs`.
+/// `insert`, or older for the oldest base backup's hold (`hold_min`, never bounded). Sizes
+/// round down to whole segments, as PostgreSQL's `ConvertToXSegs`.
 pub fn keep_from_segment(
     redo: Lsn,
     insert: Lsn,
     slot_min: Option<Lsn>,
+    hold_min: Option<Lsn>,
     wal_keep: u64,
     max_slot_wal_keep: Option<u64>,
 ) -> u64 {
@@ -78,6 +80,9 @@ pub fn keep_from_segment(
     let keep_segs = seg(wal_keep);
     if keep_segs > 0 && cur.saturating_sub(keep) < keep_segs {
         keep = cur.saturating_sub(keep_segs);
+    }
+    if let Some(h) = hold_min {
+        keep = keep.min(seg(h.0));
     }
     keep
 }
@@ -439,10 +444,12 @@ impl Storage {
         // max_slot_wal_keep_size is invalidated instead (PostgreSQL's KeepLogSeg and
         // InvalidateObsoleteReplicationSlots).
         self.slots.save()?;
+        let (slot_min, hold_min) = self.slots.min_saved_restart_lsn();
         let keep_seg = keep_from_segment(
             redo,
             wal.insert_lsn(),
-            self.slots.min_saved_restart_lsn(),
+            slot_min,
+            hold_min,
             settings.wal_keep_size_mb << 20,
             settings.max_slot_wal_keep_size_mb.map(|m| m << 20),
         );

@@ -429,20 +429,18 @@ impl ReplicationSlots {
     /// # Errors
     /// I/O errors (a failed fsync PANICs inside `durable_replace`).
     pub fn save(&self) -> Result<()> {
-        let dirty: Vec<(String, u64, Option<Invalidation>)> = self
-            .slots
-            .lock()
-            .iter()
-            .filter(|(_, s)| {
-                s.restart_lsn != s.saved_restart_lsn || s.invalidated != s.saved_invalidated
-            })
-            .map(|(n, s)| (n.clone(), s.restart_lsn, s.invalidated))
-            .collect();
-        for (name, lsn, inval) in dirty {
-            durable_replace(&*self.vfs, &self.path(&name), &encode(lsn, inval))?;
-            if let Some(s) = self.slots.lock().get_mut(&name) {
-                s.saved_restart_lsn = lsn;
-                s.saved_invalidated = inval;
+        // Under the lock, as create, reserve and drop write theirs: a slot dropped (or
+        // dropped and created again) meanwhile is never written back with an old state.
+        let mut all = self.slots.lock();
+        for (name, s) in all.iter_mut() {
+            if s.restart_lsn != s.saved_restart_lsn || s.invalidated != s.saved_invalidated {
+                durable_replace(
+                    &*self.vfs,
+                    &self.path(name),
+                    &encode(s.restart_lsn, s.invalidated),
+                )?;
+                s.saved_restart_lsn = s.restart_lsn;
+                s.saved_invalidated = s.invalidated;
             }
         }
         Ok(())
@@ -464,15 +462,18 @@ impl ReplicationSlots {
         }
     }
 
-    /// The oldest saved restart position of a valid slot, or of a hold, if any keeps WAL.
-    pub fn min_saved_restart_lsn(&self) -> Option<Lsn> {
+    /// The oldest saved restart position of a valid slot, and the oldest hold, if any: the
+    /// checkpoint bounds the first by `max_slot_wal_keep_size`, never the second.
+    pub fn min_saved_restart_lsn(&self) -> (Option<Lsn>, Option<Lsn>) {
         let slots = self.slots.lock();
         let from_slots = slots
             .values()
             .filter(|s| s.invalidated.is_none() && s.saved_restart_lsn != 0)
-            .map(|s| s.saved_restart_lsn);
+            .map(|s| s.saved_restart_lsn)
+            .min()
+            .map(Lsn);
         let holds = self.holds.lock();
-        from_slots.chain(holds.1.values().copied()).min().map(Lsn)
+        (from_slots, holds.1.values().copied().min().map(Lsn))
     }
 
     /// Invalidates, durably, every valid slot whose restart position is below `keep_from`,
@@ -484,7 +485,12 @@ impl ReplicationSlots {
     pub fn invalidate_below(&self, keep_from: Lsn) -> Result<Vec<String>> {
         let mut names = Vec::new();
         for (name, s) in self.slots.lock().iter_mut() {
-            if s.invalidated.is_none() && s.restart_lsn != 0 && s.restart_lsn < keep_from.0 {
+            // The saved position, which the checkpoint kept WAL for: the in-memory one may have
+            // moved past `keep_from` since, but a crash would bring back the saved one.
+            if s.invalidated.is_none()
+                && s.saved_restart_lsn != 0
+                && s.saved_restart_lsn < keep_from.0
+            {
                 s.invalidated = Some(Invalidation::WalRemoved);
                 names.push(name.clone());
             }
@@ -519,7 +525,7 @@ mod tests {
         let s = slots(tmp.path());
         s.create("s1", Some(Lsn(1000)), 10).unwrap();
         s.create("s2", None, 10).unwrap();
-        assert_eq!(s.min_saved_restart_lsn(), Some(Lsn(1000)));
+        assert_eq!(s.min_saved_restart_lsn().0, Some(Lsn(1000)));
         let a = s.acquire("s1", 7).unwrap();
         assert_eq!(
             s.acquire("s1", 8).unwrap_err().sqlstate,
@@ -533,14 +539,14 @@ mod tests {
         a.confirm(Lsn(4000));
         assert_eq!(a.restart_lsn(), Some(Lsn(5000)));
         // Unsaved: the WAL from the saved position is still kept.
-        assert_eq!(s.min_saved_restart_lsn(), Some(Lsn(1000)));
+        assert_eq!(s.min_saved_restart_lsn().0, Some(Lsn(1000)));
         // A restart before the checkpoint's save finds the old position.
         assert_eq!(
             slots(tmp.path()).get("s1").unwrap().restart_lsn,
             Some(Lsn(1000))
         );
         s.save().unwrap();
-        assert_eq!(s.min_saved_restart_lsn(), Some(Lsn(5000)));
+        assert_eq!(s.min_saved_restart_lsn().0, Some(Lsn(5000)));
         drop(a);
         let again = slots(tmp.path());
         assert_eq!(again.get("s1").unwrap().restart_lsn, Some(Lsn(5000)));
@@ -567,7 +573,7 @@ mod tests {
             SqlState::CONFIGURATION_LIMIT_EXCEEDED
         );
         assert_eq!(s.invalidate_below(Lsn(500)).unwrap(), vec!["a".to_string()]);
-        assert_eq!(s.min_saved_restart_lsn(), Some(Lsn(900)));
+        assert_eq!(s.min_saved_restart_lsn().0, Some(Lsn(900)));
         let e = s.acquire("a", 1).unwrap_err();
         assert!(e.message.contains("can no longer get changes"), "{e}");
         assert_eq!(
@@ -580,9 +586,9 @@ mod tests {
         );
         // A hold keeps WAL like a slot, until it drops.
         let h = s.hold(|| Lsn(300));
-        assert_eq!(s.min_saved_restart_lsn(), Some(Lsn(300)));
+        assert_eq!(s.min_saved_restart_lsn(), (Some(Lsn(900)), Some(Lsn(300))));
         drop(h);
-        assert_eq!(s.min_saved_restart_lsn(), Some(Lsn(900)));
+        assert_eq!(s.min_saved_restart_lsn(), (Some(Lsn(900)), None));
     }
 
     #[test]

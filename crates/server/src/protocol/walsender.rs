@@ -288,18 +288,17 @@ where
         }
         // Behind: look at the client without waiting, then send more.
         let behind = sent < wal.flush_lsn().0;
-        let wake = match timeout {
-            Some(t) if !keepalive_sent => t / 2,
-            Some(t) => t,
-            None => Duration::from_secs(3600),
-        }
-        .saturating_sub(last_reply.elapsed());
+        // The next keepalive or timeout check; none without wal_sender_timeout.
+        let wake = timeout.map(|t| {
+            let at = if keepalive_sent { t } else { t / 2 };
+            at.saturating_sub(last_reply.elapsed())
+        });
         let msg = tokio::select! {
             biased;
             m = socket.next() => Some(m),
             _ = std::future::ready(()), if behind => None,
             _ = &mut notified, if !behind => None,
-            _ = tokio::time::sleep(wake), if !behind => None,
+            _ = tokio::time::sleep(wake.unwrap_or_default()), if !behind && wake.is_some() => None,
         };
         let Some(msg) = msg else { continue };
         match msg {

@@ -214,3 +214,30 @@ fn key_predicates_use_the_index() {
     assert_eq!(count(&e).0 - after.0, 3);
     assert_eq!(one(&mut s, "select abalance from a where aid = 42"), "3");
 }
+
+#[test]
+fn pg_lsn_values_compare_subtract_and_report_the_wal() {
+    let e = MemEngine::new();
+    let mut s = session(&e);
+    assert_eq!(
+        one(&mut s, "select pg_wal_lsn_diff('1/0', '0/10')"),
+        "4294967280"
+    );
+    assert_eq!(one(&mut s, "select '1/0'::pg_lsn - '0/10'"), "4294967280");
+    assert_eq!(one(&mut s, "select '0/10'::pg_lsn - '1/0'"), "-4294967280");
+    assert_eq!(one(&mut s, "select '0/10'::pg_lsn < '1/0'::pg_lsn"), "t");
+    assert_eq!(one(&mut s, "select '0/A'::pg_lsn"), "0/A");
+    assert_eq!(
+        err(&mut s, "select 'FFFFFFFF/FFFFFFFF'::pg_lsn - '0/0'"),
+        SqlState::NUMERIC_VALUE_OUT_OF_RANGE
+    );
+    assert_eq!(
+        err(&mut s, "select 'x/1'::pg_lsn"),
+        SqlState::INVALID_TEXT_REPRESENTATION
+    );
+    // The model engine has no WAL.
+    assert_eq!(
+        err(&mut s, "select pg_current_wal_lsn()"),
+        SqlState::OBJECT_NOT_IN_PREREQUISITE_STATE
+    );
+}

@@ -163,28 +163,40 @@ fn replication_keeps_wal_for_slots_within_max_slot_wal_keep_size_and_for_wal_kee
     const SEG: u64 = walnut_wal::WAL_SEGMENT_SIZE;
     let at = |seg: u64| Lsn(seg * SEG + 100);
     // Nothing else: the redo point's segment.
-    assert_eq!(keep_from_segment(at(10), at(12), None, 0, None), 10);
+    assert_eq!(keep_from_segment(at(10), at(12), None, None, 0, None), 10);
     // A slot behind the redo point keeps its segment; one ahead changes nothing.
-    assert_eq!(keep_from_segment(at(10), at(12), Some(at(4)), 0, None), 4);
-    assert_eq!(keep_from_segment(at(10), at(12), Some(at(11)), 0, None), 10);
+    assert_eq!(
+        keep_from_segment(at(10), at(12), Some(at(4)), None, 0, None),
+        4
+    );
+    assert_eq!(
+        keep_from_segment(at(10), at(12), Some(at(11)), None, 0, None),
+        10
+    );
     // ... but not more than max_slot_wal_keep_size behind the insert position.
     assert_eq!(
-        keep_from_segment(at(10), at(12), Some(at(4)), 0, Some(3 * SEG)),
+        keep_from_segment(at(10), at(12), Some(at(4)), None, 0, Some(3 * SEG)),
         9
     );
     assert_eq!(
-        keep_from_segment(at(10), at(12), Some(at(4)), 0, Some(0)),
+        keep_from_segment(at(10), at(12), Some(at(4)), None, 0, Some(0)),
         10
     );
     // wal_keep_size: whole segments behind the insert position, never below segment 0.
-    assert_eq!(keep_from_segment(at(10), at(12), None, 5 * SEG, None), 7);
     assert_eq!(
-        keep_from_segment(at(10), at(12), None, 5 * SEG - 1, None),
+        keep_from_segment(at(10), at(12), None, None, 5 * SEG, None),
+        7
+    );
+    assert_eq!(
+        keep_from_segment(at(10), at(12), None, None, 5 * SEG - 1, None),
         8
     );
-    assert_eq!(keep_from_segment(at(1), at(2), None, 50 * SEG, None), 0);
     assert_eq!(
-        keep_from_segment(at(10), at(12), Some(at(2)), 5 * SEG, None),
+        keep_from_segment(at(1), at(2), None, None, 50 * SEG, None),
+        0
+    );
+    assert_eq!(
+        keep_from_segment(at(10), at(12), Some(at(2)), None, 5 * SEG, None),
         2
     );
 }
