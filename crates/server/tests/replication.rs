@@ -525,6 +525,22 @@ fn a_slot_keeps_wal_for_a_stopped_receiver_until_max_slot_wal_keep_size() {
     let (_, err) = psql_repl(&s, "true", "DROP_REPLICATION_SLOT s1");
     assert!(err.is_empty(), "{err}");
     assert_eq!(s.query("select count(*) from pg_replication_slots"), "0");
+
+    // A temporary slot (what pg_basebackup -X stream makes) lives as long as its connection.
+    let mut t = Raw::connect(s.port, &[("user", "postgres"), ("replication", "true")]);
+    t.until(b'Z');
+    t.query("CREATE_REPLICATION_SLOT tmp1 TEMPORARY PHYSICAL (RESERVE_WAL)");
+    let msgs = t.until(b'Z');
+    assert!(msgs.iter().all(|m| m.0 != b'E'), "{:?}", first_error(&msgs));
+    assert_eq!(
+        s.query("select slot_name, temporary, active, restart_lsn is not null from pg_replication_slots"),
+        "tmp1|t|t|t"
+    );
+    assert!(!s.dir.join("pg_replslot").join("tmp1.slot").exists());
+    drop(t);
+    wait_for("the temporary slot to go with its connection", || {
+        s.query("select count(*) from pg_replication_slots") == "0"
+    });
 }
 
 /// `walnut basebackup` from server `s` into `dir`.

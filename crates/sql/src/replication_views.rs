@@ -158,7 +158,7 @@ pub(crate) fn pg_replication_slots(
                 Value::Text("physical".into()),
                 Value::Null,
                 Value::Null,
-                Value::Bool(false),
+                Value::Bool(s.temporary),
                 Value::Bool(s.active_pid.is_some()),
                 s.active_pid.map_or(Value::Null, Value::Int4),
                 Value::Null,
@@ -194,6 +194,7 @@ mod tests {
             restart_lsn: lsn.map(Lsn),
             active_pid: None,
             invalidated: inval,
+            temporary: false,
         };
         let slots = [
             slot("a", Some(900), None),

@@ -71,6 +71,8 @@ pub struct SlotInfo {
     pub active_pid: Option<i32>,
     /// Set once it stopped keeping WAL.
     pub invalidated: Option<Invalidation>,
+    /// A temporary slot: never written to disk, dropped with its connection.
+    pub temporary: bool,
 }
 
 #[derive(Debug)]
@@ -81,6 +83,8 @@ struct Slot {
     invalidated: Option<Invalidation>,
     saved_invalidated: Option<Invalidation>,
     active_pid: Option<i32>,
+    /// A temporary slot's connection (its backend pid): it holds the slot until it ends.
+    owner: Option<i32>,
 }
 
 /// Every slot of a data directory.
@@ -161,7 +165,8 @@ impl AcquiredSlot {
 impl Drop for AcquiredSlot {
     fn drop(&mut self) {
         if let Some(s) = self.slots.slots.lock().get_mut(&self.name) {
-            s.active_pid = None;
+            // A temporary slot stays with its connection.
+            s.active_pid = s.owner;
         }
     }
 }
@@ -285,6 +290,7 @@ impl ReplicationSlots {
                     invalidated,
                     saved_invalidated: invalidated,
                     active_pid: None,
+                    owner: None,
                 },
             );
         }
@@ -301,11 +307,19 @@ impl ReplicationSlots {
     }
 
     /// Creates a slot, durably, with `restart_lsn` reserved if given (`RESERVE_WAL`: the
-    /// caller passes the current redo point, whose WAL every checkpoint still keeps).
+    /// caller passes the current redo point, whose WAL every checkpoint still keeps). With
+    /// `temporary_for = Some(pid)` the slot is temporary: in memory only, held by connection
+    /// `pid` and dropped when it ends ([`Self::drop_temporary`]).
     ///
     /// # Errors
     /// 42602/42622 for a bad name, 42710 if it exists, 53400 at `max` slots, I/O errors.
-    pub fn create(&self, name: &str, restart_lsn: Option<Lsn>, max: usize) -> Result<()> {
+    pub fn create(
+        &self,
+        name: &str,
+        restart_lsn: Option<Lsn>,
+        max: usize,
+        temporary_for: Option<i32>,
+    ) -> Result<()> {
         validate_name(name)?;
         let mut all = self.slots.lock();
         if all.contains_key(name) {
@@ -322,7 +336,9 @@ impl ReplicationSlots {
             .with_detail("Free one or increase \"max_replication_slots\"."));
         }
         let lsn = restart_lsn.map_or(0, |l| l.0);
-        durable_replace(&*self.vfs, &self.path(name), &encode(lsn, None))?;
+        if temporary_for.is_none() {
+            durable_replace(&*self.vfs, &self.path(name), &encode(lsn, None))?;
+        }
         all.insert(
             name.to_string(),
             Slot {
@@ -330,10 +346,16 @@ impl ReplicationSlots {
                 saved_restart_lsn: lsn,
                 invalidated: None,
                 saved_invalidated: None,
-                active_pid: None,
+                active_pid: temporary_for,
+                owner: temporary_for,
             },
         );
         Ok(())
+    }
+
+    /// Drops every temporary slot of connection `pid` (it ended).
+    pub fn drop_temporary(&self, pid: i32) {
+        self.slots.lock().retain(|_, s| s.owner != Some(pid));
     }
 
     /// Reserves WAL for slot `name` from the position `at()` returns, durably (PostgreSQL's
@@ -348,20 +370,27 @@ impl ReplicationSlots {
         let mut all = self.slots.lock();
         let s = all.get_mut(name).ok_or_else(|| does_not_exist(name))?;
         let lsn = at();
-        durable_replace(&*self.vfs, &self.path(name), &encode(lsn.0, s.invalidated))?;
+        if s.owner.is_none() {
+            durable_replace(&*self.vfs, &self.path(name), &encode(lsn.0, s.invalidated))?;
+        }
         s.restart_lsn = lsn.0;
         s.saved_restart_lsn = lsn.0;
         s.saved_invalidated = s.invalidated;
         Ok(lsn)
     }
 
-    /// Drops a slot, durably.
+    /// Drops a slot, durably, for connection `by` (a temporary slot's own connection may drop
+    /// it).
     ///
     /// # Errors
-    /// 42704 if there is none, 55006 while a walsender uses it, I/O errors.
-    pub fn drop_slot(&self, name: &str) -> Result<()> {
+    /// 42704 if there is none, 55006 while another walsender uses it, I/O errors.
+    pub fn drop_slot(&self, name: &str, by: i32) -> Result<()> {
         let mut all = self.slots.lock();
         let s = all.get(name).ok_or_else(|| does_not_exist(name))?;
+        if s.owner == Some(by) {
+            all.remove(name);
+            return Ok(());
+        }
         if let Some(pid) = s.active_pid {
             return Err(Error::user(
                 SqlState::OBJECT_IN_USE,
@@ -390,7 +419,7 @@ impl ReplicationSlots {
     pub fn acquire(self: &Arc<Self>, name: &str, pid: i32) -> Result<AcquiredSlot> {
         let mut all = self.slots.lock();
         let s = all.get_mut(name).ok_or_else(|| does_not_exist(name))?;
-        if let Some(other) = s.active_pid {
+        if let Some(other) = s.active_pid.filter(|&p| s.owner != Some(pid) || p != pid) {
             return Err(Error::user(
                 SqlState::OBJECT_IN_USE,
                 format!("replication slot \"{name}\" is active for PID {other}"),
@@ -434,11 +463,14 @@ impl ReplicationSlots {
         let mut all = self.slots.lock();
         for (name, s) in all.iter_mut() {
             if s.restart_lsn != s.saved_restart_lsn || s.invalidated != s.saved_invalidated {
-                durable_replace(
-                    &*self.vfs,
-                    &self.path(name),
-                    &encode(s.restart_lsn, s.invalidated),
-                )?;
+                // A temporary slot has no file: a crash ends it.
+                if s.owner.is_none() {
+                    durable_replace(
+                        &*self.vfs,
+                        &self.path(name),
+                        &encode(s.restart_lsn, s.invalidated),
+                    )?;
+                }
                 s.saved_restart_lsn = s.restart_lsn;
                 s.saved_invalidated = s.invalidated;
             }
@@ -508,6 +540,7 @@ fn info(name: &str, s: &Slot) -> SlotInfo {
         restart_lsn: (s.restart_lsn != 0).then_some(Lsn(s.restart_lsn)),
         active_pid: s.active_pid,
         invalidated: s.invalidated,
+        temporary: s.owner.is_some(),
     }
 }
 
@@ -523,8 +556,8 @@ mod tests {
     fn slots_persist_their_saved_position_and_keep_wal_from_it() {
         let tmp = tempfile::tempdir().unwrap();
         let s = slots(tmp.path());
-        s.create("s1", Some(Lsn(1000)), 10).unwrap();
-        s.create("s2", None, 10).unwrap();
+        s.create("s1", Some(Lsn(1000)), 10, None).unwrap();
+        s.create("s2", None, 10, None).unwrap();
         assert_eq!(s.min_saved_restart_lsn().0, Some(Lsn(1000)));
         let a = s.acquire("s1", 7).unwrap();
         assert_eq!(
@@ -532,7 +565,7 @@ mod tests {
             SqlState::OBJECT_IN_USE
         );
         assert_eq!(
-            s.drop_slot("s1").unwrap_err().sqlstate,
+            s.drop_slot("s1", 0).unwrap_err().sqlstate,
             SqlState::OBJECT_IN_USE
         );
         a.confirm(Lsn(5000));
@@ -551,7 +584,7 @@ mod tests {
         let again = slots(tmp.path());
         assert_eq!(again.get("s1").unwrap().restart_lsn, Some(Lsn(5000)));
         assert_eq!(again.get("s2").unwrap().restart_lsn, None);
-        again.drop_slot("s2").unwrap();
+        again.drop_slot("s2", 0).unwrap();
         assert!(slots(tmp.path()).get("s2").is_none());
     }
 
@@ -560,16 +593,16 @@ mod tests {
         let tmp = tempfile::tempdir().unwrap();
         let s = slots(tmp.path());
         for bad in ["", "Upper", "a-b", &"x".repeat(64)] {
-            assert!(s.create(bad, None, 10).is_err(), "{bad:?}");
+            assert!(s.create(bad, None, 10, None).is_err(), "{bad:?}");
         }
-        s.create("a", Some(Lsn(100)), 2).unwrap();
+        s.create("a", Some(Lsn(100)), 2, None).unwrap();
         assert_eq!(
-            s.create("a", None, 2).unwrap_err().sqlstate,
+            s.create("a", None, 2, None).unwrap_err().sqlstate,
             SqlState::DUPLICATE_OBJECT
         );
-        s.create("b", Some(Lsn(900)), 2).unwrap();
+        s.create("b", Some(Lsn(900)), 2, None).unwrap();
         assert_eq!(
-            s.create("c", None, 2).unwrap_err().sqlstate,
+            s.create("c", None, 2, None).unwrap_err().sqlstate,
             SqlState::CONFIGURATION_LIMIT_EXCEEDED
         );
         assert_eq!(s.invalidate_below(Lsn(500)).unwrap(), vec!["a".to_string()]);
@@ -581,7 +614,7 @@ mod tests {
             Some(Invalidation::WalRemoved)
         );
         assert_eq!(
-            s.drop_slot("zz").unwrap_err().sqlstate,
+            s.drop_slot("zz", 0).unwrap_err().sqlstate,
             SqlState::UNDEFINED_OBJECT
         );
         // A hold keeps WAL like a slot, until it drops.
@@ -592,9 +625,43 @@ mod tests {
     }
 
     #[test]
+    fn a_temporary_slot_lives_in_memory_with_its_connection() {
+        let tmp = tempfile::tempdir().unwrap();
+        let s = slots(tmp.path());
+        s.create("t", Some(Lsn(700)), 10, Some(42)).unwrap();
+        assert!(s.get("t").unwrap().temporary);
+        assert_eq!(s.get("t").unwrap().active_pid, Some(42));
+        assert_eq!(s.min_saved_restart_lsn().0, Some(Lsn(700)));
+        // Its own connection streams on it; another cannot.
+        assert_eq!(
+            s.acquire("t", 43).unwrap_err().sqlstate,
+            SqlState::OBJECT_IN_USE
+        );
+        let a = s.acquire("t", 42).unwrap();
+        a.confirm(Lsn(800));
+        drop(a);
+        assert_eq!(s.get("t").unwrap().active_pid, Some(42));
+        s.save().unwrap();
+        assert_eq!(s.min_saved_restart_lsn().0, Some(Lsn(800)));
+        // Never on disk, and gone with its connection.
+        assert!(slots(tmp.path()).get("t").is_none());
+        assert_eq!(
+            s.drop_slot("t", 43).unwrap_err().sqlstate,
+            SqlState::OBJECT_IN_USE
+        );
+        s.drop_temporary(42);
+        assert!(s.get("t").is_none());
+        s.create("u", None, 10, Some(5)).unwrap();
+        s.drop_slot("u", 5).unwrap();
+        assert!(s.list().is_empty());
+    }
+
+    #[test]
     fn a_corrupt_slot_file_is_an_error_and_temporary_files_are_removed() {
         let tmp = tempfile::tempdir().unwrap();
-        slots(tmp.path()).create("s", Some(Lsn(8)), 10).unwrap();
+        slots(tmp.path())
+            .create("s", Some(Lsn(8)), 10, None)
+            .unwrap();
         let dir = tmp.path().join("pg_replslot");
         std::fs::write(dir.join("t.tmp"), b"partial").unwrap();
         let s = slots(tmp.path());

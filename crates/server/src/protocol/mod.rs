@@ -175,6 +175,15 @@ impl Conn {
     }
 }
 
+impl Drop for Conn {
+    /// A walsender's temporary slots end with its connection.
+    fn drop(&mut self) {
+        if let (Some(src), Some(reg)) = (&self.shared.wal_source, self.walsnd.get()) {
+            src.slots().drop_temporary(reg.snd().pid);
+        }
+    }
+}
+
 /// How long a client has to finish startup (pgwire's `STARTUP_TIMEOUT_MILLIS`, PostgreSQL's
 /// `authentication_timeout` default).
 const STARTUP_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);

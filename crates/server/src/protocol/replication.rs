@@ -13,7 +13,7 @@
 //! | `DROP_REPLICATION_SLOT s [WAIT]` | CommandComplete |
 //! | `READ_REPLICATION_SLOT s` | slot_type, restart_lsn (text), restart_tli (int8); NULLs if there is no such slot |
 //! | `BASE_BACKUP [(option [, ...])]` | start position, tablespace list, the data directory as one tar in CopyOut, end position (`basebackup.rs`) |
-//! | `TEMPORARY` and logical slots, `ALTER_REPLICATION_SLOT` | 0A000 for now |
+//! | logical slots, `ALTER_REPLICATION_SLOT` | 0A000 for now |
 //!
 //! A physical replication connection (`replication=true`) runs only these: SQL gets 0A000
 //! "cannot execute SQL commands in WAL sender for physical replication". A database one
@@ -76,6 +76,8 @@ pub enum Command {
         name: String,
         /// Reserve WAL now (from the redo point), not at the first status update.
         reserve_wal: bool,
+        /// TEMPORARY: in memory only, dropped when this connection ends.
+        temporary: bool,
     },
     /// `DROP_REPLICATION_SLOT name [WAIT]`.
     DropSlot {
@@ -265,13 +267,14 @@ pub fn parse_command(sql: &str) -> Option<Result<Command, Error>> {
                 [_, name, rest @ ..] => {
                     let name = name.trim_matches('"').to_string();
                     let mut rest = rest;
+                    let mut temporary = false;
                     if let [k, tail @ ..] = rest {
                         if is(k, "TEMPORARY") {
-                            return Some(Err(Error::user(
-                                SqlState::FEATURE_NOT_SUPPORTED,
-                                "temporary replication slots are not supported yet",
-                            )));
+                            temporary = true;
+                            rest = tail;
                         }
+                    }
+                    if let [k, tail @ ..] = rest {
                         if is(k, "LOGICAL") {
                             return Some(Err(Error::user(
                                 SqlState::FEATURE_NOT_SUPPORTED,
@@ -290,14 +293,20 @@ pub fn parse_command(sql: &str) -> Option<Result<Command, Error>> {
                         [] => Ok(Command::CreateSlot {
                             name,
                             reserve_wal: false,
+                            temporary,
                         }),
                         [k] if is(k, "RESERVE_WAL") => Ok(Command::CreateSlot {
                             name,
                             reserve_wal: true,
+                            temporary,
                         }),
                         [k, v] if is(k, "RESERVE_WAL") => {
                             match walnut_common::guc::parse_bool(v.trim_matches('\'')) {
-                                Some(reserve_wal) => Ok(Command::CreateSlot { name, reserve_wal }),
+                                Some(reserve_wal) => Ok(Command::CreateSlot {
+                                    name,
+                                    reserve_wal,
+                                    temporary,
+                                }),
                                 None => Err(syntax()),
                             }
                         }
@@ -513,7 +522,8 @@ mod tests {
                 parse_command(sql).unwrap().unwrap(),
                 Command::CreateSlot {
                     name: "s1".into(),
-                    reserve_wal
+                    reserve_wal,
+                    temporary: false
                 },
                 "{sql}"
             );
@@ -532,7 +542,19 @@ mod tests {
             Command::ReadSlot("s1".into())
         );
         assert_eq!(
-            parse_command("CREATE_REPLICATION_SLOT t TEMPORARY PHYSICAL")
+            parse_command(
+                "CREATE_REPLICATION_SLOT \"pg_basebackup_7\" TEMPORARY PHYSICAL ( RESERVE_WAL)"
+            )
+            .unwrap()
+            .unwrap(),
+            Command::CreateSlot {
+                name: "pg_basebackup_7".into(),
+                reserve_wal: true,
+                temporary: true
+            }
+        );
+        assert_eq!(
+            parse_command("CREATE_REPLICATION_SLOT t LOGICAL pgoutput")
                 .unwrap()
                 .unwrap_err()
                 .sqlstate,

@@ -162,22 +162,30 @@ impl Conn {
                 *self.start_streaming.lock() = Some((start, slot));
                 Ok(())
             }
-            Command::CreateSlot { name, reserve_wal } => {
+            Command::CreateSlot {
+                name,
+                reserve_wal,
+                temporary,
+            } => {
+                let pid = self.walsnd.get().map_or(0, |r| r.snd().pid);
                 let max = self
                     .shared
                     .config
                     .settings()
                     .int(&crate::guc::MAX_REPLICATION_SLOTS);
-                let mut created =
-                    src.slots()
-                        .create(&name, None, usize::try_from(max).unwrap_or(0));
+                let mut created = src.slots().create(
+                    &name,
+                    None,
+                    usize::try_from(max).unwrap_or(0),
+                    temporary.then_some(pid),
+                );
                 if created.is_ok() && reserve_wal {
                     created = src
                         .slots()
                         .reserve(&name, || src.wal().redo_lsn())
                         .map(|_| ());
                     if created.is_err() {
-                        let _ = src.slots().drop_slot(&name);
+                        let _ = src.slots().drop_slot(&name, pid);
                     }
                 }
                 if let Err(e) = created {
@@ -202,10 +210,11 @@ impl Conn {
                 self.ready(client).await
             }
             Command::DropSlot { name, wait } => {
+                let pid = self.walsnd.get().map_or(0, |r| r.snd().pid);
                 // WAIT: while a walsender uses the slot, retry for up to 30 s.
                 let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
                 loop {
-                    match src.slots().drop_slot(&name) {
+                    match src.slots().drop_slot(&name, pid) {
                         Err(e)
                             if wait
                                 && e.sqlstate == SqlState::OBJECT_IN_USE
