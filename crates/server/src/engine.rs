@@ -91,6 +91,9 @@ pub fn open(dir: &Path, config: &Arc<Config>) -> Result<Arc<StorageEngine>> {
             probe_flush_capacity(&wal_dir, sc.wal.sync_method, sc.wal.direct, range);
     }
     let storage = Storage::open(server_vfs()?, dir, sc)?;
+    // What the WAL reads only as a sighup parameter (synchronous_standby_names) takes its
+    // start-up value the way a reload would give it.
+    storage.wal().apply_settings(&config.settings());
     let weak = Arc::downgrade(&storage);
     config.on_reload(move |s| {
         if let Some(st) = weak.upgrade() {

@@ -669,3 +669,127 @@ fn a_base_backup_taken_under_pgbench_recovers_to_a_consistent_state() {
         1_000_000
     );
 }
+
+#[test]
+fn synchronous_commits_wait_for_the_synchronous_standby() {
+    use futures::StreamExt;
+    let s = Server::new(&["checkpoint_timeout=1h"]);
+    s.query("create table t (id int primary key, v int)");
+    let (row, err) = psql_repl(
+        &s,
+        "database",
+        "CREATE_REPLICATION_SLOT sync1 PHYSICAL RESERVE_WAL",
+    );
+    assert_eq!(row, "sync1|||", "{err}");
+    s.query("alter system set synchronous_standby_names = 'FIRST 1 (pg_receivewal, other)'");
+    s.query("select pg_reload_conf()");
+
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let (client, mut conn) = tokio_postgres::connect(
+            &format!(
+                "host=127.0.0.1 port={} user=postgres dbname=postgres",
+                s.port
+            ),
+            tokio_postgres::NoTls,
+        )
+        .await
+        .unwrap();
+        let (tx, mut notices) = tokio::sync::mpsc::unbounded_channel();
+        tokio::spawn(
+            futures::stream::poll_fn(move |cx| conn.poll_message(cx)).for_each(move |m| {
+                if let Ok(tokio_postgres::AsyncMessage::Notice(n)) = m {
+                    let _ = tx.send(n);
+                }
+                std::future::ready(())
+            }),
+        );
+        // No standby connected: the commit waits; a cancel ends the wait with PostgreSQL's
+        // warning, and the transaction stands.
+        let client = std::sync::Arc::new(client);
+        let c2 = client.clone();
+        let insert =
+            tokio::spawn(async move { c2.execute("insert into t values (1, 1)", &[]).await });
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        assert!(
+            !insert.is_finished(),
+            "the commit did not wait for the standby"
+        );
+        client
+            .cancel_token()
+            .cancel_query(tokio_postgres::NoTls)
+            .await
+            .unwrap();
+        assert_eq!(insert.await.unwrap().unwrap(), 1);
+        let n = notices.recv().await.unwrap();
+        assert_eq!(n.code().code(), "01000");
+        assert!(
+            n.message()
+                .contains("canceling wait for synchronous replication"),
+            "{}",
+            n.message()
+        );
+        assert!(n.detail().unwrap_or("").contains("committed locally"));
+        let v: i32 = client
+            .query_one("select v from t where id = 1", &[])
+            .await
+            .unwrap()
+            .get(0);
+        assert_eq!(v, 1);
+    });
+
+    // With the synchronous standby streaming (pg_receivewal --synchronous reports its flushes
+    // at once), commits go through, at every level it can confirm.
+    let recv = tempfile::tempdir().unwrap();
+    let r = Command::new(pg18_bindir().join("pg_receivewal"))
+        .args([
+            "-h",
+            "127.0.0.1",
+            "-p",
+            &s.port.to_string(),
+            "-U",
+            "postgres",
+        ])
+        .args(["--no-loop", "--synchronous", "-S", "sync1", "-D"])
+        .arg(recv.path())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_for("the standby to be synchronous", || {
+        s.query("select sync_state, sync_priority from pg_stat_replication") == "sync|1"
+    });
+    s.query("insert into t values (2, 2)");
+    let out = s.psql("set synchronous_commit = remote_write; insert into t values (3, 3)");
+    assert!(out.status.success(), "{}", stderr(&out));
+    let (status, log) = stop_receiver(r);
+    assert!(status.success(), "{log}");
+
+    // The standby gone, a commit waits again, until the setting is emptied (reload), which
+    // releases every waiter.
+    let mut waiting = Command::new(pg_bin("psql"))
+        .args(s.conn_args())
+        .args([
+            "-X",
+            "-At",
+            "-d",
+            "postgres",
+            "-c",
+            "insert into t values (4, 4)",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(
+        waiting.try_wait().unwrap().is_none(),
+        "the commit did not wait"
+    );
+    s.query("alter system set synchronous_standby_names = ''");
+    s.query("select pg_reload_conf()");
+    let st = waiting.wait().unwrap();
+    assert!(st.success());
+    assert_eq!(s.query("select count(*) from t"), "4");
+}

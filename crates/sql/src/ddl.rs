@@ -26,6 +26,7 @@ pub(crate) fn create_table(
             severity: "NOTICE",
             sqlstate: SqlState::DUPLICATE_TABLE,
             message: format!("relation \"{}\" already exists, skipping", def.name),
+            detail: None,
         });
     } else {
         txn.create_table(def.clone())?;
@@ -52,6 +53,7 @@ pub(crate) fn drop_tables(
                 severity: "NOTICE",
                 sqlstate: SqlState::SUCCESSFUL_COMPLETION,
                 message: format!("table \"{n}\" does not exist, skipping"),
+                detail: None,
             });
         } else {
             return Err(Error::user(

@@ -1,11 +1,11 @@
 //! `pg_stat_replication`: one row per walsender, with PostgreSQL 18's columns. walnut has no
 //! `inet`, `interval` or `timestamptz` types yet: `client_addr` is text, the lags are text in
 //! `interval`'s output format (`00:00:00.001234`), and the times are `timestamp` (UTC).
-//! `sync_priority` is 0 and `sync_state` `async`: synchronous replication is not built yet.
+//! `sync_priority` and `sync_state` follow `synchronous_standby_names`.
 
 use std::time::Duration;
 use walnut_common::{ColumnDef, DataType, Value};
-use walnut_wal::senders::WalSndSnapshot;
+use walnut_wal::senders::{SyncState, WalSndSnapshot};
 
 fn col(name: &str, ty: DataType) -> ColumnDef {
     ColumnDef {
@@ -42,7 +42,9 @@ fn unix_us(us: i64) -> Value {
 }
 
 /// The columns and rows of `pg_stat_replication` for these walsenders.
-pub(crate) fn pg_stat_replication(senders: &[WalSndSnapshot]) -> (Vec<ColumnDef>, Vec<Vec<Value>>) {
+pub(crate) fn pg_stat_replication(
+    senders: &[(WalSndSnapshot, usize, SyncState)],
+) -> (Vec<ColumnDef>, Vec<Vec<Value>>) {
     use DataType::{Int4, Int8, PgLsn, Text, Timestamp};
     let cols = vec![
         col("pid", Int4),
@@ -69,7 +71,7 @@ pub(crate) fn pg_stat_replication(senders: &[WalSndSnapshot]) -> (Vec<ColumnDef>
     let lag = |d: Option<Duration>| d.map_or(Value::Null, |d| Value::Text(interval(d)));
     let rows = senders
         .iter()
-        .map(|s| {
+        .map(|(s, priority, sync)| {
             let start = s
                 .backend_start
                 .duration_since(std::time::UNIX_EPOCH)
@@ -93,8 +95,8 @@ pub(crate) fn pg_stat_replication(senders: &[WalSndSnapshot]) -> (Vec<ColumnDef>
                 lag(s.write_lag),
                 lag(s.flush_lag),
                 lag(s.replay_lag),
-                Value::Int4(0),
-                Value::Text("async".into()),
+                Value::Int4(*priority as i32),
+                Value::Text(sync.name().into()),
                 s.reply_time_us.map_or(Value::Null, unix_us),
             ]
         })

@@ -61,4 +61,6 @@ pub struct Notice {
     pub sqlstate: SqlState,
     /// Message.
     pub message: String,
+    /// Detail line, if any.
+    pub detail: Option<String>,
 }

@@ -681,8 +681,28 @@ impl Txn {
                 ));
             }
         }
-        st.xact.publish_commit(xid);
         let mut warnings = Vec::new();
+        if let Some(level) = opts.synchronous_commit.sync_level() {
+            // Synchronous replication (PostgreSQL's SyncRepWaitForLSN): before the commit
+            // becomes visible. A cancel leaves it committed locally, with PostgreSQL's warning.
+            let wait = st.wal().senders().wait_for(end.0, level, &self.cancel);
+            if wait == walnut_wal::senders::SyncWait::Canceled {
+                tracing::warn!(
+                    xid = xid.0,
+                    "canceling wait for synchronous replication due to user request"
+                );
+                warnings.push(
+                    Error::user(
+                        SqlState::WARNING,
+                        "canceling wait for synchronous replication due to user request",
+                    )
+                    .with_detail(
+                        "The transaction has already committed locally, but might not have been replicated to the standby.",
+                    ),
+                );
+            }
+        }
+        st.xact.publish_commit(xid);
         for rel in self.drop_at_commit.drain(..) {
             if let Err(e) = st.remove_relation(rel) {
                 tracing::warn!("{e}; the next checkpoint removes the file");

@@ -22,9 +22,11 @@ impl SessionId {
     }
 }
 
-/// `synchronous_commit`: what a commit waits for before it is acknowledged. walnut has no
-/// standbys yet, so `remote_write` and `remote_apply` wait for the local flush, as
-/// PostgreSQL does without synchronous standbys.
+/// `synchronous_commit`: what a commit waits for before it is acknowledged. With
+/// `synchronous_standby_names` set, `on`, `remote_write` and `remote_apply` also wait for the
+/// synchronous standbys to flush, write or replay the commit record
+/// ([`crate::senders::WalSenders::wait_for`]); without, they wait for the local flush only,
+/// as in PostgreSQL.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum SynchronousCommit {
     /// Acknowledge once the commit record is inserted; the WAL writer flushes it within
@@ -60,6 +62,17 @@ impl SynchronousCommit {
     /// The commit waits for its record to be durable before it is acknowledged.
     pub fn waits_for_flush(self) -> bool {
         self != SynchronousCommit::Off
+    }
+
+    /// What the commit waits for from synchronous standbys, if any are configured.
+    pub fn sync_level(self) -> Option<crate::senders::SyncLevel> {
+        use crate::senders::SyncLevel;
+        match self {
+            SynchronousCommit::On => Some(SyncLevel::Flush),
+            SynchronousCommit::RemoteWrite => Some(SyncLevel::Write),
+            SynchronousCommit::RemoteApply => Some(SyncLevel::Apply),
+            SynchronousCommit::Off | SynchronousCommit::Local => None,
+        }
     }
 }
 

@@ -18,6 +18,31 @@ pub static WAL_SEGMENT_SIZE: GucDef = GucDef {
     check: None,
 };
 
+/// `synchronous_standby_names`: the standbys synchronous commits wait for
+/// ([`crate::senders::SyncStandbys::parse`]); empty: none.
+pub static SYNCHRONOUS_STANDBY_NAMES: GucDef = GucDef {
+    name: "synchronous_standby_names",
+    kind: Kind::Str,
+    default: "",
+    context: Context::Sighup,
+    category: "Replication / Primary Server",
+    description: "Number of synchronous standbys and list of names of potential synchronous ones.",
+    check: Some(check_sync_names),
+};
+
+fn check_sync_names(v: Val) -> Result<Val> {
+    if let Val::Str(s) = &v {
+        crate::senders::SyncStandbys::parse(s).map_err(|e| {
+            Error::user(
+                SqlState::INVALID_PARAMETER_VALUE,
+                format!("invalid value for parameter \"synchronous_standby_names\": \"{s}\""),
+            )
+            .with_detail(e)
+        })?;
+    }
+    Ok(v)
+}
+
 /// `synchronous_commit`: how long a commit waits (see [`crate::SynchronousCommit`]).
 pub static SYNCHRONOUS_COMMIT: GucDef = GucDef {
     name: "synchronous_commit",
@@ -175,6 +200,7 @@ pub static GUCS: &[&GucDef] = &[
     &COMMIT_SIBLINGS,
     &GROUP_COMMIT,
     &SYNCHRONOUS_COMMIT,
+    &SYNCHRONOUS_STANDBY_NAMES,
     &WAL_BUFFERS,
     &WAL_COMPRESSION,
     &WAL_INIT_ZERO,

@@ -6,10 +6,10 @@
 //! The streaming itself (the protocol, reading segments) is the front end's; the WAL only keeps
 //! what every session must be able to see.
 
-use parking_lot::Mutex;
+use parking_lot::{Condvar, Mutex};
 use std::collections::VecDeque;
 use std::net::IpAddr;
-use std::sync::atomic::{AtomicI64, AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicU8, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
@@ -239,10 +239,146 @@ impl WalSnd {
     }
 }
 
-/// Every walsender of this server.
+/// How `synchronous_standby_names` picks the standbys a commit waits for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SyncMethod {
+    /// `FIRST n (...)` (and a plain list: `FIRST 1`): the `n` connected standbys listed
+    /// earliest.
+    First,
+    /// `ANY n (...)`: any `n` of the listed standbys (quorum).
+    Any,
+}
+
+/// `synchronous_standby_names`, parsed (PostgreSQL's `syncrep_gram.y`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SyncStandbys {
+    /// FIRST or ANY.
+    pub method: SyncMethod,
+    /// How many standbys must confirm.
+    pub num: usize,
+    /// `application_name`s, in priority order; `*` matches any.
+    pub names: Vec<String>,
+}
+
+impl SyncStandbys {
+    /// Parses `synchronous_standby_names`: empty (no synchronous replication), `a, b`,
+    /// `FIRST n (a, b)`, `ANY n (a, b)`, `n (a, b)` (FIRST), with `*` and double-quoted names.
+    ///
+    /// # Errors
+    /// A message saying what is wrong.
+    pub fn parse(s: &str) -> std::result::Result<Option<SyncStandbys>, String> {
+        let t = s.trim();
+        if t.is_empty() {
+            return Ok(None);
+        }
+        let (method, rest) = match t.split_once(char::is_whitespace) {
+            Some((w, rest)) if w.eq_ignore_ascii_case("FIRST") => (Some(SyncMethod::First), rest),
+            Some((w, rest)) if w.eq_ignore_ascii_case("ANY") => (Some(SyncMethod::Any), rest),
+            _ => (None, t),
+        };
+        let rest = rest.trim();
+        let (num, list) = match rest.find('(') {
+            Some(open) if rest.ends_with(')') => {
+                let n = rest[..open].trim();
+                let num: usize = n
+                    .parse()
+                    .map_err(|_| format!("invalid number of synchronous standbys \"{n}\""))?;
+                (Some(num), &rest[open + 1..rest.len() - 1])
+            }
+            Some(_) => return Err("unterminated standby list".into()),
+            None if method.is_some() => return Err("FIRST and ANY need \"n (name, ...)\"".into()),
+            None => (None, rest),
+        };
+        let names: Vec<String> = list
+            .split(',')
+            .map(|n| {
+                let n = n.trim();
+                match n.strip_prefix('"').and_then(|n| n.strip_suffix('"')) {
+                    Some(q) => q.to_string(),
+                    None => n.to_ascii_lowercase(),
+                }
+            })
+            .collect();
+        if names.iter().any(String::is_empty) {
+            return Err("a standby name is empty".into());
+        }
+        let num = num.unwrap_or(1);
+        if num == 0 {
+            return Err("number of synchronous standbys (0) must be greater than zero".into());
+        }
+        Ok(Some(SyncStandbys {
+            method: method.unwrap_or(SyncMethod::First),
+            num,
+            names,
+        }))
+    }
+
+    /// A walsender's priority under this setting (1 = first listed), if it is a candidate.
+    fn priority(&self, application_name: &str) -> Option<usize> {
+        self.names
+            .iter()
+            .position(|n| n == "*" || n == application_name)
+            .map(|i| i + 1)
+    }
+}
+
+/// Which standby position a synchronous commit waits for (`synchronous_commit`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SyncLevel {
+    /// `remote_write`: the standbys wrote it.
+    Write,
+    /// `on`: they flushed it.
+    Flush,
+    /// `remote_apply`: they replayed it.
+    Apply,
+}
+
+/// How a wait for synchronous standbys ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SyncWait {
+    /// The required standbys confirmed the position.
+    Released,
+    /// No synchronous standbys are configured (or the setting was emptied meanwhile).
+    NotRequired,
+    /// The session's cancel flag was set: the commit stands locally, unconfirmed.
+    Canceled,
+}
+
+/// A walsender's part in synchronous replication (`pg_stat_replication.sync_state`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SyncState {
+    /// Not a candidate.
+    Async,
+    /// A FIRST candidate not among the first `n` connected.
+    Potential,
+    /// One of the first `n`: commits wait for it.
+    Sync,
+    /// An ANY candidate.
+    Quorum,
+}
+
+impl SyncState {
+    /// The name `pg_stat_replication.sync_state` shows.
+    pub fn name(self) -> &'static str {
+        match self {
+            SyncState::Async => "async",
+            SyncState::Potential => "potential",
+            SyncState::Sync => "sync",
+            SyncState::Quorum => "quorum",
+        }
+    }
+}
+
+/// Every walsender of this server, and the synchronous commits waiting for them (PostgreSQL's
+/// `syncrep.c`).
 #[derive(Debug, Default)]
 pub struct WalSenders {
     list: Mutex<Vec<Arc<WalSnd>>>,
+    sync: Mutex<Option<SyncStandbys>>,
+    /// Synchronous commits wait here; every reply, registration change and setting change
+    /// notifies under it. Lock order: `waiting`, then `list` and `sync`.
+    waiting: Mutex<()>,
+    released: Condvar,
 }
 
 /// A walsender's place in [`WalSenders`]; dropping it removes the entry.
@@ -259,12 +395,22 @@ impl Registration {
     }
 }
 
+impl Registration {
+    /// The standby reported new positions ([`WalSnd::reply`]): wake the commits waiting for
+    /// them.
+    pub fn replied(&self) {
+        self.senders.notify();
+    }
+}
+
 impl Drop for Registration {
     fn drop(&mut self) {
         self.senders
             .list
             .lock()
             .retain(|s| !Arc::ptr_eq(s, &self.snd));
+        // The set of synchronous standbys may have changed.
+        self.senders.notify();
     }
 }
 
@@ -290,11 +436,122 @@ impl WalSenders {
         })
     }
 
-    /// Every walsender, as `pg_stat_replication` shows it, by pid.
-    pub fn snapshot(&self) -> Vec<WalSndSnapshot> {
-        let mut v: Vec<_> = self.list.lock().iter().map(|s| s.snapshot()).collect();
-        v.sort_by_key(|s| s.pid);
+    /// Every walsender, as `pg_stat_replication` shows it, by pid, with its sync priority
+    /// and state.
+    pub fn snapshot(&self) -> Vec<(WalSndSnapshot, usize, SyncState)> {
+        let list = self.list.lock();
+        let sync = self.sync.lock();
+        let states = sync_states(&list, sync.as_ref());
+        let mut v: Vec<_> = list
+            .iter()
+            .zip(states)
+            .map(|(s, (prio, st))| (s.snapshot(), prio, st))
+            .collect();
+        v.sort_by_key(|s| s.0.pid);
         v
+    }
+
+    /// Sets `synchronous_standby_names` (at start-up and reload); waiting commits re-check
+    /// (all are released when it becomes empty, as in PostgreSQL).
+    pub fn set_sync(&self, cfg: Option<SyncStandbys>) {
+        *self.sync.lock() = cfg;
+        self.notify();
+    }
+
+    fn notify(&self) {
+        let _g = self.waiting.lock();
+        self.released.notify_all();
+    }
+
+    /// The position up to which synchronous commits at `level` are confirmed now; `None` if
+    /// no synchronous standbys are configured; `Some(0)` while too few are connected.
+    fn released_at(&self, level: SyncLevel) -> Option<u64> {
+        let list = self.list.lock();
+        let sync = self.sync.lock();
+        let cfg = sync.as_ref()?;
+        let pos = |s: &WalSnd| match level {
+            SyncLevel::Write => s.write.load(Ordering::Relaxed),
+            SyncLevel::Flush => s.flush.load(Ordering::Relaxed),
+            SyncLevel::Apply => s.replay.load(Ordering::Relaxed),
+        };
+        let states = sync_states(&list, Some(cfg));
+        let mut chosen: Vec<u64> = list
+            .iter()
+            .zip(states)
+            .filter(|(_, (_, st))| matches!(st, SyncState::Sync | SyncState::Quorum))
+            .map(|(s, _)| pos(s))
+            .collect();
+        if chosen.len() < cfg.num {
+            return Some(0);
+        }
+        // FIRST: the chosen are exactly n, all must confirm; ANY: the n-th best confirms.
+        chosen.sort_unstable_by(|a, b| b.cmp(a));
+        Some(chosen[cfg.num - 1])
+    }
+
+    /// Waits until the synchronous standbys confirm `lsn` at `level` (PostgreSQL's
+    /// `SyncRepWaitForLSN`), or `cancel` is set (taken: the caller reports the commit as local
+    /// only), or the setting is emptied. Blocks the calling thread (a session's own).
+    pub fn wait_for(&self, lsn: u64, level: SyncLevel, cancel: &AtomicBool) -> SyncWait {
+        let mut g = self.waiting.lock();
+        loop {
+            match self.released_at(level) {
+                None => return SyncWait::NotRequired,
+                Some(p) if p >= lsn => return SyncWait::Released,
+                Some(_) => {}
+            }
+            if cancel.swap(false, Ordering::AcqRel) {
+                return SyncWait::Canceled;
+            }
+            // The timeout only bounds how late a cancel is seen; releases are notified.
+            self.released.wait_for(&mut g, Duration::from_millis(100));
+        }
+    }
+}
+
+/// Each walsender's sync priority (0: not a candidate) and state under `cfg`, in `list`'s
+/// order (PostgreSQL's `SyncRepGetCandidateStandbys`: only streaming walsenders count).
+fn sync_states(list: &[Arc<WalSnd>], cfg: Option<&SyncStandbys>) -> Vec<(usize, SyncState)> {
+    let Some(cfg) = cfg else {
+        return vec![(0, SyncState::Async); list.len()];
+    };
+    let prio: Vec<usize> = list
+        .iter()
+        .map(|s| {
+            if s.state() == WalSndState::Streaming {
+                cfg.priority(&s.application_name).unwrap_or(0)
+            } else {
+                0
+            }
+        })
+        .collect();
+    match cfg.method {
+        SyncMethod::Any => prio
+            .iter()
+            .map(|&p| {
+                (
+                    p,
+                    if p > 0 {
+                        SyncState::Quorum
+                    } else {
+                        SyncState::Async
+                    },
+                )
+            })
+            .collect(),
+        SyncMethod::First => {
+            // The n candidates of best priority (ties: the earlier connection).
+            let mut order: Vec<usize> = (0..list.len()).filter(|&i| prio[i] > 0).collect();
+            order.sort_by_key(|&i| prio[i]);
+            let sync: Vec<usize> = order.iter().copied().take(cfg.num).collect();
+            (0..list.len())
+                .map(|i| match prio[i] {
+                    0 => (0, SyncState::Async),
+                    p if sync.contains(&i) => (p, SyncState::Sync),
+                    p => (p, SyncState::Potential),
+                })
+                .collect()
+        }
     }
 }
 
@@ -324,6 +581,120 @@ mod tests {
     }
 
     #[test]
+    fn synchronous_standby_names_parse_as_postgresql_reads_them() {
+        let p = |s: &str| SyncStandbys::parse(s).unwrap();
+        assert_eq!(p(""), None);
+        assert_eq!(
+            p("s1, \"S2\""),
+            Some(SyncStandbys {
+                method: SyncMethod::First,
+                num: 1,
+                names: vec!["s1".into(), "S2".into()]
+            })
+        );
+        assert_eq!(p("ANY 2 (a, b, c)").unwrap().method, SyncMethod::Any);
+        assert_eq!(p("first 2 (a,b)").unwrap().num, 2);
+        assert_eq!(p("2 (a, b)").unwrap().method, SyncMethod::First);
+        assert_eq!(p("*").unwrap().names, vec!["*".to_string()]);
+        for bad in ["ANY a", "FIRST x (a)", "ANY 0 (a)", "FIRST 1 (a", "a,,b"] {
+            assert!(SyncStandbys::parse(bad).is_err(), "{bad}");
+        }
+    }
+
+    fn streaming(all: &Arc<WalSenders>, pid: i32, name: &str) -> Registration {
+        let r = all
+            .register(10, WalSnd::new(pid, "u".into(), name.into(), None, 0))
+            .unwrap();
+        r.snd().set_state(WalSndState::Streaming);
+        r
+    }
+
+    #[test]
+    fn first_and_any_choose_the_standbys_a_commit_waits_for() {
+        let all = Arc::new(WalSenders::default());
+        let a = streaming(&all, 1, "a");
+        let b = streaming(&all, 2, "b");
+        let _c = streaming(&all, 3, "c");
+        let now = Instant::now();
+        a.snd().reply(500, 400, 300, now, 1);
+        b.snd().reply(900, 800, 700, now, 1);
+        // No setting: commits do not wait.
+        assert_eq!(all.released_at(SyncLevel::Flush), None);
+        // FIRST 1 (b, a): b is the synchronous one, a a potential one.
+        all.set_sync(SyncStandbys::parse("FIRST 1 (b, a)").unwrap());
+        assert_eq!(all.released_at(SyncLevel::Flush), Some(800));
+        assert_eq!(all.released_at(SyncLevel::Write), Some(900));
+        let states: Vec<_> = all.snapshot().iter().map(|s| (s.1, s.2)).collect();
+        assert_eq!(
+            states,
+            vec![
+                (2, SyncState::Potential),
+                (1, SyncState::Sync),
+                (0, SyncState::Async)
+            ]
+        );
+        // FIRST 2: both must confirm.
+        all.set_sync(SyncStandbys::parse("FIRST 2 (b, a)").unwrap());
+        assert_eq!(all.released_at(SyncLevel::Apply), Some(300));
+        // ANY 1 of (a, b): the best one; ANY 3: too few candidates, nothing is released.
+        all.set_sync(SyncStandbys::parse("ANY 1 (a, b)").unwrap());
+        assert_eq!(all.released_at(SyncLevel::Flush), Some(800));
+        all.set_sync(SyncStandbys::parse("ANY 3 (a, b)").unwrap());
+        assert_eq!(all.released_at(SyncLevel::Flush), Some(0));
+        // b leaves: FIRST 1 (b, a) falls back to a.
+        all.set_sync(SyncStandbys::parse("FIRST 1 (b, a)").unwrap());
+        drop(b);
+        assert_eq!(all.released_at(SyncLevel::Flush), Some(400));
+    }
+
+    #[test]
+    fn a_waiting_commit_is_released_by_a_reply_by_cancel_or_by_emptying_the_setting() {
+        let all = Arc::new(WalSenders::default());
+        let a = Arc::new(streaming(&all, 1, "a"));
+        all.set_sync(SyncStandbys::parse("a").unwrap());
+        let no_cancel = AtomicBool::new(false);
+        // A reply past the position releases the waiter.
+        let waiter = {
+            let all = all.clone();
+            std::thread::spawn(move || {
+                all.wait_for(1000, SyncLevel::Flush, &AtomicBool::new(false))
+            })
+        };
+        std::thread::sleep(Duration::from_millis(20));
+        a.snd().reply(1000, 999, 0, Instant::now(), 1);
+        a.replied();
+        std::thread::sleep(Duration::from_millis(20));
+        assert!(
+            !waiter.is_finished(),
+            "released before the flush reached the position"
+        );
+        a.snd().reply(1000, 1000, 0, Instant::now(), 1);
+        a.replied();
+        assert_eq!(waiter.join().unwrap(), SyncWait::Released);
+        assert_eq!(
+            all.wait_for(900, SyncLevel::Flush, &no_cancel),
+            SyncWait::Released
+        );
+        // A cancel ends the wait, and is taken.
+        let cancel = AtomicBool::new(true);
+        assert_eq!(
+            all.wait_for(5000, SyncLevel::Flush, &cancel),
+            SyncWait::Canceled
+        );
+        assert!(!cancel.load(Ordering::Relaxed));
+        // Emptying the setting releases everyone.
+        let waiter = {
+            let all = all.clone();
+            std::thread::spawn(move || {
+                all.wait_for(5000, SyncLevel::Flush, &AtomicBool::new(false))
+            })
+        };
+        std::thread::sleep(Duration::from_millis(20));
+        all.set_sync(None);
+        assert_eq!(waiter.join().unwrap(), SyncWait::NotRequired);
+    }
+
+    #[test]
     fn registration_is_bounded_and_ends_with_its_guard() {
         let all = Arc::new(WalSenders::default());
         let a = all
@@ -343,7 +714,7 @@ mod tests {
             .register(2, WalSnd::new(3, String::new(), String::new(), None, 0))
             .unwrap();
         assert_eq!(
-            all.snapshot().iter().map(|s| s.pid).collect::<Vec<_>>(),
+            all.snapshot().iter().map(|s| s.0.pid).collect::<Vec<_>>(),
             vec![2, 3]
         );
         drop(b);

@@ -46,6 +46,7 @@ pub(super) fn notice_message(n: &Notice) -> PgWireBackendMessage {
         n.message.clone(),
     );
     info.severity_nonlocalized = Some(n.severity.to_string());
+    info.detail = n.detail.clone();
     PgWireBackendMessage::NoticeResponse(info.into())
 }
 

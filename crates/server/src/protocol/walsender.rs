@@ -35,7 +35,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use walnut_common::{Error, Lsn, SqlState};
 use walnut_storage::slots::AcquiredSlot;
-use walnut_wal::senders::{WalSnd, WalSndState};
+use walnut_wal::senders::{Registration, WalSnd, WalSndState};
 use walnut_wal::{segment_file_name, segment_of, Wal, WAL_SEGMENT_SIZE};
 
 /// What replication connections serve: this server's storage (its WAL, slots, files and
@@ -222,7 +222,7 @@ fn on_client_copy_data(snd: &WalSnd, data: &Bytes) -> Result<bool, Error> {
 pub async fn stream<T>(
     socket: &mut T,
     wal: &Arc<Wal>,
-    snd: &Arc<WalSnd>,
+    reg: &Registration,
     slot: Option<&AcquiredSlot>,
     start: Lsn,
     timeout: Option<Duration>,
@@ -234,6 +234,7 @@ where
     T::Error: Debug,
     PgWireError: From<T::Error>,
 {
+    let snd = reg.snd();
     let mut sent = start.0;
     let mut file = None;
     let mut last_reply = Instant::now();
@@ -305,6 +306,8 @@ where
             Some(Ok(PgWireFrontendMessage::CopyData(d))) => {
                 match on_client_copy_data(snd, &d.data) {
                     Ok(reply_requested) => {
+                        // Synchronous commits waiting for this standby re-check.
+                        reg.replied();
                         // A physical slot keeps WAL from what the receiver has flushed.
                         let flushed = snd.snapshot().flush_lsn;
                         if let (Some(slot), true) = (slot, flushed != 0) {

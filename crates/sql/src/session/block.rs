@@ -149,6 +149,7 @@ impl TxnBlock {
                     severity: "WARNING",
                     sqlstate: e.sqlstate,
                     message: e.message,
+                    detail: e.detail,
                 }));
             }),
             None => Ok(()),
@@ -201,6 +202,7 @@ impl TxnBlock {
                 severity: "WARNING",
                 sqlstate: SqlState::ACTIVE_SQL_TRANSACTION,
                 message: "there is already a transaction in progress".into(),
+                detail: None,
             }),
             Block::Failed => return Err(in_failed_block()),
         }
@@ -294,5 +296,6 @@ fn no_transaction_warning() -> Notice {
         severity: "WARNING",
         sqlstate: SqlState::NO_ACTIVE_SQL_TRANSACTION,
         message: "there is no transaction in progress".into(),
+        detail: None,
     }
 }

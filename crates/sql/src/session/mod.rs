@@ -594,6 +594,7 @@ impl Session {
                 severity: "WARNING",
                 sqlstate: SqlState::NO_ACTIVE_SQL_TRANSACTION,
                 message: "SET LOCAL can only be used in transaction blocks".into(),
+                detail: None,
             });
             return Ok(command("SET"));
         }

@@ -860,6 +860,11 @@ impl Wal {
             .delay_ms
             .store(s.int(&WAL_WRITER_DELAY).max(1) as u64, Ordering::Relaxed);
         self.writer_ctl.cv.notify_all();
+        // Checked when set: a bad value never reaches here.
+        self.senders.set_sync(
+            crate::senders::SyncStandbys::parse(&s.text(&crate::guc::SYNCHRONOUS_STANDBY_NAMES))
+                .unwrap_or(None),
+        );
     }
 }
 
