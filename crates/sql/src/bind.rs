@@ -757,6 +757,24 @@ impl Binder<'_> {
                 };
                 (Expr::Func(f, Vec::new()), Ty::Known(DataType::PgLsn))
             }
+            // A primary is never in recovery (walnut has no standby mode yet): PostgreSQL's
+            // answers on a primary.
+            ("pg_is_in_recovery", 0) => {
+                (Expr::Const(Value::Bool(false)), Ty::Known(DataType::Bool))
+            }
+            ("pg_last_wal_receive_lsn" | "pg_last_wal_replay_lsn", 0) => {
+                (Expr::Const(Value::Null), Ty::Known(DataType::PgLsn))
+            }
+            ("pg_last_xact_replay_timestamp", 0) => {
+                (Expr::Const(Value::Null), Ty::Known(DataType::Timestamp))
+            }
+            ("pg_wal_replay_pause" | "pg_wal_replay_resume" | "pg_is_wal_replay_paused", 0) => {
+                return Err(Error::user(
+                    SqlState::OBJECT_NOT_IN_PREREQUISITE_STATE,
+                    "recovery is not in progress",
+                )
+                .with_detail("Recovery control functions can only be executed during recovery."))
+            }
             ("pg_wal_lsn_diff", 2) => {
                 let mut bound = Vec::with_capacity(2);
                 for a in &args {

@@ -240,4 +240,14 @@ fn pg_lsn_values_compare_subtract_and_report_the_wal() {
         err(&mut s, "select pg_current_wal_lsn()"),
         SqlState::OBJECT_NOT_IN_PREREQUISITE_STATE
     );
+    // A primary is not in recovery: PostgreSQL's answers there.
+    assert_eq!(one(&mut s, "select pg_is_in_recovery()"), "f");
+    assert_eq!(
+        rows(&mut s, "select pg_last_wal_receive_lsn(), pg_last_wal_replay_lsn(), pg_last_xact_replay_timestamp()"),
+        vec![vec!["NULL", "NULL", "NULL"]]
+    );
+    assert_eq!(
+        err(&mut s, "select pg_wal_replay_pause()"),
+        SqlState::OBJECT_NOT_IN_PREREQUISITE_STATE
+    );
 }
