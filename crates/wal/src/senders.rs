@@ -375,6 +375,9 @@ impl SyncState {
 pub struct WalSenders {
     list: Mutex<Vec<Arc<WalSnd>>>,
     sync: Mutex<Option<SyncStandbys>>,
+    /// `sync` is set: read without a lock by every commit, so that a server without
+    /// synchronous standbys takes no lock for them on its commit path.
+    sync_configured: AtomicBool,
     /// Synchronous commits wait here; every reply, registration change and setting change
     /// notifies under it. Lock order: `waiting`, then `list` and `sync`.
     waiting: Mutex<()>,
@@ -454,7 +457,10 @@ impl WalSenders {
     /// Sets `synchronous_standby_names` (at start-up and reload); waiting commits re-check
     /// (all are released when it becomes empty, as in PostgreSQL).
     pub fn set_sync(&self, cfg: Option<SyncStandbys>) {
-        *self.sync.lock() = cfg;
+        let mut sync = self.sync.lock();
+        self.sync_configured.store(cfg.is_some(), Ordering::Release);
+        *sync = cfg;
+        drop(sync);
         self.notify();
     }
 
@@ -493,6 +499,9 @@ impl WalSenders {
     /// `SyncRepWaitForLSN`), or `cancel` is set (taken: the caller reports the commit as local
     /// only), or the setting is emptied. Blocks the calling thread (a session's own).
     pub fn wait_for(&self, lsn: u64, level: SyncLevel, cancel: &AtomicBool) -> SyncWait {
+        if !self.sync_configured.load(Ordering::Acquire) {
+            return SyncWait::NotRequired;
+        }
         let mut g = self.waiting.lock();
         loop {
             match self.released_at(level) {
