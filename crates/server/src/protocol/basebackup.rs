@@ -20,7 +20,7 @@
 //! the WAL it held is released.
 
 use super::replication::BaseBackupOptions;
-use super::results::feed_output;
+use super::results::{columns, feed_output};
 use bytes::{BufMut, BytesMut};
 use futures::{Sink, SinkExt};
 use pgwire::error::{PgWireError, PgWireResult};
@@ -32,7 +32,6 @@ use std::io::Read;
 use std::sync::Arc;
 use walnut_common::{DataType, Error, Lsn, Value};
 use walnut_sql::session::Output;
-use walnut_sql::types::ColumnDesc;
 use walnut_storage::backup::{backup_files, backup_label};
 use walnut_storage::Storage;
 use walnut_wal::{segment_file_name, segment_of, WAL_SEGMENT_SIZE};
@@ -150,16 +149,7 @@ where
     PgWireError: From<C::Error>,
 {
     let output = Output::Rows {
-        columns: Arc::new(vec![
-            ColumnDesc {
-                name: "recptr".into(),
-                ty: DataType::Text,
-            },
-            ColumnDesc {
-                name: "tli".into(),
-                ty: DataType::Int8,
-            },
-        ]),
+        columns: columns(&[("recptr", DataType::Text), ("tli", DataType::Int8)]),
         rows: vec![vec![Value::Text(lsn.to_string()), Value::Int8(1)]],
         tag: "SELECT".into(),
     };
@@ -207,19 +197,10 @@ where
         })
         / 1024;
     let output = Output::Rows {
-        columns: Arc::new(vec![
-            ColumnDesc {
-                name: "spcoid".into(),
-                ty: DataType::Int8,
-            },
-            ColumnDesc {
-                name: "spclocation".into(),
-                ty: DataType::Text,
-            },
-            ColumnDesc {
-                name: "size".into(),
-                ty: DataType::Int8,
-            },
+        columns: columns(&[
+            ("spcoid", DataType::Int8),
+            ("spclocation", DataType::Text),
+            ("size", DataType::Int8),
         ]),
         rows: vec![vec![
             Value::Null,

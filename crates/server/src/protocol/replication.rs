@@ -276,10 +276,7 @@ pub fn parse_command(sql: &str) -> Option<Result<Command, Error>> {
                     }
                     if let [k, tail @ ..] = rest {
                         if is(k, "LOGICAL") {
-                            return Some(Err(Error::user(
-                                SqlState::FEATURE_NOT_SUPPORTED,
-                                "logical replication is not supported",
-                            )));
+                            return Some(Err(logical_unsupported()));
                         }
                         if is(k, "PHYSICAL") {
                             rest = tail;
@@ -342,10 +339,7 @@ pub fn parse_command(sql: &str) -> Option<Result<Command, Error>> {
             }
             if let [k, tail @ ..] = rest {
                 if is(k, "LOGICAL") {
-                    return Some(Err(Error::user(
-                        SqlState::FEATURE_NOT_SUPPORTED,
-                        "logical replication is not supported",
-                    )));
+                    return Some(Err(logical_unsupported()));
                 }
                 if is(k, "PHYSICAL") {
                     rest = tail;
@@ -377,6 +371,14 @@ pub fn parse_command(sql: &str) -> Option<Result<Command, Error>> {
         },
     };
     Some(cmd)
+}
+
+/// The error for a logical slot or logical streaming: walnut replicates physically only.
+fn logical_unsupported() -> Error {
+    Error::user(
+        SqlState::FEATURE_NOT_SUPPORTED,
+        "logical replication is not supported",
+    )
 }
 
 /// The error for SQL on a physical replication connection.

@@ -12,8 +12,10 @@ use pgwire::messages::copy::CopyInResponse;
 use pgwire::messages::response::{CommandComplete, EmptyQueryResponse};
 use pgwire::messages::PgWireBackendMessage;
 use std::fmt::Debug;
+use std::sync::Arc;
+use walnut_common::DataType;
 use walnut_common::Error;
-use walnut_sql::session::{Notice, Output};
+use walnut_sql::session::{ColumnDesc, Notice, Output};
 
 /// Feeds (without flushing) the messages of one statement result. `describe` adds the
 /// RowDescription (simple query); `formats` are the result format codes (empty = text).
@@ -74,6 +76,19 @@ where
         }
     }
     Ok(false)
+}
+
+/// Column descriptions from (name, type) pairs, for results the front end makes itself
+/// (replication commands).
+pub(super) fn columns(cols: &[(&str, DataType)]) -> Arc<Vec<ColumnDesc>> {
+    Arc::new(
+        cols.iter()
+            .map(|(name, ty)| ColumnDesc {
+                name: (*name).to_string(),
+                ty: ty.clone(),
+            })
+            .collect(),
+    )
 }
 
 pub(super) async fn feed_notices<C>(client: &mut C, notices: &[Notice]) -> PgWireResult<()>

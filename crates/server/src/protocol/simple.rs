@@ -8,7 +8,7 @@
 
 use super::errors::error_message;
 use super::replication::{self, Command, ReplicationMode};
-use super::results::{feed_notices, feed_output};
+use super::results::{columns, feed_notices, feed_output};
 use super::{is_empty_query, status_from_u8, walsender, Conn};
 use async_trait::async_trait;
 use futures::{Sink, SinkExt};
@@ -24,23 +24,8 @@ use pgwire::messages::simplequery::Query;
 use pgwire::messages::PgWireBackendMessage;
 use std::fmt::Debug;
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
 use walnut_common::{DataType, Error, SqlState, Value};
 use walnut_sql::session::Output;
-use walnut_sql::types::ColumnDesc;
-
-/// Text columns named `names`, for a replication command's result.
-fn text_columns(names: &[&str]) -> Arc<Vec<ColumnDesc>> {
-    Arc::new(
-        names
-            .iter()
-            .map(|n| ColumnDesc {
-                name: (*n).to_string(),
-                ty: DataType::Text,
-            })
-            .collect(),
-    )
-}
 
 impl Conn {
     /// ErrorResponse, then ReadyForQuery with the last status.
@@ -101,16 +86,12 @@ impl Conn {
                     }
                     _ => Value::Null,
                 };
-                let col = |name: &str, ty| ColumnDesc {
-                    name: name.to_string(),
-                    ty,
-                };
                 let output = Output::Rows {
-                    columns: Arc::new(vec![
-                        col("systemid", DataType::Text),
-                        col("timeline", DataType::Int4),
-                        col("xlogpos", DataType::Text),
-                        col("dbname", DataType::Text),
+                    columns: columns(&[
+                        ("systemid", DataType::Text),
+                        ("timeline", DataType::Int4),
+                        ("xlogpos", DataType::Text),
+                        ("dbname", DataType::Text),
                     ]),
                     rows: vec![vec![
                         Value::Text(src.storage.system_identifier.to_string()),
@@ -192,11 +173,11 @@ impl Conn {
                     return self.reply_error(client, &e).await;
                 }
                 let output = Output::Rows {
-                    columns: text_columns(&[
-                        "slot_name",
-                        "consistent_point",
-                        "snapshot_name",
-                        "output_plugin",
+                    columns: columns(&[
+                        ("slot_name", DataType::Text),
+                        ("consistent_point", DataType::Text),
+                        ("snapshot_name", DataType::Text),
+                        ("output_plugin", DataType::Text),
                     ]),
                     rows: vec![vec![
                         Value::Text(name),
@@ -243,11 +224,12 @@ impl Conn {
                     ],
                     None => vec![Value::Null; 3],
                 };
-                let mut columns =
-                    (*text_columns(&["slot_type", "restart_lsn", "restart_tli"])).clone();
-                columns[2].ty = DataType::Int8;
                 let output = Output::Rows {
-                    columns: Arc::new(columns),
+                    columns: columns(&[
+                        ("slot_type", DataType::Text),
+                        ("restart_lsn", DataType::Text),
+                        ("restart_tli", DataType::Int8),
+                    ]),
                     rows: vec![row],
                     tag: "READ_REPLICATION_SLOT".to_string(),
                 };
