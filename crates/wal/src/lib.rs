@@ -16,6 +16,7 @@ mod group_commit;
 pub mod guc;
 mod probe;
 mod reader;
+pub mod receive;
 mod record;
 mod ring;
 mod segment;

@@ -48,6 +48,9 @@ pub(crate) struct ReaderState {
     buf_start: u64,
     /// Scratch for records that do not fit in the cache.
     scratch: Vec<u8>,
+    /// Streaming mode (a standby's replay): no byte at or past this position is read, and an
+    /// invalid record is "not there yet" rather than the end of WAL; `u64::MAX` otherwise.
+    limit: u64,
 }
 
 impl ReaderState {
@@ -74,7 +77,20 @@ impl ReaderState {
             buf: Vec::new(),
             buf_start: 0,
             scratch: Vec::new(),
+            limit: u64::MAX,
         })
+    }
+
+    /// Enters streaming mode with `limit` (see the field); a limit may only grow.
+    pub(crate) fn set_limit(&mut self, limit: u64) {
+        debug_assert!(self.limit == u64::MAX || limit >= self.limit);
+        self.limit = limit;
+    }
+
+    /// Forgets cached bytes (they may have been read before a receiver rewrote them).
+    pub(crate) fn forget_cache(&mut self) {
+        self.buf.clear();
+        self.buf_start = 0;
     }
 
     pub(crate) fn end_lsn(&self) -> Lsn {
@@ -100,7 +116,9 @@ impl ReaderState {
         }
         let (_, file) = self.file.as_ref().expect("segment opened above");
         let off = pos % WAL_SEGMENT_SIZE;
-        let n = (WAL_SEGMENT_SIZE - off).min(READ_CHUNK) as usize;
+        let n = (WAL_SEGMENT_SIZE - off)
+            .min(READ_CHUNK)
+            .min(self.limit.saturating_sub(pos)) as usize;
         self.buf.resize(n, 0);
         let mut got = 0;
         while got < n {
@@ -183,6 +201,14 @@ impl ReaderState {
     /// The record at `pos` is not valid (`why`): the end of WAL, unless a later flush mark
     /// attests that `pos` had been durable, which makes it corruption.
     fn end_of_wal(&mut self, pos: u64, why: &str) -> Result<Option<DecodedRecord>> {
+        // The bytes read may change (a receiver writes them): read them again next time.
+        self.forget_cache();
+        if self.limit != u64::MAX {
+            // Streaming: what lies below the limit came from the primary whole; a record
+            // that does not read whole yet is still arriving.
+            tracing::trace!(lsn = %Lsn(pos), "streamed WAL ends: {why}");
+            return Ok(None);
+        }
         if let Some((mark, durable)) = self.attested_beyond(pos)? {
             return Err(Error::corruption(format!(
                 "WAL is corrupt at {}: {why}; the flush mark at {} attests that WAL up to {} had been made durable, so committed work follows",

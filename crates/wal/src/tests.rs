@@ -21,6 +21,7 @@ mod group_commit;
 mod insertion;
 mod record_format;
 mod segments;
+mod streaming;
 mod sync_methods;
 
 /// Hooks over the real file system that count the calls that make WAL durable — `sync_data`,

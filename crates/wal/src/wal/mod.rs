@@ -968,4 +968,19 @@ impl WalReader {
     pub fn end_lsn(&self) -> Lsn {
         self.state.end_lsn()
     }
+
+    /// Streaming mode, for a standby's replay of WAL a walreceiver is writing: from now on the
+    /// reader reads no byte at or past `limit` (the receiver's flush position, bytes), and an
+    /// invalid or incomplete record before it is "not yet arrived" (`None`, to be read again
+    /// after the limit grows) instead of the end of WAL, with no search for flush marks
+    /// beyond it. A limit may only grow.
+    pub fn set_limit(&mut self, limit: Lsn) {
+        self.state.set_limit(limit.0);
+    }
+
+    /// Drops cached bytes, so the next read sees the files as they are now (after a receiver
+    /// has overwritten the tail this reader found invalid).
+    pub fn forget_cache(&mut self) {
+        self.state.forget_cache();
+    }
 }
