@@ -587,6 +587,9 @@ impl Storage {
     /// # Errors
     /// The checkpoint's error.
     pub fn request_checkpoint(&self) -> Result<()> {
+        if let Some(rec) = self.recovery().filter(|_| self.in_recovery()) {
+            return crate::standby::restartpoint_now(self, rec);
+        }
         let mut s = self.ckpt.lock();
         s.requested += 1;
         let want = s.requested;

@@ -22,6 +22,7 @@ pub mod progress;
 pub mod recovery;
 pub mod slots;
 pub mod smgr;
+pub mod standby;
 pub mod stats;
 pub mod txn;
 pub mod verify;
@@ -189,6 +190,8 @@ pub struct Storage {
     io_workers: OnceLock<Arc<aio::IoWorkers>>,
     /// `max_parallel_maintenance_workers`, as reloaded.
     max_parallel_maintenance_workers: AtomicU32,
+    /// A standby's recovery state (set when opened as one; see `standby`).
+    recovery: OnceLock<Arc<standby::Recovery>>,
 }
 
 /// Inserts one WAL record (`rmgr`, `info`) for `xid` carrying `images[i]` as the whole new
@@ -427,6 +430,7 @@ impl Storage {
             max_parallel_maintenance_workers: AtomicU32::new(
                 config.max_parallel_maintenance_workers,
             ),
+            recovery: OnceLock::new(),
         }
     }
 
@@ -510,6 +514,24 @@ impl Storage {
             &status,
             slots::ReplicationSlots::load(vfs.clone(), dir)?,
         ));
+        if vfs.exists(&dir.join(standby::STANDBY_SIGNAL)) {
+            let st = standby::open(st, &ctl, label.as_ref().map(|l| l.end))?;
+            if label.is_some() || stale_label {
+                // Consistent (the local WAL passed the backup's end): the label has done its
+                // work. A crash before the first restartpoint replays from the backup's
+                // checkpoint again, through the same WAL.
+                st.vfs
+                    .rename(&label_path, &dir.join("backup_label.old"))
+                    .map_err(|e| Error::io("could not rename \"backup_label\"", e))?;
+                if let Err(e) = st.vfs.sync_dir(dir) {
+                    walnut_common::panic_fatal(&format!(
+                        "could not fsync directory \"{}\": {e}",
+                        dir.display()
+                    ));
+                }
+            }
+            return Ok(st);
+        }
         stats::set_backend_type(stats::BackendType::Startup);
         let end = recovery::redo(&st, &ctl);
         stats::set_backend_type(stats::BackendType::ClientBackend);
@@ -526,9 +548,7 @@ impl Storage {
                 "All WAL generated while online backup was taken must be available at recovery.",
             ));
         }
-        let wal = Wal::open(vfs, wal_config(dir, &config), end.end_lsn, ctl.redo_lsn)?;
-        st.pool.attach_wal(wal.clone());
-        let _ = st.wal.set(wal);
+        st.attach_wal(end.end_lsn, ctl.redo_lsn)?;
         st.xact.abort_unresolved();
         if end.records_replayed > 0 || ctl.state != DbState::ShutDown {
             tracing::info!(records = end.records_replayed, redo = %ctl.redo_lsn, end = %end.end_lsn, "redo done");
@@ -549,7 +569,48 @@ impl Storage {
             tracing::info!("backup recovery complete: the data directory is consistent");
         }
         st.catalog.reload(&st)?;
-        st.wal().start_wal_writer(config.wal_writer_delay_ms.max(1));
+        start_workers(&st)?;
+        start_checkpointer(&st)?;
+        Ok(st)
+    }
+
+    /// Opens the WAL for writing at `end` (the end of valid WAL after redo), with `redo` the
+    /// last checkpoint's redo point, and attaches it to the buffer pool (WAL before data).
+    fn attach_wal(&self, end: Lsn, redo: Lsn) -> Result<()> {
+        let wal = Wal::open(
+            self.vfs.clone(),
+            wal_config(&self.dir, &self.config),
+            end,
+            redo,
+        )?;
+        self.pool.attach_wal(wal.clone());
+        let _ = self.wal.set(wal);
+        Ok(())
+    }
+
+    /// True while this storage is a standby in recovery: no transaction may write (25006).
+    pub fn in_recovery(&self) -> bool {
+        self.recovery.get().is_some_and(|r| !r.ended())
+    }
+
+    /// A standby's recovery state (also after promotion); `None` on a primary.
+    pub fn recovery(&self) -> Option<&Arc<standby::Recovery>> {
+        self.recovery.get()
+    }
+
+    /// The WAL, if attached (`None` on a standby in recovery).
+    pub fn wal_if_open(&self) -> Option<&Arc<Wal>> {
+        self.wal.get()
+    }
+}
+
+/// Starts the I/O workers of `io_method` and the background writer.
+///
+/// # Errors
+/// I/O errors starting threads.
+fn start_workers(st: &Arc<Storage>) -> Result<()> {
+    let config = &st.config;
+    {
         let workers = match config.io_method {
             aio::IoMethod::Sync => None,
             aio::IoMethod::Worker => Some(aio::IoWorkers::start(
@@ -571,19 +632,31 @@ impl Storage {
             workers.set_maintenance_distance(config.maintenance_io_concurrency);
             let _ = st.io_workers.set(Arc::new(workers));
         }
-        let weak = Arc::downgrade(&st);
-        std::thread::Builder::new()
-            .name("checkpointer".into())
-            .spawn(move || checkpointer::checkpointer(weak))
-            .map_err(|e| Error::io("could not start checkpointer", e))?;
-        let weak = Arc::downgrade(&st);
-        std::thread::Builder::new()
-            .name("bgwriter".into())
-            .spawn(move || bgwriter::bgwriter(weak))
-            .map_err(|e| Error::io("could not start background writer", e))?;
-        Ok(st)
     }
+    let weak = Arc::downgrade(st);
+    std::thread::Builder::new()
+        .name("bgwriter".into())
+        .spawn(move || bgwriter::bgwriter(weak))
+        .map_err(|e| Error::io("could not start background writer", e))?;
+    Ok(())
+}
 
+/// Starts the WAL writer and the checkpointer (once the WAL is open for writing).
+///
+/// # Errors
+/// I/O errors starting the thread.
+fn start_checkpointer(st: &Arc<Storage>) -> Result<()> {
+    st.wal()
+        .start_wal_writer(st.config.wal_writer_delay_ms.max(1));
+    let weak = Arc::downgrade(st);
+    std::thread::Builder::new()
+        .name("checkpointer".into())
+        .spawn(move || checkpointer::checkpointer(weak))
+        .map_err(|e| Error::io("could not start checkpointer", e))?;
+    Ok(())
+}
+
+impl Storage {
     fn log_smgr_create(&self, rel: RelFileId) -> Result<()> {
         self.wal().insert(&mut |_| Record {
             rmgr: RM_SMGR,
@@ -651,6 +724,9 @@ impl Storage {
     pub fn shutdown(&self) -> Result<()> {
         if self.stopping.swap(true, Ordering::AcqRel) {
             return Ok(());
+        }
+        if let Some(rec) = self.recovery.get().filter(|r| !r.ended()) {
+            return standby::shutdown(self, rec);
         }
         {
             let mut s = self.ckpt.lock();

@@ -94,17 +94,54 @@ pub fn redo(st: &Storage, ctl: &ControlFile) -> Result<RedoEnd> {
     })
 }
 
-/// Applies one record.
+/// What [`apply`] did beyond the pages, for a standby's replay (crash recovery ignores it).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Applied {
+    /// A commit record: its transaction is now visible to new snapshots.
+    pub commit: bool,
+    /// The record changed a page of the catalog (its transaction's commit changes tables).
+    pub catalog: bool,
+    /// A checkpoint record: (its LSN, its redo point), where a restartpoint may be made.
+    pub checkpoint: Option<(Lsn, Lsn)>,
+}
+
+/// The commit time in a commit record's main data (after the relation list): µs since
+/// 2000-01-01 UTC (PostgreSQL's `TimestampTz`); `None` in records of older versions.
+pub fn commit_timestamp(main_data: &[u8]) -> Option<i64> {
+    let n = main_data
+        .get(..4)
+        .map(|b| u32::from_le_bytes(b.try_into().expect("4")) as usize)?;
+    let at = 4 + 4 * n;
+    main_data
+        .get(at..at + 8)
+        .map(|b| i64::from_le_bytes(b.try_into().expect("8")))
+}
+
+/// Applies one record. A B-tree structure change (`BTREE_SMO`, the only multi-page record)
+/// is applied under the index's `tree_lock` held exclusively, as the primary's split holds
+/// it, so a search on a hot standby sees the tree before the split or after it, never
+/// between; a change of an index's meta page (block 0) makes the cached root be read again.
 ///
 /// # Errors
 /// Corruption if the record does not fit the pages; I/O errors.
-pub fn apply(st: &Storage, rec: &DecodedRecord) -> Result<()> {
+pub fn apply(st: &Storage, rec: &DecodedRecord) -> Result<Applied> {
     let r = &rec.record;
+    let mut applied = Applied::default();
     if r.xid.is_valid() {
         st.xact.observe_xid(r.xid);
     }
+    let smo_rel = match (r.rmgr, r.blocks.first()) {
+        (btree::RM_BTREE, Some(b)) if r.info == btree::BTREE_SMO && st.smgr.exists(b.rel) => {
+            Some(st.smgr.open(b.rel)?)
+        }
+        _ => None,
+    };
+    let _tree = smo_rel.as_ref().map(|rel| rel.tree_lock.write());
     let nblocks = r.blocks.len();
     for (id, b) in r.blocks.iter().enumerate() {
+        if b.rel == RelFileId::CATALOG {
+            applied.catalog = true;
+        }
         let rel = match st.smgr.open(b.rel) {
             Ok(rel) => rel,
             Err(_) if !st.smgr.exists(b.rel) => continue,
@@ -151,10 +188,14 @@ pub fn apply(st: &Storage, rec: &DecodedRecord) -> Result<()> {
         }
         page::set_lsn(&mut p, rec.end_lsn);
         pin.mark_dirty();
+        if r.rmgr == btree::RM_BTREE && b.block.0 == 0 {
+            rel.btree_root.store(u32::MAX, Ordering::Release);
+        }
     }
     match (r.rmgr, r.info) {
         (RM_XACT, XACT_COMMIT) => {
             st.xact.redo_commit(r.xid);
+            applied.commit = true;
             for rel in parse_rel_list(&r.main_data)? {
                 st.remove_relation(rel)?;
             }
@@ -177,6 +218,10 @@ pub fn apply(st: &Storage, rec: &DecodedRecord) -> Result<()> {
         (RM_XLOG, XLOG_CHECKPOINT) => {
             let d = &r.main_data;
             if d.len() >= 20 {
+                applied.checkpoint = Some((
+                    rec.lsn,
+                    Lsn(u64::from_le_bytes(d[0..8].try_into().expect("8"))),
+                ));
                 st.xact.observe_xid(Xid(
                     u64::from_le_bytes(d[8..16].try_into().expect("8")).saturating_sub(1)
                 ));
@@ -188,5 +233,5 @@ pub fn apply(st: &Storage, rec: &DecodedRecord) -> Result<()> {
         }
         _ => {}
     }
-    Ok(())
+    Ok(applied)
 }

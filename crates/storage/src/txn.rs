@@ -86,12 +86,22 @@ impl Txn {
         self.snap = self.st.xact.snapshot(self.xid);
     }
 
-    fn xid(&mut self) -> Xid {
+    fn xid(&mut self) -> Result<Xid> {
         if !self.xid.is_valid() {
+            if self.st.in_recovery() {
+                // A hot standby: every write needs an xid, and none can be assigned.
+                return Err(Error::user(
+                    SqlState::READ_ONLY_SQL_TRANSACTION,
+                    "cannot execute this statement in a read-only transaction",
+                )
+                .with_detail(
+                    "The server is a standby in recovery: it accepts read-only queries.",
+                ));
+            }
             self.xid = self.st.xact.assign_xid();
             self.snap.xid = self.xid;
         }
-        self.xid
+        Ok(self.xid)
     }
 
     fn check_cancel(&self) -> Result<()> {
@@ -163,7 +173,7 @@ impl Txn {
                 "column names containing tabs or newlines",
             ));
         }
-        let xid = self.xid();
+        let xid = self.xid()?;
         let relfile = self.st.create_relation()?;
         self.created.push(relfile);
         let index = if def.primary_key.is_some() {
@@ -191,7 +201,7 @@ impl Txn {
     pub fn drop_table(&mut self, name: &str) -> Result<()> {
         self.finish_bulk()?;
         let info = self.table_or_err(name)?;
-        let xid = self.xid();
+        let xid = self.xid()?;
         let cat = self.st.smgr.open(RelFileId::CATALOG)?;
         loop {
             match heap::delete(&self.st, &cat, info.catalog_tid, xid)? {
@@ -213,7 +223,7 @@ impl Txn {
     pub fn truncate(&mut self, name: &str) -> Result<()> {
         self.finish_bulk()?;
         let info = self.table_or_err(name)?;
-        let xid = self.xid();
+        let xid = self.xid()?;
         let relfile = self.st.create_relation()?;
         self.created.push(relfile);
         let index = if info.index.is_some() {
@@ -246,7 +256,7 @@ impl Txn {
                 format!("multiple primary keys for table \"{name}\" are not allowed"),
             ));
         }
-        let xid = self.xid();
+        let xid = self.xid()?;
         let def = info.def.clone();
         let keys = self.sorted_keys(&info, &cols)?;
         if let Some(i) = (1..keys.count()).find(|&i| keys.key(i - 1) == keys.key(i)) {
@@ -368,8 +378,8 @@ impl Txn {
     /// 23505 on a duplicate primary key; 53100 if the WAL cannot get space (nothing changed).
     pub fn insert(&mut self, info: &TableInfo, row: &[Value]) -> Result<()> {
         self.finish_bulk()?;
+        let xid = self.xid()?;
         self.st.wal().check_space(ROW_WAL_BOUND)?;
-        let xid = self.xid();
         let rel = self.st.smgr.open(info.relfile)?;
         let mut data = Vec::with_capacity(64);
         encode_row(info.def.column_types(), row, &mut data);
@@ -434,7 +444,7 @@ impl Txn {
         {
             self.finish_bulk()?;
         }
-        let xid = self.xid();
+        let xid = self.xid()?;
         if self.bulk.is_none() {
             let rel = self.st.smgr.open(info.relfile)?;
             let created_here = self.created.contains(&info.relfile);
@@ -539,8 +549,8 @@ impl Txn {
         new_row: Option<&[Value]>,
     ) -> Result<RowWrite> {
         self.finish_bulk()?;
+        let xid = self.xid()?;
         self.st.wal().check_space(ROW_WAL_BOUND)?;
-        let xid = self.xid();
         let rel = self.st.smgr.open(info.relfile)?;
         let mut data = Vec::new();
         if let Some(row) = new_row {
@@ -656,7 +666,10 @@ impl Txn {
         let st = self.st.clone();
         let end = {
             let _c = st.xact.commit_lock.read();
-            let main = encode_rel_list(&self.drop_at_commit);
+            // The relation list, then the commit time (what a standby reports as
+            // pg_last_xact_replay_timestamp() and waits on for recovery_min_apply_delay).
+            let mut main = encode_rel_list(&self.drop_at_commit);
+            main.extend_from_slice(&walnut_common::value::now_timestamp().to_le_bytes());
             let (_, end) = st.wal().insert(&mut |_| Record {
                 rmgr: RM_XACT,
                 info: XACT_COMMIT,

@@ -225,10 +225,14 @@ impl XactManager {
         }
     }
 
-    /// Redo of a commit record: committed (visible to everyone after recovery).
+    /// Redo of a commit record: committed, with the next CSN, so that a hot standby's
+    /// snapshots see replayed transactions whole and in the order of their commit records.
     pub fn redo_commit(&self, xid: Xid) {
         self.observe_xid(xid);
-        self.set(xid, ST_CSN_BASE + 1);
+        let _g = self.publish.lock();
+        let csn = self.last_csn.load(Ordering::Relaxed) + 1;
+        self.set(xid, ST_CSN_BASE + csn);
+        self.last_csn.store(csn, Ordering::Release);
     }
 
     /// Redo of an abort record.
@@ -352,9 +356,19 @@ mod tests {
         assert_eq!(m.status(Xid(3)), XidStatus::Committed(1));
         assert_eq!(m.status(Xid(4)), XidStatus::Aborted);
         m.redo_commit(Xid(7));
+        m.redo_commit(Xid(6));
+        // Replayed commits become visible one by one, in the order of their records (a hot
+        // standby's snapshots).
+        assert_eq!(m.status(Xid(7)), XidStatus::Committed(2));
+        assert_eq!(m.status(Xid(6)), XidStatus::Committed(3));
+        let snap = Snapshot {
+            xid: Xid::INVALID,
+            csn: 2,
+        };
+        assert!(m.visible(&snap, Xid(7)) && !m.visible(&snap, Xid(6)));
         m.abort_unresolved();
         assert_eq!(m.status(Xid(5)), XidStatus::Aborted);
-        assert_eq!(m.status(Xid(7)), XidStatus::Committed(1));
+        assert_eq!(m.status(Xid(7)), XidStatus::Committed(2));
         assert_eq!(m.next_xid(), Xid(10));
     }
 }

@@ -1,0 +1,620 @@
+//! Standby mode: continuous replay of the WAL a walreceiver writes (PostgreSQL's startup
+//! process in standby mode, `PerformWalRecovery` with `StandbyMode`), hot-standby snapshots,
+//! restartpoints (`CreateRestartPoint`), and promotion. DESIGN.md beside this crate, "Standby
+//! mode", gives the invariants, the protocol and the crash windows.
+//!
+//! The walreceiver (the server crate's, which speaks the replication protocol) writes WAL with
+//! [`walnut_wal::receive::ReceivedWal`] and publishes its flush position here
+//! ([`Recovery::set_received`]); the startup thread reads records up to that position and
+//! applies them ([`crate::recovery::apply`]); the restartpointer thread makes restartpoints at
+//! replayed checkpoint records.
+
+use crate::control::{self, ControlFile, DbState};
+use crate::recovery;
+use crate::stats::{self, BackendType};
+use crate::Storage;
+use parking_lot::{Condvar, Mutex};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
+use std::sync::{Arc, Weak};
+use std::time::{Duration, Instant};
+use walnut_common::{Error, Lsn, Result, SqlState};
+use walnut_wal::{parse_segment_file_name, segment_of, WalReader};
+
+/// The file whose presence in the data directory starts the server as a standby (PostgreSQL's
+/// `standby.signal`).
+pub const STANDBY_SIGNAL: &str = "standby.signal";
+
+/// The file `walnut promote` creates to ask a running standby to promote (PostgreSQL's
+/// `promote` signal file, which `pg_ctl promote` writes before it signals the postmaster);
+/// the startup thread looks for it whenever it waits for WAL, and removes it.
+pub const PROMOTE_SIGNAL: &str = "promote";
+
+/// The longest the startup thread sleeps before looking for new WAL again (it is also woken
+/// when the receiver flushes).
+const REPLAY_POLL: Duration = Duration::from_millis(100);
+
+/// What a standby shares between its walreceiver, its startup (replay) thread, its
+/// restartpointer and the sessions that ask (PostgreSQL's `XLogRecoveryCtlData` and
+/// `WalRcvData`, in part). Positions are LSNs (bytes).
+pub struct Recovery {
+    /// Where streaming starts: the end of the valid WAL found at start-up.
+    start_lsn: Lsn,
+    /// The walreceiver's write and flush positions.
+    received_write: AtomicU64,
+    received_flush: AtomicU64,
+    /// End of the last record replayed.
+    replayed: AtomicU64,
+    /// Commit time of the last commit replayed, µs since 2000-01-01 (`i64::MIN`: none yet).
+    last_commit_ts: AtomicI64,
+    /// `pg_wal_replay_pause()`.
+    paused: AtomicBool,
+    /// Promotion was asked for; the receiver stops, replay ends at the received WAL's end.
+    promote: AtomicBool,
+    /// Recovery has ended (promoted): the server is a primary.
+    ended: AtomicBool,
+    /// A walreceiver thread runs: promotion waits for it to end, so that everything it
+    /// flushed (and may have reported to a waiting synchronous commit) is replayed.
+    receiver_running: AtomicBool,
+    /// `recovery_min_apply_delay`, ms.
+    min_apply_delay_ms: AtomicU64,
+    /// The last checkpoint record replayed: (its LSN, its redo point), a restartpoint's
+    /// candidate.
+    restart_candidate: Mutex<Option<(Lsn, Lsn)>>,
+    /// The checkpoint record of the last restartpoint (or of the control file at start-up).
+    last_restartpoint: Mutex<Lsn>,
+    /// Guards the waits below.
+    lock: Mutex<()>,
+    /// The receiver flushed, replay was resumed or promotion asked: the startup thread looks.
+    wake: Condvar,
+    /// Replay advanced: the walreceiver reports it (remote_apply waits on the primary).
+    applied: Condvar,
+    stop: AtomicBool,
+    threads: Mutex<Vec<std::thread::JoinHandle<()>>>,
+    /// What the walreceiver reports for `pg_stat_wal_receiver` (`None`: not running).
+    pub receiver: Mutex<Option<ReceiverInfo>>,
+}
+
+/// The walreceiver's state as `pg_stat_wal_receiver` shows it (PostgreSQL's `WalRcvData`).
+#[derive(Clone, Debug, Default)]
+pub struct ReceiverInfo {
+    /// `streaming`, `starting`, `waiting` or `stopping`.
+    pub status: &'static str,
+    /// Where this connection's streaming started.
+    pub receive_start_lsn: Lsn,
+    /// The primary's send time of the last message, µs since 2000-01-01.
+    pub last_msg_send_time: Option<i64>,
+    /// When the last message arrived, µs since 2000-01-01.
+    pub last_msg_receipt_time: Option<i64>,
+    /// The primary's WAL end as its last message said.
+    pub latest_end_lsn: Lsn,
+    /// `primary_slot_name`, if set.
+    pub slot_name: Option<String>,
+    /// The primary's host and port.
+    pub sender_host: String,
+    /// See `sender_host`.
+    pub sender_port: u16,
+    /// `primary_conninfo` with any password hidden.
+    pub conninfo: String,
+}
+
+impl Recovery {
+    fn new(start: Lsn, checkpoint: Lsn) -> Recovery {
+        Recovery {
+            start_lsn: start,
+            received_write: AtomicU64::new(start.0),
+            received_flush: AtomicU64::new(start.0),
+            replayed: AtomicU64::new(start.0),
+            last_commit_ts: AtomicI64::new(i64::MIN),
+            paused: AtomicBool::new(false),
+            promote: AtomicBool::new(false),
+            ended: AtomicBool::new(false),
+            receiver_running: AtomicBool::new(false),
+            min_apply_delay_ms: AtomicU64::new(0),
+            restart_candidate: Mutex::new(None),
+            last_restartpoint: Mutex::new(checkpoint),
+            lock: Mutex::new(()),
+            wake: Condvar::new(),
+            applied: Condvar::new(),
+            stop: AtomicBool::new(false),
+            threads: Mutex::new(Vec::new()),
+            receiver: Mutex::new(None),
+        }
+    }
+
+    /// Where the walreceiver starts streaming at start-up: the end of the valid local WAL.
+    pub fn start_lsn(&self) -> Lsn {
+        self.start_lsn
+    }
+
+    /// The walreceiver's positions: (written, flushed) (`pg_last_wal_receive_lsn()` is the
+    /// flushed one).
+    pub fn received(&self) -> (Lsn, Lsn) {
+        (
+            Lsn(self.received_write.load(Ordering::Acquire)),
+            Lsn(self.received_flush.load(Ordering::Acquire)),
+        )
+    }
+
+    /// The walreceiver publishes what it has written and made durable; replay may then read
+    /// up to `flush`.
+    pub fn set_received(&self, write: Lsn, flush: Lsn) {
+        self.received_write.fetch_max(write.0, Ordering::AcqRel);
+        if self.received_flush.fetch_max(flush.0, Ordering::AcqRel) < flush.0 {
+            let _g = self.lock.lock();
+            self.wake.notify_all();
+        }
+    }
+
+    /// End of the last record replayed (`pg_last_wal_replay_lsn()`).
+    pub fn replay_lsn(&self) -> Lsn {
+        Lsn(self.replayed.load(Ordering::Acquire))
+    }
+
+    /// Commit time of the last commit replayed, µs since 2000-01-01
+    /// (`pg_last_xact_replay_timestamp()`); `None` before the first.
+    pub fn last_commit_timestamp(&self) -> Option<i64> {
+        Some(self.last_commit_ts.load(Ordering::Acquire)).filter(|&t| t != i64::MIN)
+    }
+
+    /// Waits up to `timeout` for replay to pass `past`; returns the replay position.
+    pub fn wait_applied(&self, past: Lsn, timeout: Duration) -> Lsn {
+        let mut g = self.lock.lock();
+        if self.replay_lsn() <= past && !self.stopping() {
+            self.applied.wait_for(&mut g, timeout);
+        }
+        self.replay_lsn()
+    }
+
+    /// `pg_wal_replay_pause()` / `pg_wal_replay_resume()`.
+    pub fn set_paused(&self, paused: bool) {
+        self.paused.store(paused, Ordering::Release);
+        let _g = self.lock.lock();
+        self.wake.notify_all();
+    }
+
+    /// `pg_is_wal_replay_paused()`.
+    pub fn is_paused(&self) -> bool {
+        self.paused.load(Ordering::Acquire)
+    }
+
+    /// `recovery_min_apply_delay`, ms (reloadable).
+    pub fn set_min_apply_delay_ms(&self, ms: u64) {
+        self.min_apply_delay_ms.store(ms, Ordering::Relaxed);
+        let _g = self.lock.lock();
+        self.wake.notify_all();
+    }
+
+    /// Asks for promotion (`pg_promote()`, `walnut promote`): the walreceiver stops
+    /// ([`Recovery::promote_requested`]), replay applies the WAL received so far, and the
+    /// storage opens for writes.
+    pub fn request_promote(&self) {
+        self.promote.store(true, Ordering::Release);
+        self.paused.store(false, Ordering::Release);
+        let _g = self.lock.lock();
+        self.wake.notify_all();
+        self.applied.notify_all();
+    }
+
+    /// The walreceiver says it runs (`true`, before its first connection) or has ended
+    /// (`false`, after its last flush).
+    pub fn set_receiver_running(&self, running: bool) {
+        self.receiver_running.store(running, Ordering::Release);
+        let _g = self.lock.lock();
+        self.wake.notify_all();
+    }
+
+    /// True once promotion was asked for: the walreceiver ends.
+    pub fn promote_requested(&self) -> bool {
+        self.promote.load(Ordering::Acquire)
+    }
+
+    /// True once recovery has ended (the server was promoted).
+    pub fn ended(&self) -> bool {
+        self.ended.load(Ordering::Acquire)
+    }
+
+    /// True while the standby shuts down: the walreceiver ends.
+    pub fn stopping(&self) -> bool {
+        self.stop.load(Ordering::Acquire)
+    }
+
+    fn stop_and_join(&self) {
+        self.stop.store(true, Ordering::Release);
+        {
+            let _g = self.lock.lock();
+            self.wake.notify_all();
+            self.applied.notify_all();
+        }
+        let me = std::thread::current().id();
+        for t in std::mem::take(&mut *self.threads.lock()) {
+            if t.thread().id() != me {
+                let _ = t.join();
+            }
+        }
+    }
+}
+
+/// Opens a standby after [`Storage::new`]: replays the local WAL from the control file's redo
+/// point to its end (the consistent point; a base backup's copy must reach its backup's end),
+/// loads the catalog, and starts the startup thread, which goes on replaying what the
+/// walreceiver writes, and the restartpointer. No WAL is attached: nothing may write.
+///
+/// # Errors
+/// As crash recovery: corruption (a missing checkpoint record) and I/O errors; 55000 if the
+/// local WAL ends before a base backup's end.
+pub(crate) fn open(
+    st: Arc<Storage>,
+    ctl: &ControlFile,
+    backup_end: Option<Lsn>,
+) -> Result<Arc<Storage>> {
+    let mut reader = WalReader::open(st.vfs.clone(), st.dir.join("wal"), ctl.redo_lsn)?;
+    let mut saw_checkpoint = !ctl.checkpoint_lsn.is_valid();
+    let mut n = 0u64;
+    let mut candidate = None;
+    stats::set_backend_type(BackendType::Startup);
+    while let Some(rec) = reader.next_record()? {
+        saw_checkpoint |= rec.lsn == ctl.checkpoint_lsn;
+        let a = recovery::apply(&st, &rec).map_err(|e| Error {
+            message: format!("redo of record at {} failed: {}", rec.lsn, e.message),
+            ..e
+        })?;
+        candidate = a.checkpoint.or(candidate);
+        n += 1;
+    }
+    stats::set_backend_type(BackendType::ClientBackend);
+    if !saw_checkpoint {
+        return Err(Error::corruption(format!(
+            "could not locate a valid checkpoint record at {}",
+            ctl.checkpoint_lsn
+        )));
+    }
+    let end = reader.end_lsn();
+    if let Some(b) = backup_end.filter(|&b| end < b) {
+        return Err(Error::user(
+            SqlState::OBJECT_NOT_IN_PREREQUISITE_STATE,
+            format!(
+                "WAL ends before end of online backup: redo reached {end}, the backup ends at {b}"
+            ),
+        )
+        .with_detail(
+            "All WAL generated while online backup was taken must be available at recovery.",
+        ));
+    }
+    tracing::info!(records = n, redo = %ctl.redo_lsn, end = %end, "entering standby mode; consistent recovery state reached");
+    let rec = Arc::new(Recovery::new(end, ctl.checkpoint_lsn));
+    *rec.restart_candidate.lock() = candidate;
+    let _ = st.recovery.set(rec.clone());
+    st.catalog.reload(&st)?;
+    crate::start_workers(&st)?;
+    reader.set_limit(end);
+    let weak = Arc::downgrade(&st);
+    let startup = std::thread::Builder::new()
+        .name("startup".into())
+        .spawn({
+            let rec = rec.clone();
+            move || startup(weak, rec, reader)
+        })
+        .map_err(|e| Error::io("could not start the startup process", e))?;
+    let weak = Arc::downgrade(&st);
+    let restartpointer = std::thread::Builder::new()
+        .name("checkpointer".into())
+        .spawn({
+            let rec = rec.clone();
+            move || restartpointer(weak, rec)
+        })
+        .map_err(|e| Error::io("could not start checkpointer", e))?;
+    rec.threads.lock().extend([startup, restartpointer]);
+    Ok(st)
+}
+
+/// The startup thread: applies records as the receiver makes them durable, publishing each
+/// commit (a new CSN: the snapshot of statements that start after it) and reloading the
+/// catalog after a commit that changed it. Ends at shutdown, or at promotion once the
+/// received WAL is replayed, when it opens the storage for writes.
+fn startup(weak: Weak<Storage>, rec: Arc<Recovery>, mut reader: WalReader) {
+    stats::set_backend_type(BackendType::Startup);
+    let mut catalog_changed = false;
+    loop {
+        if rec.stopping() {
+            return;
+        }
+        let Some(st) = weak.upgrade() else { return };
+        if rec.is_paused() {
+            let mut g = rec.lock.lock();
+            if rec.is_paused() && !rec.stopping() {
+                rec.wake.wait_for(&mut g, REPLAY_POLL);
+            }
+            continue;
+        }
+        let flush = rec.received().1;
+        reader.set_limit(flush);
+        let next = match reader.next_record() {
+            Ok(r) => r,
+            Err(e) => {
+                // What the receiver wrote does not decode: log it and read it again later
+                // (PostgreSQL's standby likewise retries rather than end recovery).
+                tracing::error!("{e}");
+                reader.forget_cache();
+                let mut g = rec.lock.lock();
+                rec.wake.wait_for(&mut g, Duration::from_secs(1));
+                continue;
+            }
+        };
+        let Some(r) = next else {
+            // Flush marks after the last record were read past: replay is there too.
+            if rec.replayed.fetch_max(reader.end_lsn().0, Ordering::AcqRel) < reader.end_lsn().0 {
+                let _g = rec.lock.lock();
+                rec.applied.notify_all();
+            }
+            let signal = st.dir.join(PROMOTE_SIGNAL);
+            if st.vfs.exists(&signal) {
+                let _ = st.vfs.remove(&signal);
+                rec.request_promote();
+            }
+            if rec.promote_requested() && rec.receiver_running.load(Ordering::Acquire) {
+                // The receiver's last flush may still come: wait for it to end.
+                let mut g = rec.lock.lock();
+                rec.wake.wait_for(&mut g, REPLAY_POLL);
+                continue;
+            }
+            if rec.promote_requested() && rec.received().1 > flush {
+                continue;
+            }
+            if rec.promote_requested() {
+                drop(st);
+                let Some(st) = weak.upgrade() else { return };
+                if let Err(e) = finish_recovery(&st, &rec, reader.end_lsn()) {
+                    walnut_common::panic_fatal(&format!("could not end recovery: {e}"));
+                }
+                return;
+            }
+            let mut g = rec.lock.lock();
+            if rec.received().1 == flush && !rec.stopping() && !rec.promote_requested() {
+                rec.wake.wait_for(&mut g, REPLAY_POLL);
+            }
+            continue;
+        };
+        if r.record.rmgr == crate::RM_XACT && r.record.info == crate::XACT_COMMIT {
+            if let Some(ts) = recovery::commit_timestamp(&r.record.main_data) {
+                if !delay_apply(&rec, ts) {
+                    // Stopping, promoting or paused meanwhile: read the record again.
+                    reader = match reopen(&st, r.lsn, flush) {
+                        Ok(x) => x,
+                        Err(e) => walnut_common::panic_fatal(&format!("{e}")),
+                    };
+                    continue;
+                }
+                rec.last_commit_ts.store(ts, Ordering::Release);
+            }
+        }
+        let applied = match recovery::apply(&st, &r) {
+            Ok(a) => a,
+            Err(e) => walnut_common::panic_fatal(&format!(
+                "redo of record at {} failed: {}",
+                r.lsn, e.message
+            )),
+        };
+        catalog_changed |= applied.catalog;
+        if applied.commit && catalog_changed {
+            catalog_changed = false;
+            if let Err(e) = st.catalog.reload(&st) {
+                tracing::error!("could not reload the catalog after replay: {e}");
+                st.catalog.invalidate();
+            }
+        }
+        if let Some(c) = applied.checkpoint {
+            *rec.restart_candidate.lock() = Some(c);
+        }
+        rec.replayed.store(r.end_lsn.0, Ordering::Release);
+        let _g = rec.lock.lock();
+        rec.applied.notify_all();
+    }
+}
+
+/// A reader at `lsn` (a record's start) in streaming mode with `limit`.
+fn reopen(st: &Storage, lsn: Lsn, limit: Lsn) -> Result<WalReader> {
+    let mut r = WalReader::open(st.vfs.clone(), st.dir.join("wal"), lsn)?;
+    r.set_limit(limit);
+    Ok(r)
+}
+
+/// `recovery_min_apply_delay`: waits until `commit_ts` (µs since 2000) plus the delay has
+/// passed. False if it stopped waiting for shutdown, promotion or a pause (the record is then
+/// read again), true when the commit may be applied.
+fn delay_apply(rec: &Recovery, commit_ts: i64) -> bool {
+    loop {
+        let delay_ms = rec.min_apply_delay_ms.load(Ordering::Relaxed);
+        if delay_ms == 0 || rec.promote_requested() {
+            return true;
+        }
+        let due = commit_ts.saturating_add(delay_ms as i64 * 1000);
+        let now = walnut_common::value::now_timestamp();
+        if now >= due {
+            return true;
+        }
+        if rec.stopping() || rec.is_paused() {
+            return false;
+        }
+        let mut g = rec.lock.lock();
+        rec.wake.wait_for(
+            &mut g,
+            Duration::from_micros((due - now) as u64).min(REPLAY_POLL),
+        );
+    }
+}
+
+/// The restartpointer (the checkpointer of a standby): makes a restartpoint at the last
+/// replayed checkpoint record once `checkpoint_timeout` has passed since the last one, or once
+/// `max_wal_size` of WAL has been replayed since its redo point (PostgreSQL's checkpointer in
+/// recovery, `CreateRestartPoint`).
+fn restartpointer(weak: Weak<Storage>, rec: Arc<Recovery>) {
+    stats::set_backend_type(BackendType::Checkpointer);
+    let mut last = Instant::now();
+    let mut last_redo = Lsn(0);
+    loop {
+        {
+            let mut g = rec.lock.lock();
+            if !rec.stopping() && !rec.ended() {
+                rec.applied.wait_for(&mut g, Duration::from_millis(200));
+            }
+        }
+        if rec.stopping() || rec.ended() {
+            return;
+        }
+        let Some(st) = weak.upgrade() else { return };
+        let Some((ckpt, redo)) = *rec.restart_candidate.lock() else {
+            continue;
+        };
+        if ckpt <= *rec.last_restartpoint.lock() {
+            continue;
+        }
+        let timeout = Duration::from_secs(st.checkpoint_timeout_s.load(Ordering::Relaxed).max(1));
+        let max_wal = st.max_wal_size_mb.load(Ordering::Relaxed).max(2) << 20;
+        if last.elapsed() < timeout && redo.0.saturating_sub(last_redo.0) < max_wal / 2 {
+            continue;
+        }
+        last = Instant::now();
+        match restartpoint(&st, &rec, DbState::InProduction) {
+            Ok(Some(r)) => last_redo = r,
+            Ok(None) => {}
+            Err(e) => tracing::error!("restartpoint failed: {e}"),
+        }
+    }
+}
+
+/// Makes a restartpoint at the last replayed checkpoint record, if it is newer than the last
+/// restartpoint's: writes every dirty buffer and syncs the files, writes the transaction status
+/// file, then the control file naming that checkpoint record and its redo point (a restart
+/// replays from there), and removes WAL segments before the redo point's. Returns the redo
+/// point used, `None` if there was nothing new.
+///
+/// Every page written has an LSN at or before the replay position, which is at or before the
+/// walreceiver's flush: the WAL-before-data rule holds with the receiver as the WAL's writer.
+///
+/// # Errors
+/// I/O errors writing pages or files. A failed fsync is a PANIC.
+fn restartpoint(st: &Storage, rec: &Recovery, state: DbState) -> Result<Option<Lsn>> {
+    let _running = st.ckpt_running.lock();
+    let Some((ckpt, redo)) = *rec.restart_candidate.lock() else {
+        return Ok(None);
+    };
+    if ckpt <= *rec.last_restartpoint.lock() && state != DbState::ShutDown {
+        return Ok(None);
+    }
+    let log = st.write_settings().log_checkpoints;
+    if log {
+        tracing::info!("restartpoint starting: time");
+    }
+    let started = Instant::now();
+    let pages = st.pool.checkpoint_snapshot();
+    let combine = st.io_combine_limit() as usize;
+    let mut written = 0usize;
+    for run in crate::smgr::runs(pages.len(), combine, |i| {
+        let (a, b) = (pages[i - 1].1, pages[i].1);
+        a.rel == b.rel && b.block.0 == a.block.0 + 1
+    }) {
+        written += st.pool.write_run_if_dirty(&pages[run])?.len();
+    }
+    if let Err(e) = st.smgr.sync_all() {
+        walnut_common::panic_fatal(&format!("restartpoint: {e}"));
+    }
+    let status = st.xact.durable_snapshot();
+    control::write_xact_status(&*st.vfs, &st.dir, &status)?;
+    ControlFile {
+        state,
+        checkpoint_lsn: ckpt,
+        redo_lsn: redo,
+        next_xid: st.xact.next_xid(),
+        next_relfile: st.next_relfile.load(Ordering::Acquire),
+        system_identifier: st.system_identifier,
+    }
+    .write(&*st.vfs, &st.dir)?;
+    *rec.last_restartpoint.lock() = ckpt;
+    let removed = remove_segments_before(st, segment_of(redo.0))?;
+    st.smgr.stats.ckpt_done.fetch_add(1, Ordering::AcqRel);
+    if log {
+        tracing::info!(
+            "restartpoint complete: wrote {written} buffers; {removed} WAL file(s) removed; total={:.3} s",
+            started.elapsed().as_secs_f64()
+        );
+        tracing::info!("recovery restart point at {redo}");
+    }
+    Ok(Some(redo))
+}
+
+/// Removes the standby's WAL segments numbered below `keep` (they precede the redo point of
+/// the restartpoint just made durable); returns how many.
+fn remove_segments_before(st: &Storage, keep: u64) -> Result<usize> {
+    let dir = st.dir.join("wal");
+    let names = st
+        .vfs
+        .list_dir(&dir)
+        .map_err(|e| Error::io("could not read the WAL directory", e))?;
+    let mut n = 0;
+    for name in names {
+        if parse_segment_file_name(&name).is_some_and(|s| s < keep) {
+            st.vfs
+                .remove(&dir.join(&name))
+                .map_err(|e| Error::io(format!("could not remove WAL segment {name}"), e))?;
+            n += 1;
+        }
+    }
+    Ok(n)
+}
+
+/// Shutdown of a standby: stops the startup thread and the restartpointer, then makes a
+/// restartpoint at the last checkpoint record replayed, so that a restart replays from there.
+///
+/// # Errors
+/// I/O errors from the restartpoint.
+pub(crate) fn shutdown(st: &Storage, rec: &Recovery) -> Result<()> {
+    rec.stop_and_join();
+    restartpoint(st, rec, DbState::ShutDown).map(|_| ())
+}
+
+/// A CHECKPOINT command on a standby: a restartpoint now (PostgreSQL makes one too).
+///
+/// # Errors
+/// As the restartpoint's.
+pub(crate) fn restartpoint_now(st: &Storage, rec: &Recovery) -> Result<()> {
+    restartpoint(st, rec, DbState::InProduction).map(|_| ())
+}
+
+/// Ends recovery at `end` (the end of the WAL replayed; promotion): transactions still without
+/// an outcome were cut off with the old primary and are aborted, the WAL opens for writes at
+/// `end`, an end-of-recovery checkpoint is written, `standby.signal` is removed, and the
+/// checkpointer and WAL writer start.
+///
+/// # Errors
+/// I/O errors opening the WAL or writing the checkpoint.
+fn finish_recovery(st: &Arc<Storage>, rec: &Recovery, end: Lsn) -> Result<()> {
+    tracing::info!(end = %end, "received promote request; redo done");
+    st.xact.abort_unresolved();
+    let redo = rec
+        .restart_candidate
+        .lock()
+        .map(|(_, redo)| redo)
+        .unwrap_or(end);
+    st.attach_wal(end, redo)?;
+    rec.ended.store(true, Ordering::Release);
+    st.checkpoint_now(DbState::InProduction)?;
+    let signal = st.dir.join(STANDBY_SIGNAL);
+    if st.vfs.exists(&signal) {
+        st.vfs
+            .remove(&signal)
+            .map_err(|e| Error::io(format!("could not remove \"{STANDBY_SIGNAL}\""), e))?;
+        if let Err(e) = st.vfs.sync_dir(&st.dir) {
+            walnut_common::panic_fatal(&format!(
+                "could not fsync directory \"{}\": {e}",
+                st.dir.display()
+            ));
+        }
+    }
+    crate::start_checkpointer(st)?;
+    {
+        let _g = rec.lock.lock();
+        rec.applied.notify_all();
+    }
+    tracing::info!("database system is ready to accept connections (promoted)");
+    Ok(())
+}
