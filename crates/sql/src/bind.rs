@@ -757,23 +757,47 @@ impl Binder<'_> {
                 };
                 (Expr::Func(f, Vec::new()), Ty::Known(DataType::PgLsn))
             }
-            // A primary is never in recovery (walnut has no standby mode yet): PostgreSQL's
-            // answers on a primary.
-            ("pg_is_in_recovery", 0) => {
-                (Expr::Const(Value::Bool(false)), Ty::Known(DataType::Bool))
-            }
-            ("pg_last_wal_receive_lsn" | "pg_last_wal_replay_lsn", 0) => {
-                (Expr::Const(Value::Null), Ty::Known(DataType::PgLsn))
-            }
-            ("pg_last_xact_replay_timestamp", 0) => {
-                (Expr::Const(Value::Null), Ty::Known(DataType::Timestamp))
-            }
-            ("pg_wal_replay_pause" | "pg_wal_replay_resume" | "pg_is_wal_replay_paused", 0) => {
-                return Err(Error::user(
-                    SqlState::OBJECT_NOT_IN_PREREQUISITE_STATE,
-                    "recovery is not in progress",
-                )
-                .with_detail("Recovery control functions can only be executed during recovery."))
+            // The recovery functions: evaluated at run time (a standby's answers change).
+            ("pg_is_in_recovery", 0) => (
+                Expr::Func(Func::IsInRecovery, Vec::new()),
+                Ty::Known(DataType::Bool),
+            ),
+            ("pg_last_wal_receive_lsn", 0) => (
+                Expr::Func(Func::LastWalReceiveLsn, Vec::new()),
+                Ty::Known(DataType::PgLsn),
+            ),
+            ("pg_last_wal_replay_lsn", 0) => (
+                Expr::Func(Func::LastWalReplayLsn, Vec::new()),
+                Ty::Known(DataType::PgLsn),
+            ),
+            ("pg_last_xact_replay_timestamp", 0) => (
+                Expr::Func(Func::LastXactReplayTimestamp, Vec::new()),
+                Ty::Known(DataType::Timestamp),
+            ),
+            ("pg_is_wal_replay_paused", 0) => (
+                Expr::Func(Func::IsWalReplayPaused, Vec::new()),
+                Ty::Known(DataType::Bool),
+            ),
+            // void in PostgreSQL: an empty text value here.
+            ("pg_wal_replay_pause" | "pg_wal_replay_resume", 0) => (
+                Expr::Func(
+                    if name == "pg_wal_replay_pause" {
+                        Func::WalReplayPause
+                    } else {
+                        Func::WalReplayResume
+                    },
+                    Vec::new(),
+                ),
+                Ty::Known(DataType::Text),
+            ),
+            ("pg_promote", 0..=2) => {
+                let mut bound = Vec::with_capacity(args.len());
+                for (a, ty) in args.iter().zip([DataType::Bool, DataType::Int4]) {
+                    let (x, t) = self.bind(a)?;
+                    let (x, _) = self.coerce(x, t, &ty)?;
+                    bound.push(x);
+                }
+                (Expr::Func(Func::Promote, bound), Ty::Known(DataType::Bool))
             }
             ("pg_wal_lsn_diff", 2) => {
                 let mut bound = Vec::with_capacity(2);

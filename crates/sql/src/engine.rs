@@ -60,8 +60,43 @@ impl Engine for StorageEngine {
         Some(self.progress.clone())
     }
 
+    fn recovery(&self) -> Option<crate::storage::RecoveryStatus> {
+        let rec = self.storage.recovery().filter(|r| !r.ended())?;
+        Some(crate::storage::RecoveryStatus {
+            receive_lsn: rec.received().1 .0,
+            replay_lsn: rec.replay_lsn().0,
+            last_xact_replay_timestamp: rec.last_commit_timestamp(),
+            paused: rec.is_paused(),
+        })
+    }
+
+    fn recovery_control(&self, op: crate::storage::RecoveryControl) -> Result<bool> {
+        use crate::storage::RecoveryControl;
+        let rec = self
+            .storage
+            .recovery()
+            .filter(|r| !r.ended())
+            .ok_or_else(crate::storage::not_in_recovery)?;
+        match op {
+            RecoveryControl::Pause => rec.set_paused(true),
+            RecoveryControl::Resume => rec.set_paused(false),
+            RecoveryControl::Promote(wait) => {
+                rec.request_promote();
+                let Some(wait) = wait else { return Ok(true) };
+                let until = std::time::Instant::now() + wait;
+                while !rec.ended() {
+                    if std::time::Instant::now() >= until {
+                        return Ok(false);
+                    }
+                    std::thread::sleep(std::time::Duration::from_millis(10));
+                }
+            }
+        }
+        Ok(true)
+    }
+
     fn wal_positions(&self) -> Option<crate::storage::WalPositions> {
-        let wal = self.storage.wal();
+        let wal = self.storage.wal_if_open()?;
         // Read flush first: each is then at least as far as the one read before it.
         let flush = wal.flush_lsn().0;
         let write = wal.write_lsn().0.max(flush);
@@ -74,7 +109,18 @@ impl Engine for StorageEngine {
     }
 
     fn system_view(&self, name: &str) -> Option<(Vec<ColumnDef>, Vec<Vec<Value>>)> {
-        let s = self.storage.wal().stats();
+        if name == "pg_stat_wal_receiver" {
+            let rec = self.storage.recovery().filter(|r| !r.ended());
+            return Some(crate::replication_views::pg_stat_wal_receiver(
+                rec.and_then(|r| {
+                    let info = r.receiver.lock().clone()?;
+                    Some((info, r.received()))
+                }),
+            ));
+        }
+        // A standby in recovery has no WAL open: its WAL views show zeros and no senders.
+        let wal = self.storage.wal_if_open();
+        let s = wal.map(|w| w.stats()).unwrap_or_default();
         let i = |v: u64| Value::Int8(v as i64);
         match name {
             "pg_stat_wal" => Some((
@@ -162,7 +208,7 @@ impl Engine for StorageEngine {
                         i(s.group_flush_latency_us),
                         i(s.group_sessions),
                         Value::Text(self.storage.config().wal.sync_method.name().into()),
-                        Value::Bool(self.storage.wal().sync_range_in_use()),
+                        Value::Bool(wal.is_some_and(|w| w.sync_range_in_use())),
                         Value::Text(by_cause(false)),
                         Value::Text(by_cause(true)),
                         s.group_flush_capacity.map_or(Value::Null, Value::Float8),
@@ -200,13 +246,16 @@ impl Engine for StorageEngine {
                 ))
             }
             "pg_stat_replication" => Some(crate::replication_views::pg_stat_replication(
-                &self.storage.wal().senders().snapshot(),
+                &wal.map(|w| w.senders().snapshot()).unwrap_or_default(),
             )),
             "pg_replication_slots" => {
                 let (max_wal, max_slot) = self.storage.slot_wal_limits();
                 Some(crate::replication_views::pg_replication_slots(
                     &self.storage.slots.list(),
-                    self.storage.wal().insert_lsn().0,
+                    wal.map_or_else(
+                        || self.storage.recovery().map_or(0, |r| r.replay_lsn().0),
+                        |w| w.insert_lsn().0,
+                    ),
                     max_wal,
                     max_slot,
                 ))

@@ -27,6 +27,15 @@ pub(crate) trait Env {
     /// 55000 if the engine has no WAL.
     fn wal_positions(&self) -> Result<crate::storage::WalPositions>;
 
+    /// The engine's recovery state (`None` on a primary).
+    fn recovery(&self) -> Option<crate::storage::RecoveryStatus>;
+
+    /// See [`crate::storage::Engine::recovery_control`].
+    ///
+    /// # Errors
+    /// 55000 when the server is not in recovery.
+    fn recovery_control(&self, op: crate::storage::RecoveryControl) -> Result<bool>;
+
     /// Where the statement's bulk work (an index build) registers in the progress views, if
     /// the engine has them.
     fn progress(&self) -> Option<&Reporter>;

@@ -97,6 +97,22 @@ pub(crate) enum Func {
     WalWriteLsn,
     /// `pg_current_wal_flush_lsn()`: the WAL's flush position, pg_lsn.
     WalFlushLsn,
+    /// `pg_is_in_recovery()`: bool.
+    IsInRecovery,
+    /// `pg_last_wal_receive_lsn()`: pg_lsn, NULL on a primary.
+    LastWalReceiveLsn,
+    /// `pg_last_wal_replay_lsn()`: pg_lsn, NULL on a primary.
+    LastWalReplayLsn,
+    /// `pg_last_xact_replay_timestamp()`: timestamp, NULL on a primary or before the first.
+    LastXactReplayTimestamp,
+    /// `pg_wal_replay_pause()`: void (NULL); 55000 on a primary.
+    WalReplayPause,
+    /// `pg_wal_replay_resume()`: void (NULL); 55000 on a primary.
+    WalReplayResume,
+    /// `pg_is_wal_replay_paused()`: bool; 55000 on a primary.
+    IsWalReplayPaused,
+    /// `pg_promote([wait [, wait_seconds]])`: bool; 55000 on a primary.
+    Promote,
     /// `pg_wal_lsn_diff(a, b)` and `a - b` of two pg_lsn: a - b in bytes (PostgreSQL's is
     /// numeric; bigint here holds every difference of two LSNs below 2^63).
     LsnDiff,
@@ -491,6 +507,57 @@ fn like(s: &[char], p: &[char]) -> bool {
     }
 }
 
+/// The recovery functions (PostgreSQL's src/backend/access/transam/xlogfuncs.c); `None` for
+/// any other function.
+fn eval_recovery_func(
+    f: Func,
+    args: &[Expr],
+    row: &[Value],
+    ctx: &Ctx<'_>,
+) -> Result<Option<Value>> {
+    use crate::storage::RecoveryControl;
+    let r = ctx.env.recovery();
+    let in_recovery = || r.ok_or_else(crate::storage::not_in_recovery);
+    Ok(Some(match f {
+        Func::IsInRecovery => Value::Bool(r.is_some()),
+        Func::LastWalReceiveLsn => r.map_or(Value::Null, |r| Value::PgLsn(r.receive_lsn)),
+        Func::LastWalReplayLsn => r.map_or(Value::Null, |r| Value::PgLsn(r.replay_lsn)),
+        Func::LastXactReplayTimestamp => r
+            .and_then(|r| r.last_xact_replay_timestamp)
+            .map_or(Value::Null, Value::Timestamp),
+        Func::IsWalReplayPaused => Value::Bool(in_recovery()?.paused),
+        Func::WalReplayPause | Func::WalReplayResume => {
+            in_recovery()?;
+            ctx.env.recovery_control(if f == Func::WalReplayPause {
+                RecoveryControl::Pause
+            } else {
+                RecoveryControl::Resume
+            })?;
+            Value::Null
+        }
+        Func::Promote => {
+            in_recovery()?;
+            let wait = match args.first() {
+                Some(a) => !matches!(a.eval(row, ctx)?, Value::Bool(false)),
+                None => true,
+            };
+            let secs = match args.get(1) {
+                Some(a) => a.eval(row, ctx)?.as_i64().unwrap_or(60),
+                None => 60,
+            };
+            if secs <= 0 {
+                return Err(Error::user(
+                    SqlState::INVALID_PARAMETER_VALUE,
+                    "\"wait_seconds\" must not be negative or zero",
+                ));
+            }
+            let wait = wait.then(|| std::time::Duration::from_secs(secs as u64));
+            Value::Bool(ctx.env.recovery_control(RecoveryControl::Promote(wait))?)
+        }
+        _ => return Ok(None),
+    }))
+}
+
 fn eval_func(f: Func, args: &[Expr], row: &[Value], ctx: &Ctx<'_>) -> Result<Value> {
     if f == Func::ReloadConf {
         ctx.env.reload_conf()?;
@@ -509,6 +576,9 @@ fn eval_func(f: Func, args: &[Expr], row: &[Value], ctx: &Ctx<'_>) -> Result<Val
             Func::WalWriteLsn => p.write,
             _ => p.flush,
         }));
+    }
+    if let Some(v) = eval_recovery_func(f, args, row, ctx)? {
+        return Ok(v);
     }
     if f == Func::LsnDiff {
         return Ok(match (args[0].eval(row, ctx)?, args[1].eval(row, ctx)?) {

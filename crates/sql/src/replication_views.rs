@@ -233,3 +233,56 @@ mod tests {
         assert_eq!(interval(Duration::from_secs(3723)), "01:02:03.000000");
     }
 }
+
+/// The columns and row of `pg_stat_wal_receiver` (PostgreSQL 18's): one row while a
+/// walreceiver runs, none otherwise. `receiver` is its state and the (written, flushed)
+/// positions; `pid` is 0 (the walreceiver is a thread of the server process).
+pub(crate) fn pg_stat_wal_receiver(
+    receiver: Option<(
+        walnut_storage::standby::ReceiverInfo,
+        (walnut_common::Lsn, walnut_common::Lsn),
+    )>,
+) -> (Vec<ColumnDef>, Vec<Vec<Value>>) {
+    use DataType::{Int4, PgLsn, Text, Timestamp};
+    let cols = vec![
+        col("pid", Int4),
+        col("status", Text),
+        col("receive_start_lsn", PgLsn),
+        col("receive_start_tli", Int4),
+        col("written_lsn", PgLsn),
+        col("flushed_lsn", PgLsn),
+        col("received_tli", Int4),
+        col("last_msg_send_time", Timestamp),
+        col("last_msg_receipt_time", Timestamp),
+        col("latest_end_lsn", PgLsn),
+        col("latest_end_time", Timestamp),
+        col("slot_name", Text),
+        col("sender_host", Text),
+        col("sender_port", Int4),
+        col("conninfo", Text),
+    ];
+    let ts = |t: Option<i64>| t.map_or(Value::Null, Value::Timestamp);
+    let rows = receiver
+        .map(|(r, (write, flush))| {
+            vec![
+                Value::Int4(0),
+                Value::Text(r.status.into()),
+                lsn(r.receive_start_lsn.0),
+                Value::Int4(1),
+                lsn(write.0),
+                lsn(flush.0),
+                Value::Int4(1),
+                ts(r.last_msg_send_time),
+                ts(r.last_msg_receipt_time),
+                lsn(r.latest_end_lsn.0),
+                ts(r.last_msg_send_time),
+                r.slot_name.map_or(Value::Null, Value::Text),
+                Value::Text(r.sender_host),
+                Value::Int4(i32::from(r.sender_port)),
+                Value::Text(r.conninfo),
+            ]
+        })
+        .into_iter()
+        .collect();
+    (cols, rows)
+}

@@ -76,6 +76,56 @@ pub trait Engine: Send + Sync + 'static {
     fn wal_positions(&self) -> Option<WalPositions> {
         None
     }
+
+    /// A standby's recovery, for `pg_is_in_recovery()` and the replay functions; `None` on a
+    /// primary (and after promotion).
+    fn recovery(&self) -> Option<RecoveryStatus> {
+        None
+    }
+
+    /// `pg_wal_replay_pause()`, `pg_wal_replay_resume()` and `pg_promote(wait, wait_seconds)`:
+    /// for a promotion, true once the server is a primary (false if `wait` ran out).
+    ///
+    /// # Errors
+    /// 55000 when the server is not in recovery.
+    fn recovery_control(&self, op: RecoveryControl) -> Result<bool> {
+        let _ = op;
+        Err(not_in_recovery())
+    }
+}
+
+/// PostgreSQL's error for a recovery function on a primary.
+pub fn not_in_recovery() -> walnut_common::Error {
+    walnut_common::Error::user(
+        walnut_common::SqlState::OBJECT_NOT_IN_PREREQUISITE_STATE,
+        "recovery is not in progress",
+    )
+    .with_detail("Recovery control functions can only be executed during recovery.")
+}
+
+/// See [`Engine::recovery`]. Positions are LSNs (bytes); times µs since 2000-01-01 UTC.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RecoveryStatus {
+    /// What the walreceiver has made durable (`pg_last_wal_receive_lsn()`).
+    pub receive_lsn: u64,
+    /// End of the last record replayed (`pg_last_wal_replay_lsn()`).
+    pub replay_lsn: u64,
+    /// Commit time of the last transaction replayed (`pg_last_xact_replay_timestamp()`).
+    pub last_xact_replay_timestamp: Option<i64>,
+    /// `pg_is_wal_replay_paused()`.
+    pub paused: bool,
+}
+
+/// See [`Engine::recovery_control`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RecoveryControl {
+    /// `pg_wal_replay_pause()`.
+    Pause,
+    /// `pg_wal_replay_resume()`.
+    Resume,
+    /// `pg_promote(wait, wait_seconds)`: wait up to this long for the promotion to end
+    /// (`None`: do not wait).
+    Promote(Option<std::time::Duration>),
 }
 
 /// See [`Engine::wal_positions`].

@@ -159,12 +159,27 @@ impl Env for SessionEnv<'_> {
     }
 
     fn wal_positions(&self) -> Result<crate::storage::WalPositions> {
+        if self.engine.recovery().is_some() {
+            return Err(Error::user(
+                SqlState::OBJECT_NOT_IN_PREREQUISITE_STATE,
+                "recovery is in progress",
+            )
+            .with_detail("WAL control functions cannot be executed during recovery."));
+        }
         self.engine.wal_positions().ok_or_else(|| {
             Error::user(
                 SqlState::OBJECT_NOT_IN_PREREQUISITE_STATE,
                 "this server has no WAL",
             )
         })
+    }
+
+    fn recovery(&self) -> Option<crate::storage::RecoveryStatus> {
+        self.engine.recovery()
+    }
+
+    fn recovery_control(&self, op: crate::storage::RecoveryControl) -> Result<bool> {
+        self.engine.recovery_control(op)
     }
 
     fn progress(&self) -> Option<&Reporter> {
