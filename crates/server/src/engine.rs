@@ -93,11 +93,23 @@ pub fn open(dir: &Path, config: &Arc<Config>) -> Result<Arc<StorageEngine>> {
     let storage = Storage::open(server_vfs()?, dir, sc)?;
     // What the WAL reads only as a sighup parameter (synchronous_standby_names) takes its
     // start-up value the way a reload would give it.
-    storage.wal().apply_settings(&config.settings());
+    if let Some(wal) = storage.wal_if_open() {
+        wal.apply_settings(&config.settings());
+    }
+    if let Some(rec) = storage.recovery() {
+        rec.set_min_apply_delay_ms(
+            config.settings().int(&crate::guc::RECOVERY_MIN_APPLY_DELAY) as u64
+        );
+        crate::walreceiver::start(storage.clone(), config.clone())
+            .map_err(|e| Error::io("could not start the walreceiver", e))?;
+    }
     let weak = Arc::downgrade(&storage);
     config.on_reload(move |s| {
         if let Some(st) = weak.upgrade() {
             st.apply_settings(s);
+            if let Some(rec) = st.recovery() {
+                rec.set_min_apply_delay_ms(s.int(&crate::guc::RECOVERY_MIN_APPLY_DELAY) as u64);
+            }
         }
     });
     Ok(StorageEngine::new(storage))

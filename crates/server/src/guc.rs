@@ -137,17 +137,99 @@ pub static DATA_DIRECTORY_MODE: GucDef = GucDef {
 };
 
 /// Every parameter of this crate.
+const STANDBY: &str = "Replication / Standby Servers";
+
+/// `primary_conninfo`: the libpq connection string (keywords `host`, `port`, `user`,
+/// `password`, `application_name`) the walreceiver of a standby connects with.
+pub static PRIMARY_CONNINFO: GucDef = GucDef {
+    name: "primary_conninfo",
+    kind: Kind::Str,
+    default: "",
+    context: Context::Sighup,
+    category: STANDBY,
+    description: "Sets the connection string to be used to connect to the sending server.",
+    check: None,
+};
+
+/// `primary_slot_name`: the physical replication slot the walreceiver streams from; empty:
+/// none.
+pub static PRIMARY_SLOT_NAME: GucDef = GucDef {
+    name: "primary_slot_name",
+    kind: Kind::Str,
+    default: "",
+    context: Context::Sighup,
+    category: STANDBY,
+    description: "Sets the name of the replication slot to use on the sending server.",
+    check: None,
+};
+
+/// `hot_standby`: a standby accepts read-only sessions once consistent.
+pub static HOT_STANDBY: GucDef = GucDef {
+    name: "hot_standby",
+    kind: Kind::Bool,
+    default: "on",
+    context: Context::Postmaster,
+    category: STANDBY,
+    description: "Allows connections and queries during recovery.",
+    check: None,
+};
+
+/// `hot_standby_feedback`: the walreceiver sends hot-standby feedback messages (`h`). walnut
+/// removes no row versions yet (no VACUUM), so the primary has nothing to hold back for it.
+pub static HOT_STANDBY_FEEDBACK: GucDef = GucDef {
+    name: "hot_standby_feedback",
+    kind: Kind::Bool,
+    default: "off",
+    context: Context::Sighup,
+    category: STANDBY,
+    description:
+        "Allows feedback from a hot standby to the primary that will avoid query conflicts.",
+    check: None,
+};
+
+/// `wal_receiver_status_interval`, s: the longest the walreceiver goes without a status
+/// update (write, flush and apply LSNs) to the primary; 0 disables the periodic ones.
+pub static WAL_RECEIVER_STATUS_INTERVAL: GucDef = GucDef {
+    name: "wal_receiver_status_interval",
+    kind: int(0, i32::MAX as i64 / 1000, Unit::S),
+    default: "10s",
+    context: Context::Sighup,
+    category: STANDBY,
+    description:
+        "Sets the maximum interval between WAL receiver status reports to the sending server.",
+    check: None,
+};
+
+/// `recovery_min_apply_delay`, ms: a standby applies a commit record only this long after
+/// the primary's commit time.
+pub static RECOVERY_MIN_APPLY_DELAY: GucDef = GucDef {
+    name: "recovery_min_apply_delay",
+    kind: int(0, i32::MAX as i64, Unit::Ms),
+    default: "0",
+    context: Context::Sighup,
+    category: STANDBY,
+    description: "Sets the minimum delay for applying changes during recovery.",
+    check: None,
+};
+
+/// The parameters above, for [`registry`].
 pub static GUCS: &[&GucDef] = &[
     &DATA_DIRECTORY_MODE,
+    &HOT_STANDBY,
+    &HOT_STANDBY_FEEDBACK,
     &LISTEN_ADDRESSES,
     &LOG_MIN_MESSAGES,
     &MAX_CONNECTIONS,
     &MAX_REPLICATION_SLOTS,
     &MAX_WAL_SENDERS,
     &PORT,
+    &PRIMARY_CONNINFO,
+    &PRIMARY_SLOT_NAME,
+    &RECOVERY_MIN_APPLY_DELAY,
     &SSL_ON,
     &SSL_CERT_FILE,
     &SSL_KEY_FILE,
+    &WAL_RECEIVER_STATUS_INTERVAL,
     &WAL_SENDER_TIMEOUT,
 ];
 

@@ -23,6 +23,7 @@ pub mod protocol;
 pub mod repl_client;
 pub mod server;
 pub mod test_fsync;
+pub mod walreceiver;
 
 /// Changes the level of the log [`init_logging`] set up, unless `RUST_LOG` chose it.
 type LogReload = Box<dyn Fn(&str) + Send + Sync>;

@@ -103,6 +103,19 @@ enum Command {
         /// The backup's label (in backup_label).
         #[arg(short = 'l', long, default_value = "walnut basebackup")]
         label: String,
+        /// Make the copy a standby of the server: create an empty standby.signal and append
+        /// primary_conninfo (user, PGPASSWORD if set, host, port), and with --slot
+        /// primary_slot_name, to walnut.auto.conf (like pg_basebackup -R).
+        #[arg(short = 'R', long)]
+        write_recovery_conf: bool,
+        /// The physical replication slot the standby streams from: checked to exist before the
+        /// backup (or created, with --create-slot); written as primary_slot_name with -R.
+        #[arg(short = 'S', long, value_name = "SLOTNAME")]
+        slot: Option<String>,
+        /// Create the --slot slot (physical, reserving WAL at once) before the backup; fails if
+        /// it exists.
+        #[arg(short = 'C', long, requires = "slot")]
+        create_slot: bool,
         /// Print help.
         #[arg(long, action = clap::ArgAction::Help)]
         help: Option<bool>,
@@ -114,6 +127,20 @@ enum Command {
         /// The data directory.
         #[arg(short = 'D', long = "pgdata", value_name = "DIR")]
         dir: PathBuf,
+    },
+    /// Promote the standby running on DIR: it stops streaming, replays the WAL it has
+    /// received, and opens for writes (like pg_ctl promote). Waits until it has, unless
+    /// --no-wait.
+    Promote {
+        /// The standby's data directory.
+        #[arg(short = 'D', long = "pgdata", value_name = "DIR")]
+        dir: PathBuf,
+        /// Return at once instead of waiting for the promotion to end.
+        #[arg(short = 'W', long = "no-wait")]
+        no_wait: bool,
+        /// How long to wait, seconds.
+        #[arg(short = 't', long = "timeout", default_value_t = 60)]
+        timeout: u64,
     },
 }
 
@@ -144,6 +171,9 @@ fn main() -> ExitCode {
             user,
             dir,
             label,
+            write_recovery_conf,
+            slot,
+            create_slot,
             help: _,
         } => walnut_server::basebackup::run(&walnut_server::basebackup::BaseBackupArgs {
             conn: walnut_server::repl_client::ConnInfo {
@@ -157,6 +187,9 @@ fn main() -> ExitCode {
             },
             dir,
             label,
+            write_recovery_conf,
+            slot,
+            create_slot,
         }),
         Command::TestFsync {
             dir,
@@ -170,6 +203,11 @@ fn main() -> ExitCode {
             interval_us,
         }),
         Command::Verify { dir } => return verify(&dir),
+        Command::Promote {
+            dir,
+            no_wait,
+            timeout,
+        } => promote(&dir, !no_wait, std::time::Duration::from_secs(timeout)),
         Command::Passwd { dir, role, remove } => passwd(&dir, &role, remove),
     };
     match result {
@@ -198,6 +236,42 @@ fn verify(dir: &Path) -> ExitCode {
             ExitCode::from(2)
         }
     }
+}
+
+/// `walnut promote -D DIR` (PostgreSQL's `pg_ctl promote`): writes the `promote` signal file,
+/// which the standby's startup thread picks up within 100 ms, then waits for `standby.signal`
+/// to go (the standby removes it once its end-of-recovery checkpoint is durable).
+fn promote(dir: &Path, wait: bool, timeout: std::time::Duration) -> Result<(), String> {
+    use walnut_storage::standby::{PROMOTE_SIGNAL, STANDBY_SIGNAL};
+    let standby = dir.join(STANDBY_SIGNAL);
+    if !standby.exists() {
+        return Err(format!(
+            "cannot promote server: \"{}\" is not in standby mode (no {STANDBY_SIGNAL})",
+            dir.display()
+        ));
+    }
+    let signal = dir.join(PROMOTE_SIGNAL);
+    std::fs::write(&signal, b"").map_err(|e| {
+        format!(
+            "could not write promote signal file \"{}\": {e}",
+            signal.display()
+        )
+    })?;
+    if !wait {
+        println!("server promoting");
+        return Ok(());
+    }
+    print!("waiting for server to promote...");
+    let t0 = std::time::Instant::now();
+    while standby.exists() {
+        if t0.elapsed() >= timeout {
+            println!(" stopped waiting");
+            return Err("server did not promote in time".into());
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    println!(" done\nserver promoted");
+    Ok(())
 }
 
 /// `walnut passwd`: the password is the first line of standard input (without its newline).

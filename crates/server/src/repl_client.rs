@@ -53,6 +53,28 @@ pub struct ConnInfo {
     pub application_name: String,
 }
 
+/// How long a connection attempt may take (libpq's `connect_timeout`; a dead host would
+/// otherwise hold the caller for the kernel's TCP timeout, minutes).
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Connects to the first address of `host:port` that answers within `timeout`.
+fn connect_timeout(host: &str, port: u16, timeout: Duration) -> std::io::Result<TcpStream> {
+    use std::net::ToSocketAddrs;
+    let mut last = None;
+    for addr in (host, port).to_socket_addrs()? {
+        match TcpStream::connect_timeout(&addr, timeout) {
+            Ok(s) => return Ok(s),
+            Err(e) => last = Some(e),
+        }
+    }
+    Err(last.unwrap_or_else(|| {
+        std::io::Error::new(
+            std::io::ErrorKind::NotFound,
+            format!("could not resolve \"{host}\""),
+        )
+    }))
+}
+
 /// One backend message: its type byte and body.
 #[derive(Debug)]
 pub struct Message {
@@ -129,7 +151,7 @@ impl ReplClient {
     /// I/O errors, the server's refusal (FATAL), or an authentication method other than trust
     /// and SCRAM-SHA-256.
     pub fn connect(ci: &ConnInfo) -> Result<ReplClient, ClientError> {
-        let stream = TcpStream::connect((ci.host.as_str(), ci.port))?;
+        let stream = connect_timeout(&ci.host, ci.port, CONNECT_TIMEOUT)?;
         stream.set_nodelay(true)?;
         let mut c = ReplClient {
             stream,
@@ -219,17 +241,8 @@ impl ReplClient {
     /// I/O errors (EOF included); a length below 4 is a protocol error.
     pub fn read(&mut self) -> Result<Message, ClientError> {
         loop {
-            if self.buf.len() >= 5 {
-                let len = u32::from_be_bytes(self.buf[1..5].try_into().expect("4")) as usize;
-                if len < 4 {
-                    return Err(ClientError::Protocol(format!("message length {len}")));
-                }
-                if self.buf.len() > len {
-                    let tag = self.buf[0];
-                    self.buf.advance(5);
-                    let body = self.buf.split_to(len - 4);
-                    return Ok(Message { tag, body });
-                }
+            if let Some(m) = self.take_buffered()? {
+                return Ok(m);
             }
             let mut chunk = [0u8; 64 * 1024];
             let n = self.stream.read(&mut chunk)?;
@@ -238,6 +251,56 @@ impl ReplClient {
             }
             self.buf.extend_from_slice(&chunk[..n]);
         }
+    }
+
+    /// A message already received in full, if there is one, reading what the socket holds
+    /// without waiting (the walreceiver drains the socket before it flushes).
+    ///
+    /// # Errors
+    /// I/O errors (EOF included); a bad length is a protocol error.
+    pub fn try_read_buffered(&mut self) -> Result<Option<Message>, ClientError> {
+        if let Some(m) = self.take_buffered()? {
+            return Ok(Some(m));
+        }
+        self.stream.set_nonblocking(true)?;
+        let mut chunk = [0u8; 64 * 1024];
+        let r = self.stream.read(&mut chunk);
+        self.stream.set_nonblocking(false)?;
+        match r {
+            Ok(0) => Err(ClientError::Io(std::io::ErrorKind::UnexpectedEof.into())),
+            Ok(n) => {
+                self.buf.extend_from_slice(&chunk[..n]);
+                self.take_buffered()
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => Ok(None),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    fn take_buffered(&mut self) -> Result<Option<Message>, ClientError> {
+        if self.buf.len() < 5 {
+            return Ok(None);
+        }
+        let len = u32::from_be_bytes(self.buf[1..5].try_into().expect("4")) as usize;
+        if len < 4 {
+            return Err(ClientError::Protocol(format!("message length {len}")));
+        }
+        if self.buf.len() <= len {
+            return Ok(None);
+        }
+        let tag = self.buf[0];
+        self.buf.advance(5);
+        let body = self.buf.split_to(len - 4);
+        Ok(Some(Message { tag, body }))
+    }
+
+    /// A second handle on the connection's socket, for a thread that only writes (the
+    /// walreceiver's status updates); writes from two threads must be serialized by the caller.
+    ///
+    /// # Errors
+    /// I/O errors.
+    pub fn writer(&self) -> Result<TcpStream, ClientError> {
+        Ok(self.stream.try_clone()?)
     }
 
     /// Sends a simple Query.

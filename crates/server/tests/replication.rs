@@ -793,3 +793,78 @@ fn synchronous_commits_wait_for_the_synchronous_standby() {
     assert!(st.success());
     assert_eq!(s.query("select count(*) from t"), "4");
 }
+
+#[test]
+fn basebackup_r_c_s_writes_the_standby_configuration_and_creates_its_slot() {
+    let s = Server::new(&[]);
+    let tmp = tempfile::tempdir().unwrap();
+    let run = |dir: &Path, extra: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_walnut"))
+            .args(["basebackup", "-h", "127.0.0.1", "-p", &s.port.to_string()])
+            .args(["-U", "postgres", "-D"])
+            .arg(dir)
+            .args(extra)
+            .env_remove("PGPASSWORD")
+            .output()
+            .unwrap()
+    };
+
+    // -R -C -S: the slot is created on the server, and the copy is told to stream from it.
+    let copy = tmp.path().join("standby1");
+    let out = run(&copy, &["-R", "-C", "-S", "standby1"]);
+    assert!(out.status.success(), "{}\n{}", stderr(&out), s.log());
+    assert!(stderr(&out).contains("complete"), "{}", stderr(&out));
+    let signal = copy.join("standby.signal");
+    assert!(signal.is_file() && std::fs::metadata(&signal).unwrap().len() == 0);
+    let conf = std::fs::read_to_string(copy.join("walnut.auto.conf")).unwrap();
+    assert!(
+        conf.contains(&format!(
+            "primary_conninfo = 'user=postgres host=127.0.0.1 port={}'\n",
+            s.port
+        )),
+        "{conf}"
+    );
+    assert!(conf.contains("primary_slot_name = 'standby1'\n"), "{conf}");
+    assert!(!conf.contains("application_name"), "{conf}");
+    assert_eq!(
+        s.query("select slot_name, slot_type, restart_lsn is not null from pg_replication_slots"),
+        "standby1|physical|t"
+    );
+
+    // -S alone uses the slot that exists.
+    let copy2 = tmp.path().join("standby2");
+    let out = run(&copy2, &["-R", "-S", "standby1"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let conf = std::fs::read_to_string(copy2.join("walnut.auto.conf")).unwrap();
+    assert!(conf.contains("primary_slot_name = 'standby1'\n"), "{conf}");
+
+    // -C for a slot that exists fails with the server's error, and leaves the slot alone.
+    let out = run(&tmp.path().join("again"), &["-R", "-C", "-S", "standby1"]);
+    assert!(!out.status.success());
+    assert!(
+        stderr(&out).contains("replication slot \"standby1\" already exists"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(!tmp.path().join("again").exists());
+    assert_eq!(
+        s.query("select slot_name from pg_replication_slots"),
+        "standby1"
+    );
+
+    // A slot that does not exist is refused before anything is copied.
+    let missing = tmp.path().join("missing");
+    let out = run(&missing, &["-R", "-S", "nosuchslot"]);
+    assert!(!out.status.success());
+    assert!(
+        stderr(&out).contains("replication slot \"nosuchslot\" does not exist"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(!missing.exists());
+
+    // -C needs -S.
+    let out = run(&missing, &["-C"]);
+    assert!(!out.status.success());
+    assert!(stderr(&out).contains("--slot"), "{}", stderr(&out));
+}

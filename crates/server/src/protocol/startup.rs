@@ -413,6 +413,14 @@ impl Conn {
             .wal_source
             .as_ref()
             .expect("replication connections need a WAL source (checked at startup)");
+        if src.storage.in_recovery() {
+            // Cascading replication (a standby's walsender) is not built.
+            return Err(Error::user(
+                SqlState::FEATURE_NOT_SUPPORTED,
+                "this server is a standby in recovery: walnut does not support cascading replication",
+            )
+            .with_detail("Connect the replication client to the primary."));
+        }
         let max = self
             .shared
             .config

@@ -1,0 +1,333 @@
+//! End-to-end tests of standby mode against the built `walnut` binary: a standby made with
+//! `walnut basebackup -R` streams and replays a primary's WAL under pgbench, serves
+//! consistent read-only queries while it replays, survives kill -9 at any moment of replay,
+//! and is promoted without losing an acknowledged commit.
+
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use support::{stderr, Server};
+
+fn wait_for(what: &str, mut f: impl FnMut() -> bool) {
+    let t0 = Instant::now();
+    while !f() {
+        assert!(
+            t0.elapsed() < Duration::from_secs(120),
+            "timed out waiting for {what}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// A standby of `p`: `walnut basebackup -R -C -S slot` into a new directory, started with
+/// `settings`. The directory lives as long as the returned guard.
+fn standby_of(p: &Server, slot: &str, settings: &[&str]) -> (Server, tempfile::TempDir) {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("standby");
+    let out = Command::new(env!("CARGO_BIN_EXE_walnut"))
+        .args(["basebackup", "-h", "127.0.0.1", "-p", &p.port.to_string()])
+        .args(["-U", "postgres", "-R", "-C", "-S", slot, "-D"])
+        .arg(&dir)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "basebackup: {}", stderr(&out));
+    assert!(dir.join("standby.signal").exists());
+    let s = Server::on(dir, settings);
+    (s, tmp)
+}
+
+/// The primary's flush position, as text.
+fn primary_lsn(p: &Server) -> String {
+    p.query("select pg_current_wal_flush_lsn()")
+}
+
+/// Waits until the standby has replayed everything the primary had flushed when called.
+fn wait_caught_up(p: &Server, s: &Server) {
+    let target = primary_lsn(p);
+    wait_for(&format!("the standby to replay up to {target}"), || {
+        s.psql(&format!(
+            "select pg_wal_lsn_diff(pg_last_wal_replay_lsn(), '{target}') >= 0"
+        ))
+        .stdout
+        .starts_with(b"t")
+    });
+}
+
+/// Every table's rows in key order: equal on two servers if they hold the same data.
+fn digest(s: &Server) -> Vec<String> {
+    [
+        "select * from pgbench_accounts order by aid",
+        "select * from pgbench_branches order by bid",
+        "select * from pgbench_tellers order by tid",
+        "select tid, bid, aid, delta from pgbench_history order by tid, bid, aid, delta",
+    ]
+    .iter()
+    .map(|q| s.query(q))
+    .collect()
+}
+
+/// sum(abalance), sum(bbalance), sum(tbalance), sum(delta): equal after whole TPC-B
+/// transactions.
+fn tpcb_sums(s: &Server) -> Vec<i64> {
+    [
+        "select sum(abalance) from pgbench_accounts",
+        "select sum(bbalance) from pgbench_branches",
+        "select sum(tbalance) from pgbench_tellers",
+        "select coalesce(sum(delta), 0) from pgbench_history",
+    ]
+    .iter()
+    .map(|q| s.query_i64(q))
+    .collect()
+}
+
+/// psql's error output for `sql` with `VERBOSITY verbose` (which shows the SQLSTATE).
+fn verbose_error(s: &Server, sql: &str) -> String {
+    let out = Command::new(support::pg_bin("psql"))
+        .args(s.conn_args())
+        .args([
+            "-X",
+            "-At",
+            "-v",
+            "VERBOSITY=verbose",
+            "-d",
+            "postgres",
+            "-c",
+            sql,
+        ])
+        .output()
+        .unwrap();
+    stderr(&out)
+}
+
+fn verify(dir: &Path) {
+    let out = Command::new(env!("CARGO_BIN_EXE_walnut"))
+        .args(["verify", "-D"])
+        .arg(dir)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "walnut verify {}: {}{}",
+        dir.display(),
+        String::from_utf8_lossy(&out.stdout),
+        stderr(&out)
+    );
+}
+
+#[test]
+fn a_standby_converges_under_pgbench_and_refuses_writes() {
+    let mut p = Server::new(&[]);
+    let out = p.pgbench(&["-i", "-s", "2", "-q"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let (mut s, _tmp) = standby_of(&p, "s1", &[]);
+    assert_eq!(s.query("select pg_is_in_recovery()"), "t");
+    assert_eq!(p.query("select pg_is_in_recovery()"), "f");
+    // Tables created after the backup reach the standby too.
+    p.query("create table after_backup (k int primary key, v text)");
+    let out = p.pgbench(&["-c", "8", "-j", "2", "-T", "8"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    p.query("insert into after_backup select 1, 'one'");
+    wait_caught_up(&p, &s);
+    assert_eq!(digest(&p), digest(&s), "the standby's rows differ");
+    let sums = tpcb_sums(&s);
+    assert!(sums.windows(2).all(|w| w[0] == w[1]), "TPC-B sums {sums:?}");
+    assert_eq!(tpcb_sums(&p), sums);
+    assert_eq!(s.query("select v from after_backup where k = 1"), "one");
+    // The primary sees its standby; the standby sees its walreceiver.
+    assert_eq!(
+        p.query("select application_name, state, sync_state from pg_stat_replication"),
+        "walreceiver|streaming|async"
+    );
+    assert_eq!(
+        s.query("select status, slot_name from pg_stat_wal_receiver"),
+        "streaming|s1"
+    );
+    // Writes fail with 25006; WAL functions of a primary with 55000.
+    for sql in [
+        "insert into after_backup values (2, 'two')",
+        "update pgbench_branches set bbalance = 0",
+        "create table nope (a int)",
+    ] {
+        let err = verbose_error(&s, sql);
+        assert!(err.contains("25006"), "{sql}: {err}");
+    }
+    let err = verbose_error(&s, "select pg_current_wal_lsn()");
+    assert!(
+        err.contains("55000") && err.contains("recovery is in progress"),
+        "{err}"
+    );
+    assert!(!s.query("select pg_last_xact_replay_timestamp()").is_empty());
+    // A clean stop of both leaves directories that verify clean.
+    p.stop();
+    s.stop();
+    verify(&p.dir);
+    verify(&s.dir);
+}
+
+/// The transfer workload: each transaction moves an amount between two accounts and logs
+/// both halves, so at every snapshot sum(abalance) = 0, sum(delta) = 0 and the history has an
+/// even number of rows. A torn transaction on the standby breaks one of them.
+const TRANSFER: &str = "\\set a1 random(1, 100000 * :scale)
+\\set a2 random(1, 100000 * :scale)
+\\set d random(-5000, 5000)
+\\set nd 0 - :d
+BEGIN;
+UPDATE pgbench_accounts SET abalance = abalance + :d WHERE aid = :a1;
+UPDATE pgbench_accounts SET abalance = abalance + :nd WHERE aid = :a2;
+INSERT INTO pgbench_history (tid, bid, aid, delta, mtime) VALUES (1, 1, :a1, :d, now());
+INSERT INTO pgbench_history (tid, bid, aid, delta, mtime) VALUES (1, 1, :a2, :nd, now());
+END;
+";
+
+/// The reader: one check on the standby; `Err` describes a broken invariant.
+fn check_consistent(s: &Server) -> Result<(), String> {
+    let out = s.psql("select sum(abalance) from pgbench_accounts");
+    if !out.status.success() {
+        return Ok(()); // the standby is down (killed) or starting
+    }
+    let a = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    if a != "0" {
+        return Err(format!("sum(abalance) = {a}"));
+    }
+    let out = s.psql("select coalesce(sum(delta), 0), count(*) from pgbench_history");
+    if !out.status.success() {
+        return Ok(());
+    }
+    let h = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    let mut it = h.split('|');
+    let (sum, n) = (it.next().unwrap_or(""), it.next().unwrap_or(""));
+    let n: i64 = n.parse().map_err(|_| format!("history: {h}"))?;
+    if sum != "0" || n % 2 != 0 {
+        return Err(format!("pgbench_history: sum(delta) = {sum}, {n} rows"));
+    }
+    Ok(())
+}
+
+#[test]
+fn hot_standby_reads_are_consistent_under_replay_and_kill9_of_the_standby() {
+    let p = Server::new(&[]);
+    let out = p.pgbench(&["-i", "-s", "1", "-q"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let (mut s, tmp) = standby_of(&p, "s1", &[]);
+    let script: PathBuf = tmp.path().join("transfer.sql");
+    std::fs::write(&script, TRANSFER).unwrap();
+    let load = Command::new(support::pg_bin("pgbench"))
+        .args(p.conn_args())
+        .args(["-n", "-c", "4", "-j", "2", "-T", "30", "-f"])
+        .arg(&script)
+        .arg("postgres")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let t0 = Instant::now();
+    let mut checks = 0;
+    let mut kills = 0;
+    let mut rng = std::process::id() as u64;
+    while t0.elapsed() < Duration::from_secs(26) {
+        check_consistent(&s).unwrap_or_else(|e| panic!("torn read on the standby: {e}"));
+        checks += 1;
+        rng = rng
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        // Now and then: a checkpoint on the primary, a restartpoint on the standby, and a
+        // kill -9 of the standby at a random moment of replay, then its restart.
+        if checks % 25 == 0 && kills < 3 {
+            p.query("checkpoint");
+            if rng >> 63 == 1 {
+                let _ = s.psql("checkpoint");
+            }
+            std::thread::sleep(Duration::from_millis((rng >> 40) % 500));
+            s.kill9();
+            kills += 1;
+            s.start(&[]);
+        }
+    }
+    let out = load.wait_with_output().unwrap();
+    assert!(out.status.success(), "pgbench: {}", stderr(&out));
+    assert!(kills == 3 && checks > 50, "{kills} kills, {checks} checks");
+    wait_caught_up(&p, &s);
+    check_consistent(&s).unwrap();
+    assert_eq!(digest(&p), digest(&s), "the standby's rows differ");
+    let restarts = s.log().matches("entering standby mode").count();
+    assert_eq!(restarts, 4, "{}", s.log());
+}
+
+/// `synchronous_commit = remote_apply` with one synchronous standby: a read on the standby
+/// right after a commit returns sees it. Then failover: the primary is killed under load and
+/// the standby promoted (`pg_promote()`); every commit that was acknowledged is there, and the
+/// promoted server takes writes.
+#[test]
+fn remote_apply_reads_see_commits_and_failover_loses_no_acknowledged_commit() {
+    let mut p = Server::new(&[]);
+    p.query("create table acked (id int primary key, who int)");
+    let (s, _tmp) = standby_of(&p, "s1", &[]);
+    // Only now: with no standby, every commit would wait (as in PostgreSQL).
+    p.query("alter system set synchronous_standby_names = '*'");
+    p.query("select pg_reload_conf()");
+    wait_for("the standby to be synchronous", || {
+        p.query("select sync_state from pg_stat_replication") == "sync"
+    });
+    for i in 1..=20 {
+        p.query(&format!(
+            "set synchronous_commit = remote_apply; insert into acked values ({i}, 0)"
+        ));
+        assert_eq!(
+            s.query(&format!("select count(*) from acked where id = {i}")),
+            "1",
+            "remote_apply: commit {i} not visible on the standby right after it returned"
+        );
+    }
+    // Failover under load: four writers, each recording what was acknowledged.
+    let stop = Arc::new(AtomicBool::new(false));
+    let writers: Vec<_> = (1..=4)
+        .map(|w| {
+            let (port, stop) = (p.port, stop.clone());
+            std::thread::spawn(move || {
+                let mut acked = Vec::new();
+                let mut id = 1000 * w;
+                while !stop.load(Ordering::Acquire) {
+                    id += 1;
+                    let out = Command::new(support::pg_bin("psql"))
+                        .args(["-X", "-At", "-h", "127.0.0.1", "-p", &port.to_string()])
+                        .args(["-U", "postgres", "-d", "postgres", "-c"])
+                        .arg(format!("insert into acked values ({id}, {w})"))
+                        .output()
+                        .unwrap();
+                    if out.status.success() && out.stdout.starts_with(b"INSERT") {
+                        acked.push(id);
+                    }
+                }
+                acked
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_secs(3));
+    p.kill9();
+    stop.store(true, Ordering::Release);
+    let acked: Vec<i32> = writers
+        .into_iter()
+        .flat_map(|w| w.join().unwrap())
+        .collect();
+    assert!(
+        acked.len() > 10,
+        "only {} commits acknowledged",
+        acked.len()
+    );
+    assert_eq!(s.query("select pg_promote()"), "t");
+    assert_eq!(s.query("select pg_is_in_recovery()"), "f");
+    for id in &acked {
+        assert_eq!(
+            s.query(&format!("select count(*) from acked where id = {id}")),
+            "1",
+            "acknowledged commit {id} is missing after failover"
+        );
+    }
+    s.query("insert into acked values (999999, 9)");
+    assert_eq!(s.query("select who from acked where id = 999999"), "9");
+    assert!(!s.dir.join("standby.signal").exists());
+}
