@@ -9,7 +9,7 @@ use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
-use support::{pg_bin, stderr, Server};
+use support::{pg_bin, stderr, tpcb_sums, wait_for, Server};
 
 /// The directory of PostgreSQL 18's client programs: `PG18_BINDIR`, else what
 /// `../shared/bench/postgres18.sh bin` installs, else the `PATH`'s if they are version 18 or
@@ -389,17 +389,6 @@ fn stop_receiver(mut r: std::process::Child) -> (std::process::ExitStatus, Strin
     (status, log)
 }
 
-fn wait_for(what: &str, mut f: impl FnMut() -> bool) {
-    let t0 = Instant::now();
-    while !f() {
-        assert!(
-            t0.elapsed() < Duration::from_secs(90),
-            "timed out waiting for {what}"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
-}
-
 #[test]
 fn a_slot_keeps_wal_for_a_stopped_receiver_until_max_slot_wal_keep_size() {
     let mut s = Server::new(&["checkpoint_timeout=1h"]);
@@ -551,20 +540,6 @@ fn basebackup(s: &Server, dir: &Path) -> std::process::Output {
         .arg(dir)
         .output()
         .unwrap()
-}
-
-/// sum(abalance), sum(bbalance), sum(tbalance), sum(delta): all equal after any number of
-/// whole TPC-B transactions.
-fn tpcb_sums(s: &Server) -> Vec<i64> {
-    [
-        "select sum(abalance) from pgbench_accounts",
-        "select sum(bbalance) from pgbench_branches",
-        "select sum(tbalance) from pgbench_tellers",
-        "select coalesce(sum(delta), 0) from pgbench_history",
-    ]
-    .iter()
-    .map(|q| s.query_i64(q))
-    .collect()
 }
 
 #[test]

@@ -10,18 +10,7 @@ use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use support::{stderr, Server};
-
-fn wait_for(what: &str, mut f: impl FnMut() -> bool) {
-    let t0 = Instant::now();
-    while !f() {
-        assert!(
-            t0.elapsed() < Duration::from_secs(120),
-            "timed out waiting for {what}"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
-}
+use support::{stderr, tpcb_sums, wait_for, Server};
 
 /// A standby of `p`: `walnut basebackup -R -C -S slot` into a new directory, started with
 /// `settings`. The directory lives as long as the returned guard.
@@ -67,20 +56,6 @@ fn digest(s: &Server) -> Vec<String> {
     ]
     .iter()
     .map(|q| s.query(q))
-    .collect()
-}
-
-/// sum(abalance), sum(bbalance), sum(tbalance), sum(delta): equal after whole TPC-B
-/// transactions.
-fn tpcb_sums(s: &Server) -> Vec<i64> {
-    [
-        "select sum(abalance) from pgbench_accounts",
-        "select sum(bbalance) from pgbench_branches",
-        "select sum(tbalance) from pgbench_tellers",
-        "select coalesce(sum(delta), 0) from pgbench_history",
-    ]
-    .iter()
-    .map(|q| s.query_i64(q))
     .collect()
 }
 

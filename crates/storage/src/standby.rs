@@ -140,8 +140,7 @@ impl Recovery {
     pub fn set_received(&self, write: Lsn, flush: Lsn) {
         self.received_write.fetch_max(write.0, Ordering::AcqRel);
         if self.received_flush.fetch_max(flush.0, Ordering::AcqRel) < flush.0 {
-            let _g = self.lock.lock();
-            self.wake.notify_all();
+            self.wake_startup();
         }
     }
 
@@ -168,6 +167,11 @@ impl Recovery {
     /// `pg_wal_replay_pause()` / `pg_wal_replay_resume()`.
     pub fn set_paused(&self, paused: bool) {
         self.paused.store(paused, Ordering::Release);
+        self.wake_startup();
+    }
+
+    /// Wakes the startup thread to look again (under the lock its waits check under).
+    fn wake_startup(&self) {
         let _g = self.lock.lock();
         self.wake.notify_all();
     }
@@ -180,8 +184,7 @@ impl Recovery {
     /// `recovery_min_apply_delay`, ms (reloadable).
     pub fn set_min_apply_delay_ms(&self, ms: u64) {
         self.min_apply_delay_ms.store(ms, Ordering::Relaxed);
-        let _g = self.lock.lock();
-        self.wake.notify_all();
+        self.wake_startup();
     }
 
     /// Asks for promotion (`pg_promote()`, `walnut promote`): the walreceiver stops
@@ -199,8 +202,7 @@ impl Recovery {
     /// (`false`, after its last flush).
     pub fn set_receiver_running(&self, running: bool) {
         self.receiver_running.store(running, Ordering::Release);
-        let _g = self.lock.lock();
-        self.wake.notify_all();
+        self.wake_startup();
     }
 
     /// True once promotion was asked for: the walreceiver ends.
@@ -248,6 +250,9 @@ pub(crate) fn open(
     backup_end: Option<Lsn>,
 ) -> Result<Arc<Storage>> {
     let mut reader = WalReader::open(st.vfs.clone(), st.dir.join("wal"), ctl.redo_lsn)?;
+    // The local WAL came from the primary: a torn tail (a receiver's unsynced writes) is
+    // where streaming resumes, whatever flush marks the primary wrote after it.
+    reader.set_limit(Lsn(u64::MAX - 1));
     let mut saw_checkpoint = !ctl.checkpoint_lsn.is_valid();
     let mut n = 0u64;
     let mut candidate = None;

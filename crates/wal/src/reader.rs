@@ -81,9 +81,8 @@ impl ReaderState {
         })
     }
 
-    /// Enters streaming mode with `limit` (see the field); a limit may only grow.
+    /// Enters streaming mode with `limit` (see the field).
     pub(crate) fn set_limit(&mut self, limit: u64) {
-        debug_assert!(self.limit == u64::MAX || limit >= self.limit);
         self.limit = limit;
     }
 

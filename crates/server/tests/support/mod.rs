@@ -240,3 +240,29 @@ impl Server {
 pub fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
+
+/// Polls `f` every 100 ms until it holds; panics after 120 s, naming `what`.
+pub fn wait_for(what: &str, mut f: impl FnMut() -> bool) {
+    let t0 = Instant::now();
+    while !f() {
+        assert!(
+            t0.elapsed() < Duration::from_secs(120),
+            "timed out waiting for {what}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// sum(abalance), sum(bbalance), sum(tbalance), sum(delta): all equal after any number of
+/// whole TPC-B transactions.
+pub fn tpcb_sums(s: &Server) -> Vec<i64> {
+    [
+        "select sum(abalance) from pgbench_accounts",
+        "select sum(bbalance) from pgbench_branches",
+        "select sum(tbalance) from pgbench_tellers",
+        "select coalesce(sum(delta), 0) from pgbench_history",
+    ]
+    .iter()
+    .map(|q| s.query_i64(q))
+    .collect()
+}

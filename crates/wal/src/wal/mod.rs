@@ -973,7 +973,8 @@ impl WalReader {
     /// reader reads no byte at or past `limit` (the receiver's flush position, bytes), and an
     /// invalid or incomplete record before it is "not yet arrived" (`None`, to be read again
     /// after the limit grows) instead of the end of WAL, with no search for flush marks
-    /// beyond it. A limit may only grow.
+    /// beyond it. A standby's first pass over its local WAL uses `Lsn(u64::MAX - 1)`: no
+    /// limit, but a torn tail is the end of the WAL received so far, never corruption.
     pub fn set_limit(&mut self, limit: Lsn) {
         self.state.set_limit(limit.0);
     }
