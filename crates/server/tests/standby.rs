@@ -122,13 +122,22 @@ fn a_standby_converges_under_pgbench_and_refuses_writes() {
         "streaming|s1"
     );
     // Writes fail with 25006; WAL functions of a primary with 55000.
-    for sql in [
-        "insert into after_backup values (2, 'two')",
-        "update pgbench_branches set bbalance = 0",
-        "create table nope (a int)",
+    for (sql, cmd) in [
+        ("insert into after_backup values (2, 'two')", "INSERT"),
+        // Refused even though it would change no row, as in PostgreSQL.
+        (
+            "update pgbench_branches set bbalance = 0 where bid < 0",
+            "UPDATE",
+        ),
+        ("delete from pgbench_history", "DELETE"),
+        ("create table nope (a int)", "CREATE TABLE"),
     ] {
         let err = verbose_error(&s, sql);
-        assert!(err.contains("25006"), "{sql}: {err}");
+        assert!(
+            err.contains("25006")
+                && err.contains(&format!("cannot execute {cmd} in a read-only transaction")),
+            "{sql}: {err}"
+        );
     }
     let err = verbose_error(&s, "select pg_current_wal_lsn()");
     assert!(

@@ -68,6 +68,22 @@ pub(crate) enum Plan {
 }
 
 impl Plan {
+    /// The command a read-only server (a standby in recovery) refuses, as PostgreSQL's
+    /// `PreventCommandIfReadOnly` names it; `None` if the plan writes nothing.
+    pub(crate) fn write_command(&self) -> Option<&'static str> {
+        Some(match self {
+            Plan::Insert(_) => "INSERT",
+            Plan::Update(_) => "UPDATE",
+            Plan::Delete(_) => "DELETE",
+            Plan::CreateTable { .. } => "CREATE TABLE",
+            Plan::DropTable { .. } => "DROP TABLE",
+            Plan::Truncate { .. } => "TRUNCATE TABLE",
+            Plan::AddPrimaryKey { .. } => "ALTER TABLE",
+            Plan::Copy(_) => "COPY FROM",
+            _ => return None,
+        })
+    }
+
     /// Tables the plan was compiled against (checked before each execution).
     pub(crate) fn table_deps(&self) -> Option<&Arc<TableDef>> {
         match self {

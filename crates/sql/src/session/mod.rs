@@ -702,6 +702,9 @@ impl Session {
         if let Err(e) = self.blk.ensure(&*self.engine, &self.cancel) {
             return self.finish_statement(Err(e), autocommit);
         }
+        if let Err(e) = check_writable(&*self.engine, Some("COPY FROM")) {
+            return self.finish_statement(Err(e), autocommit);
+        }
         let txn = self.blk.txn().expect("ensured");
         txn.new_statement();
         match CopyState::start(txn, cp, autocommit, self.progress.as_ref()) {
@@ -781,6 +784,7 @@ impl Session {
             env: &env,
             deadline: self.deadline,
         };
+        check_writable(&*engine, plan.write_command())?;
         exec::execute(txn, plan, &ec, &mut self.notices)
     }
 }
@@ -793,6 +797,21 @@ enum Work<'a> {
     Prepared(&'a Prepared, Arc<Plan>),
     /// An already planned statement (DDL).
     Planned(&'a Plan),
+}
+
+/// On a standby in recovery, a statement that writes (`cmd`, [`Plan::write_command`]) fails
+/// before it runs, even if it would change no row (PostgreSQL's `PreventCommandIfReadOnly`).
+///
+/// # Errors
+/// 25006 `cannot execute COMMAND in a read-only transaction`.
+fn check_writable(engine: &dyn Engine, cmd: Option<&'static str>) -> Result<()> {
+    match cmd {
+        Some(cmd) if engine.recovery().is_some() => Err(Error::user(
+            SqlState::READ_ONLY_SQL_TRANSACTION,
+            format!("cannot execute {cmd} in a read-only transaction"),
+        )),
+        _ => Ok(()),
+    }
 }
 
 /// ROLLBACK and COMMIT may run in a failed block.
