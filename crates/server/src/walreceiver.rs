@@ -260,6 +260,9 @@ fn stream(
             })
             .map_err(ClientError::Io)?
     };
+    // The first status update at once (PostgreSQL's walreceiver sends one when streaming
+    // starts): the primary's view and the slot's restart_lsn start from here.
+    fb.send(rec, false).map_err(ClientError::Io)?;
     let r = receive(storage, rec, &mut c, &fb, start, interval);
     done.store(true, Ordering::Release);
     let _ = watcher.join();

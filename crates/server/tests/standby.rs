@@ -315,3 +315,62 @@ fn remote_apply_reads_see_commits_and_failover_loses_no_acknowledged_commit() {
     assert_eq!(s.query("select who from acked where id = 999999"), "9");
     assert!(!s.dir.join("standby.signal").exists());
 }
+
+/// A stopped standby's slot keeps the WAL it needs while the primary writes more than
+/// max_wal_size (including pgbench -i's DROP and CREATE of every table), and the standby
+/// catches up from it; past max_slot_wal_keep_size the slot is invalidated and the standby
+/// says that a new base backup is needed.
+#[test]
+fn a_stopped_standby_catches_up_from_its_slot_until_the_slot_is_lost() {
+    let settings = [
+        "max_wal_size=32MB",
+        "min_wal_size=32MB",
+        "checkpoint_timeout=1h",
+    ];
+    let p = Server::new(&settings);
+    let out = p.pgbench(&["-i", "-s", "1", "-q"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let (mut s, _tmp) = standby_of(&p, "s1", &[]);
+    wait_caught_up(&p, &s);
+    s.stop();
+    // Over twice max_wal_size of WAL (pgbench's rows compress well in page images), with
+    // checkpoints that would recycle it.
+    let out = p.pgbench(&["-i", "-s", "40", "-q"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    p.query("checkpoint");
+    p.query("checkpoint");
+    let (status, behind) = {
+        let r = p.query(
+            "select wal_status, pg_wal_lsn_diff(pg_current_wal_lsn(), restart_lsn) from pg_replication_slots where slot_name = 's1'",
+        );
+        let (a, b) = r.split_once('|').unwrap();
+        (a.to_string(), b.parse::<i64>().unwrap())
+    };
+    assert!(
+        behind > 64 << 20 && status != "lost",
+        "the slot is {behind} bytes behind, {status}"
+    );
+    s.start(&[]);
+    wait_caught_up(&p, &s);
+    assert_eq!(digest(&p), digest(&s), "the standby's rows differ");
+
+    // Now with a bound the slot passes while the standby is away.
+    p.query("alter system set max_slot_wal_keep_size = '32MB'");
+    p.query("select pg_reload_conf()");
+    s.stop();
+    let out = p.pgbench(&["-i", "-s", "40", "-q"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    // A checkpoint invalidates it once its WAL is past the bound at the checkpoint's start.
+    wait_for("the slot to be invalidated", || {
+        p.query("checkpoint");
+        p.query("select wal_status from pg_replication_slots where slot_name = 's1'") == "lost"
+    });
+    s.start(&[]);
+    wait_for("the standby to report its lost slot", || {
+        let log = s.log();
+        log.contains("can no longer get changes from replication slot \"s1\"")
+            && log.contains("a new base backup")
+    });
+    // It stays up, read-only, at what it had.
+    assert_eq!(s.query("select pg_is_in_recovery()"), "t");
+}
