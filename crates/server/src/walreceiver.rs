@@ -217,12 +217,18 @@ fn stream(
         )));
     }
     let start = rec.received().1;
+    let primary_tli = rows
+        .first()
+        .and_then(|r| r.get(1).cloned().flatten())
+        .and_then(|s| s.parse::<u32>().ok())
+        .ok_or_else(|| RecvError::Stream("IDENTIFY_SYSTEM returned no timeline".into()))?;
+    follow_timeline(storage, &mut c, primary_tli, start)?;
     let slot_clause = slot
         .as_deref()
         .map(|s| format!("SLOT \"{}\" ", s.replace('"', "\"\"")))
         .unwrap_or_default();
     c.send_query(&format!(
-        "START_REPLICATION {slot_clause}PHYSICAL {start} TIMELINE 1"
+        "START_REPLICATION {slot_clause}PHYSICAL {start} TIMELINE {primary_tli}"
     ))?;
     loop {
         let m = c.read()?;
@@ -233,7 +239,7 @@ fn stream(
             break;
         }
     }
-    tracing::info!(start = %start, "started streaming WAL from primary at {start} on timeline 1");
+    tracing::info!("started streaming WAL from primary at {start} on timeline {primary_tli}");
     if let Some(info) = rec.receiver.lock().as_mut() {
         info.status = "streaming";
         info.receive_start_lsn = start;
@@ -358,6 +364,52 @@ fn receive(
             // Notices, ParameterStatus.
             _ => {}
         }
+    }
+}
+
+/// A primary on another timeline may be followed only if its history contains this standby's
+/// timeline with a switch point at or after `start`, the end of the standby's WAL (PostgreSQL's
+/// `WalRcvFetchTimeLineHistoryFiles` and the check in `rescanLatestTimeLine`); the history file
+/// is then kept and the timeline adopted. Otherwise the two WALs diverged: streaming would
+/// splice the primary's WAL onto a history it does not share.
+///
+/// # Errors
+/// A `Config` error naming both timelines and the fork point (a new base backup is needed);
+/// the primary's errors.
+fn follow_timeline(
+    storage: &Storage,
+    c: &mut ReplClient,
+    primary_tli: u32,
+    start: Lsn,
+) -> Result<(), RecvError> {
+    use walnut_storage::timeline::{fork_point, parse_history, write_history};
+    let mine = storage.timeline();
+    if primary_tli == mine {
+        return Ok(());
+    }
+    let rows = c.query(&format!("TIMELINE_HISTORY {primary_tli}"))?;
+    let text = rows
+        .first()
+        .and_then(|r| r.get(1).cloned().flatten())
+        .unwrap_or_default();
+    let history = parse_history(&text).map_err(|e| RecvError::Stream(e.to_string()))?;
+    match fork_point(&history, mine) {
+        Some(fork) if start <= fork => {
+            write_history(&*storage.vfs, &storage.dir.join("wal"), primary_tli, &text)
+                .map_err(|e| RecvError::Stream(e.to_string()))?;
+            storage.set_timeline(primary_tli);
+            tracing::info!("following the primary's timeline {primary_tli}, which forked off timeline {mine} at {fork}");
+            Ok(())
+        }
+        Some(fork) => Err(RecvError::Config(format!(
+            "new timeline {primary_tli} forked off current database system timeline {mine} before current recovery point {start}\nDETAIL: The primary's timeline {primary_tli} left timeline {mine} at {fork}; this standby has WAL of timeline {mine} past that point. Make it a standby again with a new base backup."
+        ))),
+        None if primary_tli < mine => Err(RecvError::Config(format!(
+            "highest timeline {primary_tli} of the primary is behind recovery timeline {mine}"
+        ))),
+        None => Err(RecvError::Config(format!(
+            "the primary's timeline {primary_tli} does not descend from this standby's timeline {mine}"
+        ))),
     }
 }
 

@@ -374,3 +374,82 @@ fn a_stopped_standby_catches_up_from_its_slot_until_the_slot_is_lost() {
     // It stays up, read-only, at what it had.
     assert_eq!(s.query("select pg_is_in_recovery()"), "t");
 }
+
+/// The replication connection's IDENTIFY_SYSTEM timeline of `s` (a primary: a standby refuses
+/// replication connections).
+fn timeline_of(s: &Server) -> String {
+    let out = s.psql_with("IDENTIFY_SYSTEM", "user=postgres replication=database", &[]);
+    String::from_utf8_lossy(&out.stdout)
+        .split('|')
+        .nth(1)
+        .unwrap_or_default()
+        .to_string()
+}
+
+/// Promotion starts timeline 2 with a history file. A second standby that had not gone past
+/// the switch point follows the promoted one onto it; the old primary, whose WAL went further
+/// than the promoted standby's, is refused with PostgreSQL's "forked off" error instead of
+/// splicing two histories.
+#[test]
+fn promotion_starts_a_timeline_that_a_standby_follows_and_a_diverged_primary_cannot() {
+    let mut p = Server::new(&[]);
+    p.query("create table t (k int primary key, at text)");
+    let (mut s1, _t1) = standby_of(&p, "s1", &[]);
+    let (mut s2, _t2) = standby_of(&p, "s2", &[]);
+    p.query("insert into t values (1, 'both')");
+    wait_caught_up(&p, &s1);
+    wait_caught_up(&p, &s2);
+    // s1 stops: what the primary writes now, only s2 and the primary have.
+    s1.stop();
+    p.query("insert into t values (2, 'old primary and s2')");
+    wait_caught_up(&p, &s2);
+    // s2 stops too, and the primary writes once more: only the primary has it.
+    s2.stop();
+    p.query("insert into t values (3, 'old primary only')");
+    p.kill9();
+
+    // Promote s2, the furthest: timeline 2, forking off timeline 1 at its WAL end.
+    s2.start(&[]);
+    assert_eq!(s2.query("select pg_promote()"), "t");
+    assert_eq!(timeline_of(&s2), "2");
+    let history = std::fs::read_to_string(s2.dir.join("wal/00000002.history")).unwrap();
+    assert!(history.starts_with("1\t"), "{history}");
+    s2.query("insert into t values (4, 'timeline 2')");
+
+    // s1 (behind the switch point) follows s2 onto timeline 2.
+    std::fs::write(
+        s1.dir.join("walnut.auto.conf"),
+        format!(
+            "primary_conninfo = 'host=127.0.0.1 port={} user=postgres'\n",
+            s2.port
+        ),
+    )
+    .unwrap();
+    s1.start(&[]);
+    wait_caught_up(&s2, &s1);
+    assert_eq!(s1.query("select count(*) from t"), "3");
+    assert_eq!(s1.query("select at from t where k = 4"), "timeline 2");
+    assert!(
+        s1.log().contains("following the primary's timeline 2"),
+        "{}",
+        s1.log()
+    );
+
+    // The old primary, made a standby of s2, went past the switch point: refused.
+    std::fs::write(p.dir.join("standby.signal"), b"").unwrap();
+    std::fs::write(
+        p.dir.join("walnut.auto.conf"),
+        format!(
+            "primary_conninfo = 'host=127.0.0.1 port={} user=postgres'\n",
+            s2.port
+        ),
+    )
+    .unwrap();
+    p.start(&[]);
+    wait_for("the old primary to refuse the new timeline", || {
+        p.log()
+            .contains("new timeline 2 forked off current database system timeline 1")
+    });
+    assert_eq!(p.query("select count(*) from t"), "3");
+    assert_eq!(p.query("select count(*) from t where k = 4"), "0");
+}

@@ -417,6 +417,7 @@ impl Storage {
             redo_lsn: redo,
             next_xid,
             next_relfile,
+            timeline: self.timeline(),
             system_identifier: self.system_identifier,
         }
         .write(&*self.vfs, &self.dir)?;

@@ -5,7 +5,7 @@
 //!  0 u32 magic "WLNT" (0x544E_4C57)
 //!  4 u32 format version ([`FORMAT_VERSION`])
 //!  8 u32 state: 1 = shut down cleanly, 2 = in production
-//! 12 u32 reserved
+//! 12 u32 timeline        the current timeline (0, written by older versions, reads as 1)
 //! 16 u64 checkpoint_lsn  start of the last checkpoint record
 //! 24 u64 redo_lsn        that checkpoint's redo point
 //! 32 u64 next_xid
@@ -57,6 +57,8 @@ pub struct ControlFile {
     pub next_xid: Xid,
     /// Next relation file id as of the checkpoint.
     pub next_relfile: u32,
+    /// The timeline the WAL is on (`timeline.rs`): 1 from initdb, one more at each promotion.
+    pub timeline: u32,
     /// The data directory's identity, chosen by initdb ([`new_system_identifier`]) and copied
     /// by base backups: a standby streams only from a primary with the same one.
     pub system_identifier: u64,
@@ -142,7 +144,7 @@ impl ControlFile {
         b.extend_from_slice(&MAGIC.to_le_bytes());
         b.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
         b.extend_from_slice(&(self.state as u32).to_le_bytes());
-        b.extend_from_slice(&0u32.to_le_bytes());
+        b.extend_from_slice(&self.timeline.to_le_bytes());
         b.extend_from_slice(&self.checkpoint_lsn.0.to_le_bytes());
         b.extend_from_slice(&self.redo_lsn.0.to_le_bytes());
         b.extend_from_slice(&self.next_xid.0.to_le_bytes());
@@ -197,6 +199,7 @@ impl ControlFile {
             redo_lsn: Lsn(u64_at(24)),
             next_xid: Xid(u64_at(32)),
             next_relfile: u32_at(40),
+            timeline: u32_at(12).max(1),
             system_identifier: u64_at(44),
         })
     }
@@ -282,6 +285,7 @@ mod tests {
             redo_lsn: Lsn(64),
             next_xid: Xid(9),
             next_relfile: 16390,
+            timeline: 3,
             system_identifier: 7_000_000_000_000_000_001,
         };
         let mut b = c.encode();
@@ -298,6 +302,7 @@ mod tests {
             redo_lsn: Lsn(100),
             next_xid: Xid(3),
             next_relfile: 16385,
+            timeline: 1,
             system_identifier: 1,
         };
         let mut b = c.encode();

@@ -24,6 +24,7 @@ pub mod slots;
 pub mod smgr;
 pub mod standby;
 pub mod stats;
+pub mod timeline;
 pub mod txn;
 pub mod verify;
 pub mod writeback;
@@ -158,6 +159,8 @@ pub struct Storage {
     pub full_page_writes: bool,
     /// The data directory's identity (the control file's; IDENTIFY_SYSTEM reports it).
     pub system_identifier: u64,
+    /// The current timeline (`timeline.rs`; the control file's, one more after a promotion).
+    timeline: AtomicU32,
     /// Replication slots (`pg_replslot`), which keep WAL for their receivers.
     pub slots: Arc<slots::ReplicationSlots>,
     wal: OnceLock<Arc<Wal>>,
@@ -366,6 +369,7 @@ impl Storage {
             redo_lsn: Lsn::FIRST,
             next_xid: Xid::FIRST_NORMAL,
             next_relfile: RelFileId::FIRST_USER.0,
+            timeline: 1,
             system_identifier: control::new_system_identifier(),
         };
         let st = Storage::new(
@@ -408,6 +412,7 @@ impl Storage {
             smgr,
             xact: XactManager::new(ctl.next_xid, xact_status),
             system_identifier: ctl.system_identifier,
+            timeline: AtomicU32::new(ctl.timeline),
             slots,
             full_page_writes: config.full_page_writes,
             wal: OnceLock::new(),
@@ -586,6 +591,17 @@ impl Storage {
         self.pool.attach_wal(wal.clone());
         let _ = self.wal.set(wal);
         Ok(())
+    }
+
+    /// The current timeline (IDENTIFY_SYSTEM's).
+    pub fn timeline(&self) -> u32 {
+        self.timeline.load(Ordering::Acquire)
+    }
+
+    /// A standby adopts the timeline of the primary it follows, once it has checked that the
+    /// primary's history contains its own (the walreceiver); the next restartpoint records it.
+    pub fn set_timeline(&self, tli: u32) {
+        self.timeline.store(tli, Ordering::Release);
     }
 
     /// True while this storage is a standby in recovery: no transaction may write (25006).

@@ -531,6 +531,7 @@ fn restartpoint(st: &Storage, rec: &Recovery, state: DbState) -> Result<Option<L
         redo_lsn: redo,
         next_xid: st.xact.next_xid(),
         next_relfile: st.next_relfile.load(Ordering::Acquire),
+        timeline: st.timeline(),
         system_identifier: st.system_identifier,
     }
     .write(&*st.vfs, &st.dir)?;
@@ -594,6 +595,20 @@ pub(crate) fn restartpoint_now(st: &Storage, rec: &Recovery) -> Result<()> {
 /// I/O errors opening the WAL or writing the checkpoint.
 fn finish_recovery(st: &Arc<Storage>, rec: &Recovery, end: Lsn) -> Result<()> {
     tracing::info!(end = %end, "received promote request; redo done");
+    // A new timeline, with its history file durable before anything is written on it.
+    let wal_dir = st.dir.join("wal");
+    let parent = st.timeline();
+    let new = crate::timeline::newest_timeline(&*st.vfs, &wal_dir, parent)? + 1;
+    let parent_text =
+        crate::timeline::read_history(&*st.vfs, &wal_dir, parent)?.unwrap_or_default();
+    crate::timeline::write_history(
+        &*st.vfs,
+        &wal_dir,
+        new,
+        &crate::timeline::child_history(&parent_text, parent, end),
+    )?;
+    st.set_timeline(new);
+    tracing::info!("selected new timeline ID: {new}");
     st.xact.abort_unresolved();
     let redo = rec
         .restart_candidate

@@ -395,8 +395,42 @@ pub fn extended_protocol_on_walsender() -> Error {
     protocol_error("extended query protocol not supported in a replication connection")
 }
 
-/// The error for `TIMELINE_HISTORY tli`: walnut has one timeline, 1, and timeline 1 has no
-/// history file (as in PostgreSQL, where asking for it fails to open the file).
+/// `START_REPLICATION ... TIMELINE tli` at `start`: the current timeline, or an older one of
+/// this server's history whose switch point is at or after `start` (the WAL up to there is
+/// the same on both timelines; PostgreSQL's `StartReplication` check).
+///
+/// # Errors
+/// 55000 "requested starting point ... is not in this server's history" otherwise, with the
+/// fork point in the detail when there is one; I/O and corruption errors reading the history.
+pub fn check_timeline(
+    storage: &walnut_storage::Storage,
+    tli: u32,
+    start: Lsn,
+) -> Result<(), Error> {
+    use walnut_storage::timeline::{fork_point, parse_history, read_history};
+    let current = storage.timeline();
+    if tli == current {
+        return Ok(());
+    }
+    let not_in = || {
+        Error::user(
+            SqlState::OBJECT_NOT_IN_PREREQUISITE_STATE,
+            format!("requested starting point {start} on timeline {tli} is not in this server's history"),
+        )
+    };
+    let text = read_history(&*storage.vfs, &storage.dir.join("wal"), current)?;
+    let history = parse_history(text.as_deref().unwrap_or(""))?;
+    match fork_point(&history, tli) {
+        Some(fork) if start <= fork => Ok(()),
+        Some(fork) => Err(not_in().with_detail(format!(
+            "This server's history forked from timeline {tli} at {fork}."
+        ))),
+        None => Err(not_in()),
+    }
+}
+
+/// The error for `TIMELINE_HISTORY tli` when the WAL directory has no history file for it
+/// (timeline 1 never has one), as in PostgreSQL, where asking for it fails to open the file.
 pub fn no_timeline_history(tli: u32) -> Error {
     Error::user(
         SqlState::UNDEFINED_FILE,

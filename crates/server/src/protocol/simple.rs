@@ -95,7 +95,7 @@ impl Conn {
                     ]),
                     rows: vec![vec![
                         Value::Text(src.storage.system_identifier.to_string()),
-                        Value::Int4(1),
+                        Value::Int4(src.storage.timeline() as i32),
                         Value::Text(src.wal().flush_lsn().to_string()),
                         dbname,
                     ]],
@@ -105,8 +105,29 @@ impl Conn {
                 self.ready(client).await
             }
             Command::TimelineHistory(tli) => {
-                self.reply_error(client, &replication::no_timeline_history(tli))
-                    .await
+                let wal_dir = src.storage.dir.join("wal");
+                match walnut_storage::timeline::read_history(&*src.storage.vfs, &wal_dir, tli) {
+                    Ok(Some(text)) => {
+                        let output = Output::Rows {
+                            columns: columns(&[
+                                ("filename", DataType::Text),
+                                ("content", DataType::Text),
+                            ]),
+                            rows: vec![vec![
+                                Value::Text(walnut_storage::timeline::history_file_name(tli)),
+                                Value::Text(text),
+                            ]],
+                            tag: "TIMELINE_HISTORY".to_string(),
+                        };
+                        feed_output(client, output, &[], true).await?;
+                        self.ready(client).await
+                    }
+                    Ok(None) => {
+                        self.reply_error(client, &replication::no_timeline_history(tli))
+                            .await
+                    }
+                    Err(e) => self.reply_error(client, &e).await,
+                }
             }
             Command::StartReplication {
                 slot,
@@ -123,14 +144,10 @@ impl Conn {
                         }
                     }
                 };
-                if let Some(tli) = timeline.filter(|&t| t != 1) {
-                    let e = Error::user(
-                        SqlState::OBJECT_NOT_IN_PREREQUISITE_STATE,
-                        format!(
-                            "requested starting point {start} on timeline {tli} is not in this server's history"
-                        ),
-                    );
-                    return self.reply_error(client, &e).await;
+                if let Some(tli) = timeline {
+                    if let Err(e) = replication::check_timeline(&src.storage, tli, start) {
+                        return self.reply_error(client, &e).await;
+                    }
                 }
                 if let Err(e) = walsender::check_start(&src.wal(), start) {
                     return self.reply_error(client, &e).await;
