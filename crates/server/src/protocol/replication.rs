@@ -7,7 +7,7 @@
 //! |---|---|
 //! | `IDENTIFY_SYSTEM` | one row: systemid (text), timeline (int4), xlogpos (text, the flush LSN), dbname (text, NULL when physical) |
 //! | `SHOW name` | as the SQL `SHOW` (`wal_segment_size` is `16MB`) |
-//! | `TIMELINE_HISTORY n` | 58P01: walnut has only timeline 1, which has no history file |
+//! | `TIMELINE_HISTORY n` | one row: filename, content (text) of `wal/0000000N.history`; 58P01 if there is none |
 //! | `START_REPLICATION [SLOT s] [PHYSICAL] X/X [TIMELINE n]` | CopyBothResponse, then the WAL from X/X (`walsender.rs`) |
 //! | `CREATE_REPLICATION_SLOT s PHYSICAL [RESERVE_WAL]` (or `(RESERVE_WAL [true])`) | slot_name, consistent_point (NULL), snapshot_name (NULL), output_plugin (NULL) |
 //! | `DROP_REPLICATION_SLOT s [WAIT]` | CommandComplete |
