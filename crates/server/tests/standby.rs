@@ -145,6 +145,11 @@ fn a_standby_converges_under_pgbench_and_refuses_writes() {
         "{err}"
     );
     assert!(!s.query("select pg_last_xact_replay_timestamp()").is_empty());
+    // With hot_standby = off it replays but takes no sessions.
+    s.stop();
+    s.start(&["hot_standby=off"]);
+    let err = verbose_error(&s, "select 1");
+    assert!(err.contains("Hot standby mode is disabled"), "{err}");
     // A clean stop of both leaves directories that verify clean.
     p.stop();
     s.stop();

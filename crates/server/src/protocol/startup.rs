@@ -172,6 +172,20 @@ impl Conn {
             let _ = self.replication.set(mode);
         }
         let physical = mode == Some(replication::ReplicationMode::Physical);
+        let standby = self
+            .shared
+            .wal_source
+            .as_ref()
+            .is_some_and(|s| s.storage.in_recovery());
+        if standby && !self.shared.config.settings().bool(&crate::guc::HOT_STANDBY) {
+            // hot_standby = off: a standby takes no sessions until it is promoted.
+            let e = Error::user(
+                SqlState::CANNOT_CONNECT_NOW,
+                "the database system is not accepting connections",
+            )
+            .with_detail("Hot standby mode is disabled.");
+            return self.reject(client, &e).await;
+        }
         // PostgreSQL's messages name the database only for connections that have one.
         let (no_entry, rejects) = if physical {
             (
