@@ -420,6 +420,19 @@ fn promotion_starts_a_timeline_that_a_standby_follows_and_a_diverged_primary_can
     let history = std::fs::read_to_string(s2.dir.join("wal/00000002.history")).unwrap();
     assert!(history.starts_with("1\t"), "{history}");
     s2.query("insert into t values (4, 'timeline 2')");
+    // A base backup of the promoted server carries its history.
+    let copy = tempfile::tempdir().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_walnut"))
+        .args(["basebackup", "-h", "127.0.0.1", "-p", &s2.port.to_string()])
+        .args(["-U", "postgres", "-D"])
+        .arg(copy.path().join("c"))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(
+        std::fs::read_to_string(copy.path().join("c/wal/00000002.history")).unwrap(),
+        history
+    );
 
     // s1 (behind the switch point) follows s2 onto timeline 2.
     std::fs::write(

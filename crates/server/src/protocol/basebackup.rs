@@ -14,8 +14,8 @@
 //!
 //! The archive: every directory and file of the data directory (`walnut_storage::backup::
 //! backup_files`), `global/pg_control` as the backup's checkpoint wrote it, with WAL the
-//! segments from the start's to the end's under `wal/` (the last zeroed after the end), and
-//! `backup_label` last. Tar headers are the `tar` crate's (ustar). An error during the copy
+//! segments from the start's to the end's under `wal/` (the last zeroed after the end), the
+//! timeline history files under `wal/` (with or without WAL), and `backup_label` last. Tar headers are the `tar` crate's (ustar). An error during the copy
 //! ends it with an ErrorResponse (the client sees the copy fail) and the backup is abandoned;
 //! the WAL it held is released.
 
@@ -142,7 +142,7 @@ where
 }
 
 /// A result set of one row: `recptr` (text), `tli` (int8).
-async fn send_position<C>(client: &mut C, lsn: Lsn) -> PgWireResult<()>
+async fn send_position<C>(client: &mut C, lsn: Lsn, tli: u32) -> PgWireResult<()>
 where
     C: Sink<PgWireBackendMessage> + Unpin + Send,
     C::Error: Debug,
@@ -150,7 +150,10 @@ where
 {
     let output = Output::Rows {
         columns: columns(&[("recptr", DataType::Text), ("tli", DataType::Int8)]),
-        rows: vec![vec![Value::Text(lsn.to_string()), Value::Int8(1)]],
+        rows: vec![vec![
+            Value::Text(lsn.to_string()),
+            Value::Int8(i64::from(tli)),
+        ]],
         tag: "SELECT".into(),
     };
     feed_output(client, output, &[], true).await.map(|_| ())
@@ -180,7 +183,7 @@ where
     }
     let start = tryb!(storage.start_backup());
     tracing::info!(start = %start.redo, label = %opts.label, "base backup started");
-    send_position(client, start.redo).await?;
+    send_position(client, start.redo, storage.timeline()).await?;
     let files = tryb!(backup_files(&storage.dir));
     let size: u64 = files
         .iter()
@@ -310,6 +313,20 @@ where
             }
         }
     }
+    // The timeline history files, with or without WAL (as PostgreSQL's basebackup.c sends
+    // them): a standby made from this copy knows every timeline before its own.
+    let wal_dir = storage.dir.join("wal");
+    for tli in 2..=storage.timeline() {
+        let text = tryb!(walnut_storage::timeline::read_history(
+            &*storage.vfs,
+            &wal_dir,
+            tli
+        ));
+        if let Some(text) = text {
+            let name = format!("wal/{}", walnut_storage::timeline::history_file_name(tli));
+            tryb!(a.file(&name, text.as_bytes()).await)?;
+        }
+    }
     let label = backup_label(&start, end, &opts.label);
     tryb!(a.file("backup_label", label.as_bytes()).await)?;
     a.put(&[0u8; 2 * BLOCK]).await?;
@@ -320,7 +337,7 @@ where
             pgwire::messages::copy::CopyDone::new(),
         ))
         .await?;
-    send_position(client, end).await?;
+    send_position(client, end, storage.timeline()).await?;
     client
         .feed(PgWireBackendMessage::CommandComplete(CommandComplete::new(
             "BASE_BACKUP".into(),
