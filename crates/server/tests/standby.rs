@@ -380,6 +380,18 @@ fn a_stopped_standby_catches_up_from_its_slot_until_the_slot_is_lost() {
     assert_eq!(s.query("select pg_is_in_recovery()"), "t");
 }
 
+/// Makes the (stopped) server in `dir` stream from `primary` when it starts as a standby.
+fn stream_from(dir: &Path, primary: &Server) {
+    std::fs::write(
+        dir.join("walnut.auto.conf"),
+        format!(
+            "primary_conninfo = 'host=127.0.0.1 port={} user=postgres'\n",
+            primary.port
+        ),
+    )
+    .unwrap();
+}
+
 /// The replication connection's IDENTIFY_SYSTEM timeline of `s` (a primary: a standby refuses
 /// replication connections).
 fn timeline_of(s: &Server) -> String {
@@ -435,14 +447,7 @@ fn promotion_starts_a_timeline_that_a_standby_follows_and_a_diverged_primary_can
     );
 
     // s1 (behind the switch point) follows s2 onto timeline 2.
-    std::fs::write(
-        s1.dir.join("walnut.auto.conf"),
-        format!(
-            "primary_conninfo = 'host=127.0.0.1 port={} user=postgres'\n",
-            s2.port
-        ),
-    )
-    .unwrap();
+    stream_from(&s1.dir, &s2);
     s1.start(&[]);
     wait_caught_up(&s2, &s1);
     assert_eq!(s1.query("select count(*) from t"), "3");
@@ -455,14 +460,7 @@ fn promotion_starts_a_timeline_that_a_standby_follows_and_a_diverged_primary_can
 
     // The old primary, made a standby of s2, went past the switch point: refused.
     std::fs::write(p.dir.join("standby.signal"), b"").unwrap();
-    std::fs::write(
-        p.dir.join("walnut.auto.conf"),
-        format!(
-            "primary_conninfo = 'host=127.0.0.1 port={} user=postgres'\n",
-            s2.port
-        ),
-    )
-    .unwrap();
+    stream_from(&p.dir, &s2);
     p.start(&[]);
     wait_for("the old primary to refuse the new timeline", || {
         p.log()
