@@ -241,7 +241,7 @@ impl ReplClient {
     /// I/O errors (EOF included); a length below 4 is a protocol error.
     pub fn read(&mut self) -> Result<Message, ClientError> {
         loop {
-            if let Some(m) = self.take_buffered()? {
+            if let Some(m) = self.buffered()? {
                 return Ok(m);
             }
             let mut chunk = [0u8; 64 * 1024];
@@ -253,31 +253,12 @@ impl ReplClient {
         }
     }
 
-    /// A message already received in full, if there is one, reading what the socket holds
-    /// without waiting (the walreceiver drains the socket before it flushes).
+    /// A message already received in full, if there is one, without reading the socket (the
+    /// walreceiver writes every message of one read before it flushes).
     ///
     /// # Errors
-    /// I/O errors (EOF included); a bad length is a protocol error.
-    pub fn try_read_buffered(&mut self) -> Result<Option<Message>, ClientError> {
-        if let Some(m) = self.take_buffered()? {
-            return Ok(Some(m));
-        }
-        self.stream.set_nonblocking(true)?;
-        let mut chunk = [0u8; 64 * 1024];
-        let r = self.stream.read(&mut chunk);
-        self.stream.set_nonblocking(false)?;
-        match r {
-            Ok(0) => Err(ClientError::Io(std::io::ErrorKind::UnexpectedEof.into())),
-            Ok(n) => {
-                self.buf.extend_from_slice(&chunk[..n]);
-                self.take_buffered()
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => Ok(None),
-            Err(e) => Err(e.into()),
-        }
-    }
-
-    fn take_buffered(&mut self) -> Result<Option<Message>, ClientError> {
+    /// A bad length is a protocol error.
+    pub fn buffered(&mut self) -> Result<Option<Message>, ClientError> {
         if self.buf.len() < 5 {
             return Ok(None);
         }

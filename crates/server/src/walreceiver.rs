@@ -1,7 +1,7 @@
 //! The walreceiver of a standby (PostgreSQL's src/backend/replication/walreceiver.c): a thread
 //! that connects to the primary named by `primary_conninfo`, checks the system identifier,
 //! runs `START_REPLICATION [SLOT primary_slot_name] PHYSICAL <flush position>`, writes the
-//! WAL that arrives at its LSNs ([`ReceivedWal`]), flushes it when the socket runs dry, and
+//! WAL that arrives at its LSNs ([`ReceivedWal`]), flushes it after each read of the socket, and
 //! tells replay how far it may read ([`Recovery::set_received`]). Status updates (`r`: written,
 //! flushed and applied LSNs) go back after every flush, whenever replay advances (a second
 //! thread waits for that, so `remote_apply` commits wake at once), when a keepalive asks, and
@@ -165,7 +165,13 @@ struct Feedback {
 impl Feedback {
     /// Sends a standby status update: written, flushed, applied (PostgreSQL's
     /// `XLogWalRcvSendReply`).
+    ///
+    /// The positions are read with the socket held: the receiving thread and the apply
+    /// watcher both send, and a message built before the other's but written after it would
+    /// take the primary's view of this standby back (a `remote_apply` commit then waits for
+    /// the next periodic update).
     fn send(&self, rec: &Recovery, reply: bool) -> std::io::Result<()> {
+        let mut socket = self.socket.lock();
         let (write, flush) = rec.received();
         let apply = rec.replay_lsn().min(flush);
         let mut body = BytesMut::with_capacity(34);
@@ -179,7 +185,7 @@ impl Feedback {
         msg.put_u8(b'd');
         msg.put_u32(body.len() as u32 + 4);
         msg.extend_from_slice(&body);
-        self.socket.lock().write_all(&msg)?;
+        socket.write_all(&msg)?;
         *self.last.lock() = Instant::now();
         Ok(())
     }
@@ -292,10 +298,11 @@ fn receive(
             *rec.receiver.lock() = None;
             return Ok(());
         }
-        let m = match c.try_read_buffered()? {
+        let m = match c.buffered()? {
             Some(m) => m,
             None => {
-                // The socket is dry: make what arrived durable before waiting.
+                // Every message of the last read is written: make them durable before
+                // reading more (one flush per read, up to the read buffer's size).
                 if wal.write_lsn() > wal.flush_lsn() {
                     flush(rec, &mut wal, fb)?;
                 }

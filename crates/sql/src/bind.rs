@@ -758,38 +758,30 @@ impl Binder<'_> {
                 (Expr::Func(f, Vec::new()), Ty::Known(DataType::PgLsn))
             }
             // The recovery functions: evaluated at run time (a standby's answers change).
-            ("pg_is_in_recovery", 0) => (
-                Expr::Func(Func::IsInRecovery, Vec::new()),
-                Ty::Known(DataType::Bool),
-            ),
-            ("pg_last_wal_receive_lsn", 0) => (
-                Expr::Func(Func::LastWalReceiveLsn, Vec::new()),
-                Ty::Known(DataType::PgLsn),
-            ),
-            ("pg_last_wal_replay_lsn", 0) => (
-                Expr::Func(Func::LastWalReplayLsn, Vec::new()),
-                Ty::Known(DataType::PgLsn),
-            ),
-            ("pg_last_xact_replay_timestamp", 0) => (
-                Expr::Func(Func::LastXactReplayTimestamp, Vec::new()),
-                Ty::Known(DataType::Timestamp),
-            ),
-            ("pg_is_wal_replay_paused", 0) => (
-                Expr::Func(Func::IsWalReplayPaused, Vec::new()),
-                Ty::Known(DataType::Bool),
-            ),
-            // void in PostgreSQL: an empty text value here.
-            ("pg_wal_replay_pause" | "pg_wal_replay_resume", 0) => (
-                Expr::Func(
-                    if name == "pg_wal_replay_pause" {
-                        Func::WalReplayPause
-                    } else {
-                        Func::WalReplayResume
-                    },
-                    Vec::new(),
-                ),
-                Ty::Known(DataType::Text),
-            ),
+            (
+                "pg_is_in_recovery"
+                | "pg_last_wal_receive_lsn"
+                | "pg_last_wal_replay_lsn"
+                | "pg_last_xact_replay_timestamp"
+                | "pg_is_wal_replay_paused"
+                | "pg_wal_replay_pause"
+                | "pg_wal_replay_resume",
+                0,
+            ) => {
+                let (f, ty) = match name.as_str() {
+                    "pg_is_in_recovery" => (Func::IsInRecovery, DataType::Bool),
+                    "pg_last_wal_receive_lsn" => (Func::LastWalReceiveLsn, DataType::PgLsn),
+                    "pg_last_wal_replay_lsn" => (Func::LastWalReplayLsn, DataType::PgLsn),
+                    "pg_last_xact_replay_timestamp" => {
+                        (Func::LastXactReplayTimestamp, DataType::Timestamp)
+                    }
+                    "pg_is_wal_replay_paused" => (Func::IsWalReplayPaused, DataType::Bool),
+                    // void in PostgreSQL: an empty text value here.
+                    "pg_wal_replay_pause" => (Func::WalReplayPause, DataType::Text),
+                    _ => (Func::WalReplayResume, DataType::Text),
+                };
+                (Expr::Func(f, Vec::new()), Ty::Known(ty))
+            }
             ("pg_promote", 0..=2) => {
                 let mut bound = Vec::with_capacity(args.len());
                 for (a, ty) in args.iter().zip([DataType::Bool, DataType::Int4]) {
