@@ -682,6 +682,9 @@ impl Txn {
             end
         };
         let durable = opts.synchronous_commit.waits_for_flush();
+        if !durable {
+            st.wal().async_commit(end);
+        }
         if durable {
             // The record is in the WAL and the xid COMMITTING: from here the commit cannot be
             // taken back, so a failure is a PANIC (PostgreSQL's critical section). The only

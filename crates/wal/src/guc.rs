@@ -155,6 +155,22 @@ pub static WAL_WRITER_DELAY: GucDef = GucDef {
     check: None,
 };
 
+/// `wal_writer_flush_after`, 8 kB blocks: an asynchronous commit (`synchronous_commit = off`)
+/// that leaves at least this much WAL unflushed wakes the WAL writer at once instead of
+/// leaving it to its next `wal_writer_delay` round; 0 wakes it at every asynchronous commit.
+/// PostgreSQL's (xlog.c `XLogSetAsyncXactLSN`, walwriter.c), with its default of 1 MB. A
+/// standby sees asynchronous commits no sooner than they are flushed, so this bounds its lag
+/// under load as well.
+pub static WAL_WRITER_FLUSH_AFTER: GucDef = GucDef {
+    name: "wal_writer_flush_after",
+    kind: int(0, walnut_common::guc::INT_MAX, Unit::Blocks),
+    default: "1MB",
+    context: Context::Sighup,
+    category: WAL_SETTINGS,
+    description: "Amount of WAL written out by WAL writer that triggers a flush.",
+    check: None,
+};
+
 /// `wal_level`: walnut writes what `replica` needs, always; the other levels are refused.
 pub static WAL_LEVEL: GucDef = GucDef {
     name: "wal_level",
@@ -209,6 +225,7 @@ pub static GUCS: &[&GucDef] = &[
     &WAL_SYNC_METHOD,
     &WAL_SYNC_RANGE,
     &WAL_WRITER_DELAY,
+    &WAL_WRITER_FLUSH_AFTER,
 ];
 
 #[cfg(test)]

@@ -157,6 +157,40 @@ fn wal_writer_flushes_in_background_and_shutdown_flushes() {
     assert_eq!(recs.len(), 2);
 }
 
+/// `wal_writer_flush_after`: with the writer's round an hour long, only an asynchronous
+/// commit's wakeup can make it flush; one that leaves less than the threshold unflushed does
+/// not wake it, the one that crosses it does.
+#[test]
+fn an_async_commit_past_wal_writer_flush_after_wakes_the_wal_writer() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = config(tmp.path(), 1 << 20, 1);
+    let wal = create_open(vfs(), &cfg);
+    use walnut_common::guc::{Registry, Settings, Source};
+    let mut s = Settings::defaults(std::sync::Arc::new(Registry::new(&[crate::GUCS])));
+    s.set("wal_writer_flush_after", "64kB", Source::Default)
+        .unwrap();
+    wal.apply_settings(&s);
+    wal.start_wal_writer(3_600_000);
+    let start = wal.flush_lsn();
+    let (_, small) = wal.insert(&mut |_| tagged_record(0, 0, false)).unwrap();
+    assert!(small.0 - start.0 < 64 << 10);
+    wal.async_commit(small);
+    let mut end = small;
+    while end.0 - start.0 < 64 << 10 {
+        end = wal.insert(&mut |_| tagged_record(0, 1, true)).unwrap().1;
+    }
+    wal.async_commit(end);
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while wal.flush_lsn() < end {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the WAL writer was not woken"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    wal.shutdown();
+}
+
 #[test]
 fn adaptive_group_commit_groups_concurrent_commits() {
     let tmp = tempfile::tempdir().unwrap();

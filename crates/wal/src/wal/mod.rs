@@ -840,12 +840,14 @@ impl Wal {
     }
 
     /// Applies the `sighup` parameters the WAL reads while running (`wal_compression`,
-    /// `wal_init_zero`, `wal_recycle`, `wal_writer_delay`) from reloaded settings. A segment created or
+    /// `wal_init_zero`, `wal_recycle`, `wal_writer_delay`, `wal_writer_flush_after`) from reloaded settings. A segment created or
     /// recycled after this uses the new values; `wal_sync_range` keeps deciding per segment
     /// from how much of it is allocated, so a segment made with `wal_init_zero = off` is
     /// synced with `fdatasync`.
     pub fn apply_settings(&self, s: &walnut_common::guc::Settings) {
-        use crate::guc::{WAL_COMPRESSION, WAL_INIT_ZERO, WAL_RECYCLE, WAL_WRITER_DELAY};
+        use crate::guc::{
+            WAL_COMPRESSION, WAL_INIT_ZERO, WAL_RECYCLE, WAL_WRITER_DELAY, WAL_WRITER_FLUSH_AFTER,
+        };
         self.live.compression_lz4.store(
             crate::WalCompression::parse(&s.text(&WAL_COMPRESSION)) == crate::WalCompression::Lz4,
             Ordering::Relaxed,
@@ -859,6 +861,10 @@ impl Wal {
         self.writer_ctl
             .delay_ms
             .store(s.int(&WAL_WRITER_DELAY).max(1) as u64, Ordering::Relaxed);
+        self.writer_ctl.flush_after.store(
+            s.int(&WAL_WRITER_FLUSH_AFTER) as u64 * walnut_common::BLCKSZ as u64,
+            Ordering::Relaxed,
+        );
         self.writer_ctl.cv.notify_all();
         // Checked when set: a bad value never reaches here.
         self.senders.set_sync(

@@ -1,6 +1,7 @@
 //! The WAL writer (PostgreSQL's `walwriter.c`): a background thread that flushes what was
-//! inserted every `wal_writer_delay`, so that commits with `synchronous_commit = off` become
-//! durable soon, and preallocates the segments ahead of the insert position, so that no
+//! inserted every `wal_writer_delay`, and at once when an asynchronous commit leaves
+//! `wal_writer_flush_after` of WAL unflushed ([`Wal::async_commit`]), so that commits with
+//! `synchronous_commit = off` become durable (and reach standbys) soon, and preallocates the segments ahead of the insert position, so that no
 //! committing session creates and zero-fills one.
 
 use super::Wal;
@@ -8,6 +9,10 @@ use parking_lot::{Condvar, Mutex};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
+use walnut_common::Lsn;
+
+/// `wal_writer_flush_after`'s default, bytes (PostgreSQL's: 128 blocks of 8 kB).
+const DEFAULT_FLUSH_AFTER: u64 = 1 << 20;
 
 pub(super) struct WriterCtl {
     pub(super) stop: Mutex<bool>,
@@ -16,6 +21,11 @@ pub(super) struct WriterCtl {
     pub(super) delay_ms: AtomicU64,
     /// The writer thread runs: it, not the flushing sessions, preallocates segments.
     pub(super) running: AtomicBool,
+    /// `wal_writer_flush_after`, bytes; a reload may change it.
+    pub(super) flush_after: AtomicU64,
+    /// An asynchronous commit has woken the writer, which has not flushed since: later ones
+    /// need not wake it again (one wakeup per flush, not per commit).
+    pub(super) kicked: AtomicBool,
 }
 
 impl WriterCtl {
@@ -26,6 +36,8 @@ impl WriterCtl {
             cv: Condvar::new(),
             delay_ms: AtomicU64::new(0),
             running: AtomicBool::new(false),
+            flush_after: AtomicU64::new(DEFAULT_FLUSH_AFTER),
+            kicked: AtomicBool::new(false),
         }
     }
 }
@@ -51,7 +63,7 @@ impl Wal {
             .spawn(move || loop {
                 {
                     let mut stop = ctl.stop.lock();
-                    if !*stop {
+                    if !*stop && !ctl.kicked.load(Ordering::Acquire) {
                         let delay = Duration::from_millis(ctl.delay_ms.load(Ordering::Relaxed));
                         ctl.cv.wait_for(&mut stop, delay);
                     }
@@ -60,12 +72,35 @@ impl Wal {
                     }
                 }
                 let Some(wal) = weak.upgrade() else { return };
+                // Cleared before the flush: a commit after this point is either in the
+                // flush or wakes the writer again.
+                ctl.kicked.store(false, Ordering::Release);
                 let _ = wal.flush(wal.insert_lsn());
                 wal.preallocate_ahead_quietly();
             })
             .expect("spawn WAL writer thread");
         *slot = Some(handle);
         self.writer_ctl.running.store(true, Ordering::Release);
+    }
+
+    /// Tells the WAL writer that an asynchronous commit's record ends at `end` (PostgreSQL's
+    /// xlog.c `XLogSetAsyncXactLSN`): if at least `wal_writer_flush_after` bytes before `end`
+    /// are unflushed (any, with 0), the writer is woken to flush now rather than at its next
+    /// `wal_writer_delay` round. Cheap when it does not wake: two atomic loads. Does nothing
+    /// while no writer runs.
+    pub fn async_commit(&self, end: Lsn) {
+        let ctl = &self.writer_ctl;
+        if !ctl.running.load(Ordering::Acquire) || ctl.kicked.load(Ordering::Acquire) {
+            return;
+        }
+        let unflushed = end.0.saturating_sub(self.flush_lsn().0);
+        let after = ctl.flush_after.load(Ordering::Relaxed);
+        if unflushed > 0 && unflushed >= after && !ctl.kicked.swap(true, Ordering::AcqRel) {
+            // Under the lock the writer checks `kicked` under, so the wakeup is not lost
+            // between its check and its wait.
+            let _g = ctl.stop.lock();
+            ctl.cv.notify_all();
+        }
     }
 
     pub(super) fn stop_wal_writer(&self) {
