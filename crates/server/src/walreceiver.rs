@@ -3,7 +3,7 @@
 //! runs `START_REPLICATION [SLOT primary_slot_name] PHYSICAL <flush position>`, writes the
 //! WAL that arrives at its LSNs ([`ReceivedWal`]), flushes it after each read of the socket, and
 //! tells replay how far it may read ([`Recovery::set_received`]). Status updates (`r`: written,
-//! flushed and applied LSNs) go back after every flush, whenever replay advances (a second
+//! flushed and applied LSNs) go back after every read's writes, after every flush, whenever replay advances (a second
 //! thread waits for that, so `remote_apply` commits wake at once), when a keepalive asks, and
 //! at least every `wal_receiver_status_interval`. On any failure it reconnects with backoff
 //! (1 s doubling to 30 s), from the flush position; replay waits meanwhile.
@@ -301,9 +301,12 @@ fn receive(
         let m = match c.buffered()? {
             Some(m) => m,
             None => {
-                // Every message of the last read is written: make them durable before
-                // reading more (one flush per read, up to the read buffer's size).
+                // Every message of the last read is written: say so (a `remote_write`
+                // commit needs no more), then make them durable before reading more (one
+                // flush per read, up to the read buffer's size). PostgreSQL's
+                // `WalReceiverMain` sends the same two replies around `XLogWalRcvFlush`.
                 if wal.write_lsn() > wal.flush_lsn() {
+                    fb.send(rec, false).map_err(ClientError::Io)?;
                     flush(rec, &mut wal, fb)?;
                 }
                 match c.read() {
