@@ -311,6 +311,14 @@ fn replication_connections_refuse_bad_input_clearly_and_the_primary_stays_up() {
     let (sev, code, msg) = first_error(&rest);
     assert_eq!((sev.as_str(), code.as_str()), ("FATAL", "08P01"), "{msg}");
     assert!(msg.contains("standby status update"), "{msg}");
+    // Gone once its client has seen the connection close (the next check counts on it).
+    let out = s.psql("select count(*) from pg_stat_replication");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        "0",
+        "{}",
+        stderr(&out)
+    );
 
     // max_wal_senders: a third walsender is refused with 53300 while two are connected.
     let mut a = Raw::connect(s.port, &[("user", "postgres"), ("replication", "true")]);

@@ -406,14 +406,25 @@ impl Registration {
     }
 }
 
-impl Drop for Registration {
-    fn drop(&mut self) {
+impl Registration {
+    /// Takes the entry out of the list (`max_wal_senders` counts it no more, and
+    /// `pg_stat_replication` no longer shows it); idempotent, and done on drop as well. A
+    /// connection calls it before its socket closes, as PostgreSQL's walsender leaves its
+    /// slot before its process exits: a client that saw the connection end may connect again
+    /// at once.
+    pub fn release(&self) {
         self.senders
             .list
             .lock()
             .retain(|s| !Arc::ptr_eq(s, &self.snd));
         // The set of synchronous standbys may have changed.
         self.senders.notify();
+    }
+}
+
+impl Drop for Registration {
+    fn drop(&mut self) {
+        self.release();
     }
 }
 

@@ -175,12 +175,32 @@ impl Conn {
     }
 }
 
-impl Drop for Conn {
-    /// A walsender's temporary slots end with its connection.
-    fn drop(&mut self) {
+impl Conn {
+    /// A walsender's connection ends: its entry leaves the walsenders (no longer counted
+    /// against `max_wal_senders`) and its temporary slots are dropped. Idempotent.
+    fn end_walsender(&self) {
         if let (Some(src), Some(reg)) = (&self.shared.wal_source, self.walsnd.get()) {
+            reg.release();
             src.slots().drop_temporary(reg.snd().pid);
         }
+    }
+}
+
+impl Drop for Conn {
+    fn drop(&mut self) {
+        self.end_walsender();
+    }
+}
+
+/// Ends a walsender ([`Conn::end_walsender`]) when dropped; [`serve`] declares it after the
+/// socket, so it runs before the socket closes, on every way out: a client that has seen its
+/// walsender's connection end finds the walsender gone (PostgreSQL's walsender, too, leaves
+/// its slot before its process exits and the socket closes).
+struct WalsenderEnd<'a>(&'a Conn);
+
+impl Drop for WalsenderEnd<'_> {
+    fn drop(&mut self) {
+        self.0.end_walsender();
     }
 }
 
@@ -215,6 +235,7 @@ pub async fn serve(
     let Some(mut socket) = socket else {
         return Ok(());
     };
+    let _end = WalsenderEnd(&conn);
     loop {
         let msg = if matches!(
             socket.state(),
