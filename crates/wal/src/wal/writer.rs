@@ -11,8 +11,8 @@ use std::sync::{Arc, Weak};
 use std::time::Duration;
 use walnut_common::Lsn;
 
-/// `wal_writer_flush_after`'s default, bytes (PostgreSQL's: 128 blocks of 8 kB).
-const DEFAULT_FLUSH_AFTER: u64 = 1 << 20;
+/// `wal_writer_flush_after`'s default, bytes (see the parameter).
+const DEFAULT_FLUSH_AFTER: u64 = 256 << 10;
 
 pub(super) struct WriterCtl {
     pub(super) stop: Mutex<bool>,
