@@ -66,8 +66,13 @@ pub struct Recovery {
     lock: Mutex<()>,
     /// The receiver flushed, replay was resumed or promotion asked: the startup thread looks.
     wake: Condvar,
-    /// Replay advanced: the walreceiver reports it (remote_apply waits on the primary).
+    /// Replay passed a commit record, or caught up with the receiver: the walreceiver
+    /// reports it (remote_apply waits on the primary). Not for every record: a status
+    /// update per record would wake the primary's waiting commits as often.
     applied: Condvar,
+    /// A checkpoint record was replayed, or recovery stops or ends: the restartpointer
+    /// looks.
+    restart_wake: Condvar,
     stop: AtomicBool,
     threads: Mutex<Vec<std::thread::JoinHandle<()>>>,
     /// What the walreceiver reports for `pg_stat_wal_receiver` (`None`: not running).
@@ -115,6 +120,7 @@ impl Recovery {
             lock: Mutex::new(()),
             wake: Condvar::new(),
             applied: Condvar::new(),
+            restart_wake: Condvar::new(),
             stop: AtomicBool::new(false),
             threads: Mutex::new(Vec::new()),
             receiver: Mutex::new(None),
@@ -196,6 +202,7 @@ impl Recovery {
         let _g = self.lock.lock();
         self.wake.notify_all();
         self.applied.notify_all();
+        self.restart_wake.notify_all();
     }
 
     /// The walreceiver says it runs (`true`, before its first connection) or has ended
@@ -226,6 +233,7 @@ impl Recovery {
             let _g = self.lock.lock();
             self.wake.notify_all();
             self.applied.notify_all();
+            self.restart_wake.notify_all();
         }
         let me = std::thread::current().id();
         for t in std::mem::take(&mut *self.threads.lock()) {
@@ -319,6 +327,8 @@ pub(crate) fn open(
 fn startup(weak: Weak<Storage>, rec: Arc<Recovery>, mut reader: WalReader) {
     stats::set_backend_type(BackendType::Startup);
     let mut catalog_changed = false;
+    // The replay position the walreceiver's feedback thread was last woken for.
+    let mut notified = rec.replay_lsn();
     loop {
         if rec.stopping() {
             return;
@@ -346,8 +356,11 @@ fn startup(weak: Weak<Storage>, rec: Arc<Recovery>, mut reader: WalReader) {
             }
         };
         let Some(r) = next else {
-            // Flush marks after the last record were read past: replay is there too.
-            if rec.replayed.fetch_max(reader.end_lsn().0, Ordering::AcqRel) < reader.end_lsn().0 {
+            // Caught up. Flush marks after the last record were read past: replay is there
+            // too.
+            rec.replayed.fetch_max(reader.end_lsn().0, Ordering::AcqRel);
+            if rec.replay_lsn() > notified {
+                notified = rec.replay_lsn();
                 let _g = rec.lock.lock();
                 rec.applied.notify_all();
             }
@@ -411,8 +424,18 @@ fn startup(weak: Weak<Storage>, rec: Arc<Recovery>, mut reader: WalReader) {
             *rec.restart_candidate.lock() = Some(c);
         }
         rec.replayed.store(r.end_lsn.0, Ordering::Release);
-        let _g = rec.lock.lock();
-        rec.applied.notify_all();
+        // A `remote_apply` commit waits for its commit record only (PostgreSQL's startup
+        // process, too, asks the walreceiver for a reply after a commit record only).
+        if applied.commit || applied.checkpoint.is_some() {
+            let _g = rec.lock.lock();
+            if applied.commit {
+                notified = r.end_lsn;
+                rec.applied.notify_all();
+            }
+            if applied.checkpoint.is_some() {
+                rec.restart_wake.notify_all();
+            }
+        }
     }
 }
 
@@ -460,7 +483,8 @@ fn restartpointer(weak: Weak<Storage>, rec: Arc<Recovery>) {
         {
             let mut g = rec.lock.lock();
             if !rec.stopping() && !rec.ended() {
-                rec.applied.wait_for(&mut g, Duration::from_millis(200));
+                rec.restart_wake
+                    .wait_for(&mut g, Duration::from_millis(200));
             }
         }
         if rec.stopping() || rec.ended() {
@@ -634,6 +658,7 @@ fn finish_recovery(st: &Arc<Storage>, rec: &Recovery, end: Lsn) -> Result<()> {
     {
         let _g = rec.lock.lock();
         rec.applied.notify_all();
+        rec.restart_wake.notify_all();
     }
     tracing::info!("database system is ready to accept connections (promoted)");
     Ok(())
