@@ -6,7 +6,7 @@
 //! The streaming itself (the protocol, reading segments) is the front end's; the WAL only keeps
 //! what every session must be able to see.
 
-use parking_lot::{Condvar, Mutex};
+use parking_lot::Mutex;
 use std::collections::VecDeque;
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicU8, Ordering};
@@ -378,10 +378,23 @@ pub struct WalSenders {
     /// `sync` is set: read without a lock by every commit, so that a server without
     /// synchronous standbys takes no lock for them on its commit path.
     sync_configured: AtomicBool,
-    /// Synchronous commits wait here; every reply, registration change and setting change
-    /// notifies under it. Lock order: `waiting`, then `list` and `sync`.
-    waiting: Mutex<()>,
-    released: Condvar,
+    /// The synchronous commits waiting, each parked on its own thread (PostgreSQL's
+    /// `SyncRepQueue`, each backend on its latch). Every reply, registration change and
+    /// setting change looks under this lock and unparks only those it released, not all:
+    /// with replies coming several times per commit group, waking every waiter each time
+    /// costs more than the waits. Lock order: `waiting`, then `list` and `sync`.
+    waiting: Mutex<Vec<Waiter>>,
+    /// Ids of [`Waiter`]s.
+    next_waiter: AtomicU64,
+}
+
+/// A commit waiting for synchronous standbys.
+#[derive(Debug)]
+struct Waiter {
+    id: u64,
+    lsn: u64,
+    level: SyncLevel,
+    thread: std::thread::Thread,
 }
 
 /// A walsender's place in [`WalSenders`]; dropping it removes the entry.
@@ -475,9 +488,20 @@ impl WalSenders {
         self.notify();
     }
 
+    /// Unparks the waiting commits that are released now (or need wait no more: no
+    /// synchronous standbys configured); each removes itself.
     fn notify(&self) {
-        let _g = self.waiting.lock();
-        self.released.notify_all();
+        let waiting = self.waiting.lock();
+        if waiting.is_empty() {
+            return;
+        }
+        let mut released: [Option<Option<u64>>; 3] = [None; 3];
+        for w in waiting.iter() {
+            let at = *released[w.level as usize].get_or_insert_with(|| self.released_at(w.level));
+            if at.is_none_or(|p| p >= w.lsn) {
+                w.thread.unpark();
+            }
+        }
     }
 
     /// The position up to which synchronous commits at `level` are confirmed now; `None` if
@@ -510,22 +534,54 @@ impl WalSenders {
     /// `SyncRepWaitForLSN`), or `cancel` is set (taken: the caller reports the commit as local
     /// only), or the setting is emptied. Blocks the calling thread (a session's own).
     pub fn wait_for(&self, lsn: u64, level: SyncLevel, cancel: &AtomicBool) -> SyncWait {
+        self.wait_polling(lsn, level, cancel, Duration::from_millis(100))
+    }
+
+    /// [`WalSenders::wait_for`], looking at `cancel` every `poll` (tests make it long, so
+    /// that only an unpark can end the wait).
+    fn wait_polling(
+        &self,
+        lsn: u64,
+        level: SyncLevel,
+        cancel: &AtomicBool,
+        poll: Duration,
+    ) -> SyncWait {
         if !self.sync_configured.load(Ordering::Acquire) {
             return SyncWait::NotRequired;
         }
-        let mut g = self.waiting.lock();
-        loop {
-            match self.released_at(level) {
-                None => return SyncWait::NotRequired,
-                Some(p) if p >= lsn => return SyncWait::Released,
-                Some(_) => {}
+        let check = || match self.released_at(level) {
+            None => Some(SyncWait::NotRequired),
+            Some(p) if p >= lsn => Some(SyncWait::Released),
+            Some(_) => None,
+        };
+        let id = self.next_waiter.fetch_add(1, Ordering::Relaxed);
+        {
+            // Checked under the lock `notify` looks under: a release either came before
+            // (seen here) or will find this waiter in the list.
+            let mut waiting = self.waiting.lock();
+            if let Some(done) = check() {
+                return done;
             }
-            if cancel.swap(false, Ordering::AcqRel) {
-                return SyncWait::Canceled;
-            }
-            // The timeout only bounds how late a cancel is seen; releases are notified.
-            self.released.wait_for(&mut g, Duration::from_millis(100));
+            waiting.push(Waiter {
+                id,
+                lsn,
+                level,
+                thread: std::thread::current(),
+            });
         }
+        let done = loop {
+            if cancel.swap(false, Ordering::AcqRel) {
+                break SyncWait::Canceled;
+            }
+            // The timeout only bounds how late a cancel is seen; releases unpark. An unpark
+            // before the park makes it return at once.
+            std::thread::park_timeout(poll);
+            if let Some(done) = check() {
+                break done;
+            }
+        };
+        self.waiting.lock().retain(|w| w.id != id);
+        done
     }
 }
 
@@ -665,6 +721,45 @@ mod tests {
         all.set_sync(SyncStandbys::parse("FIRST 1 (b, a)").unwrap());
         drop(b);
         assert_eq!(all.released_at(SyncLevel::Flush), Some(400));
+    }
+
+    /// With the cancel poll an hour long, only `notify`'s unpark ends a wait: a reply ends
+    /// the waits it releases and leaves the others waiting.
+    #[test]
+    fn a_reply_unparks_the_waiters_it_releases() {
+        let all = Arc::new(WalSenders::default());
+        let a = Arc::new(streaming(&all, 1, "a"));
+        all.set_sync(SyncStandbys::parse("a").unwrap());
+        let wait = |lsn: u64| {
+            let all = all.clone();
+            std::thread::spawn(move || {
+                let hour = Duration::from_secs(3600);
+                all.wait_polling(lsn, SyncLevel::Apply, &AtomicBool::new(false), hour)
+            })
+        };
+        let join = |t: std::thread::JoinHandle<SyncWait>| {
+            let deadline = Instant::now() + Duration::from_secs(60);
+            while !t.is_finished() {
+                assert!(
+                    Instant::now() < deadline,
+                    "a released waiter was not unparked"
+                );
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            t.join().unwrap()
+        };
+        let (first, second) = (wait(1000), wait(2000));
+        while all.waiting.lock().len() < 2 {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        a.snd().reply(3000, 3000, 1500, Instant::now(), 1);
+        a.replied();
+        assert_eq!(join(first), SyncWait::Released);
+        assert!(!second.is_finished(), "released before replay reached it");
+        a.snd().reply(3000, 3000, 2000, Instant::now(), 1);
+        a.replied();
+        assert_eq!(join(second), SyncWait::Released);
+        assert!(all.waiting.lock().is_empty());
     }
 
     #[test]
