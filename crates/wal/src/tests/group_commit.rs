@@ -142,14 +142,7 @@ fn wal_writer_flushes_in_background_and_shutdown_flushes() {
     let wal = create_open(vfs(), &cfg);
     wal.start_wal_writer(2);
     let (_, end) = wal.insert(&mut |_| tagged_record(0, 0, false)).unwrap();
-    let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    while wal.flush_lsn() < end {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "WAL writer never flushed"
-        );
-        std::thread::sleep(Duration::from_millis(1));
-    }
+    wait_flushed(&wal, end, "the WAL writer never flushed");
     let (_, end) = wal.insert(&mut |_| tagged_record(0, 1, false)).unwrap();
     wal.shutdown();
     assert!(wal.flush_lsn() >= end);
@@ -157,9 +150,17 @@ fn wal_writer_flushes_in_background_and_shutdown_flushes() {
     assert_eq!(recs.len(), 2);
 }
 
+/// Waits (60 s at most, a hang guard, not a timing assertion) for `flush_lsn` to pass `end`.
+fn wait_flushed(wal: &Wal, end: Lsn, what: &str) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while wal.flush_lsn() < end {
+        assert!(std::time::Instant::now() < deadline, "{what}");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
 /// `wal_writer_flush_after`: with the writer's round an hour long, only an asynchronous
-/// commit's wakeup can make it flush; one that leaves less than the threshold unflushed does
-/// not wake it, the one that crosses it does.
+/// commit's wakeup can make it flush, and the one that leaves the threshold unflushed does.
 #[test]
 fn an_async_commit_past_wal_writer_flush_after_wakes_the_wal_writer() {
     let tmp = tempfile::tempdir().unwrap();
@@ -180,14 +181,7 @@ fn an_async_commit_past_wal_writer_flush_after_wakes_the_wal_writer() {
         end = wal.insert(&mut |_| tagged_record(0, 1, true)).unwrap().1;
     }
     wal.async_commit(end);
-    let deadline = std::time::Instant::now() + Duration::from_secs(60);
-    while wal.flush_lsn() < end {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the WAL writer was not woken"
-        );
-        std::thread::sleep(Duration::from_millis(1));
-    }
+    wait_flushed(&wal, end, "the WAL writer was not woken");
     wal.shutdown();
 }
 
