@@ -105,16 +105,44 @@ pub struct Applied {
     pub checkpoint: Option<(Lsn, Lsn)>,
 }
 
-/// The commit time in a commit record's main data (after the relation list): µs since
-/// 2000-01-01 UTC (PostgreSQL's `TimestampTz`); `None` in records of older versions.
-pub fn commit_timestamp(main_data: &[u8]) -> Option<i64> {
+/// Commit record flag: the committing session waits for its synchronous standbys to replay
+/// the record (`synchronous_commit = remote_apply`), so a standby reports its replay at once
+/// (PostgreSQL's `XACT_COMPLETION_APPLY_FEEDBACK`).
+pub const COMMIT_APPLY_FEEDBACK: u8 = 0x01;
+
+/// A commit record's main data: the relation files to remove (as [`encode_rel_list`]), the
+/// commit time (i64 LE, µs since 2000-01-01 UTC, PostgreSQL's `TimestampTz`) and a flags byte
+/// ([`COMMIT_APPLY_FEEDBACK`]).
+pub fn encode_commit(rels: &[RelFileId], timestamp: i64, flags: u8) -> Vec<u8> {
+    let mut v = encode_rel_list(rels);
+    v.extend_from_slice(&timestamp.to_le_bytes());
+    v.push(flags);
+    v
+}
+
+/// Where a commit record's main data has its commit time: after the relation list.
+fn commit_time_at(main_data: &[u8]) -> Option<usize> {
     let n = main_data
         .get(..4)
         .map(|b| u32::from_le_bytes(b.try_into().expect("4")) as usize)?;
-    let at = 4 + 4 * n;
+    Some(4 + 4 * n)
+}
+
+/// The commit time in a commit record's main data (after the relation list): µs since
+/// 2000-01-01 UTC (PostgreSQL's `TimestampTz`); `None` in records of older versions.
+pub fn commit_timestamp(main_data: &[u8]) -> Option<i64> {
+    let at = commit_time_at(main_data)?;
     main_data
         .get(at..at + 8)
         .map(|b| i64::from_le_bytes(b.try_into().expect("8")))
+}
+
+/// The flags byte of a commit record's main data (after the commit time); 0 in records of
+/// older versions, which have none.
+pub fn commit_flags(main_data: &[u8]) -> u8 {
+    commit_time_at(main_data)
+        .and_then(|at| main_data.get(at + 8).copied())
+        .unwrap_or(0)
 }
 
 /// Applies one record. A B-tree structure change (`BTREE_SMO`, the only multi-page record)
@@ -234,4 +262,27 @@ pub fn apply(st: &Storage, rec: &DecodedRecord) -> Result<Applied> {
         _ => {}
     }
     Ok(applied)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn commit_main_data_round_trips_and_older_records_read_as_no_time_and_no_flags() {
+        let rels = [RelFileId(16384), RelFileId(16390)];
+        let m = encode_commit(&rels, -42, COMMIT_APPLY_FEEDBACK);
+        assert_eq!(m.len(), 4 + 8 + 8 + 1);
+        assert_eq!(commit_timestamp(&m), Some(-42));
+        assert_eq!(commit_flags(&m), COMMIT_APPLY_FEEDBACK);
+        let m = encode_commit(&[], 7, 0);
+        assert_eq!((commit_timestamp(&m), commit_flags(&m)), (Some(7), 0));
+        // Older versions: the relation list alone, or with the time but no flags.
+        let old = encode_rel_list(&rels);
+        assert_eq!((commit_timestamp(&old), commit_flags(&old)), (None, 0));
+        let mut old = encode_rel_list(&[]);
+        old.extend_from_slice(&9i64.to_le_bytes());
+        assert_eq!((commit_timestamp(&old), commit_flags(&old)), (Some(9), 0));
+        assert_eq!((commit_timestamp(&[1]), commit_flags(&[])), (None, 0));
+    }
 }

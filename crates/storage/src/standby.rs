@@ -424,11 +424,15 @@ fn startup(weak: Weak<Storage>, rec: Arc<Recovery>, mut reader: WalReader) {
             *rec.restart_candidate.lock() = Some(c);
         }
         rec.replayed.store(r.end_lsn.0, Ordering::Release);
-        // A `remote_apply` commit waits for its commit record only (PostgreSQL's startup
-        // process, too, asks the walreceiver for a reply after a commit record only).
-        if applied.commit || applied.checkpoint.is_some() {
+        // A `remote_apply` commit waits for its commit record, which says so: a reply at
+        // once for that one only (PostgreSQL's startup process, too, asks the walreceiver
+        // for a reply after a commit record flagged XACT_COMPLETION_APPLY_FEEDBACK). Other
+        // progress is reported with the next flush, or when replay catches up.
+        let feedback = applied.commit
+            && recovery::commit_flags(&r.record.main_data) & recovery::COMMIT_APPLY_FEEDBACK != 0;
+        if feedback || applied.checkpoint.is_some() {
             let _g = rec.lock.lock();
-            if applied.commit {
+            if feedback {
                 notified = r.end_lsn;
                 rec.applied.notify_all();
             }

@@ -666,10 +666,19 @@ impl Txn {
         let st = self.st.clone();
         let end = {
             let _c = st.xact.commit_lock.read();
-            // The relation list, then the commit time (what a standby reports as
-            // pg_last_xact_replay_timestamp() and waits on for recovery_min_apply_delay).
-            let mut main = encode_rel_list(&self.drop_at_commit);
-            main.extend_from_slice(&walnut_common::value::now_timestamp().to_le_bytes());
+            // The relation list, the commit time (what a standby reports as
+            // pg_last_xact_replay_timestamp() and waits on for recovery_min_apply_delay),
+            // and whether the committer waits for its standbys to replay it.
+            let flags = if opts.synchronous_commit == walnut_wal::SynchronousCommit::RemoteApply {
+                crate::recovery::COMMIT_APPLY_FEEDBACK
+            } else {
+                0
+            };
+            let main = crate::recovery::encode_commit(
+                &self.drop_at_commit,
+                walnut_common::value::now_timestamp(),
+                flags,
+            );
             let (_, end) = st.wal().insert(&mut |_| Record {
                 rmgr: RM_XACT,
                 info: XACT_COMMIT,
