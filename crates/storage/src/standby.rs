@@ -66,9 +66,9 @@ pub struct Recovery {
     lock: Mutex<()>,
     /// The receiver flushed, replay was resumed or promotion asked: the startup thread looks.
     wake: Condvar,
-    /// Replay passed a commit record, or caught up with the receiver: the walreceiver
-    /// reports it (remote_apply waits on the primary). Not for every record: a status
-    /// update per record would wake the primary's waiting commits as often.
+    /// Replay passed a commit record flagged `COMMIT_APPLY_FEEDBACK` (its committer waits
+    /// for `remote_apply`), or caught up with the receiver: the walreceiver reports it. Not
+    /// for every record or commit: each status update wakes the primary's walsender.
     applied: Condvar,
     /// A checkpoint record was replayed, or recovery stops or ends: the restartpointer
     /// looks.
