@@ -32,6 +32,9 @@ pub const PROMOTE_SIGNAL: &str = "promote";
 /// The longest the startup thread sleeps before looking for new WAL again (it is also woken
 /// when the receiver flushes).
 const REPLAY_POLL: Duration = Duration::from_millis(100);
+/// Records replay may apply past a commit that wants apply feedback before it reports it
+/// without having caught up (about ten pgbench transactions).
+const FEEDBACK_BATCH: u32 = 64;
 
 /// What a standby shares between its walreceiver, its startup (replay) thread, its
 /// restartpointer and the sessions that ask (PostgreSQL's `XLogRecoveryCtlData` and
@@ -329,6 +332,9 @@ fn startup(weak: Weak<Storage>, rec: Arc<Recovery>, mut reader: WalReader) {
     let mut catalog_changed = false;
     // The replay position the walreceiver's feedback thread was last woken for.
     let mut notified = rec.replay_lsn();
+    // Records applied since a commit that wants apply feedback, not yet reported (`None`:
+    // none waits).
+    let mut feedback_pending: Option<u32> = None;
     loop {
         if rec.stopping() {
             return;
@@ -361,6 +367,7 @@ fn startup(weak: Weak<Storage>, rec: Arc<Recovery>, mut reader: WalReader) {
             rec.replayed.fetch_max(reader.end_lsn().0, Ordering::AcqRel);
             if rec.replay_lsn() > notified {
                 notified = rec.replay_lsn();
+                feedback_pending = None;
                 let _g = rec.lock.lock();
                 rec.applied.notify_all();
             }
@@ -424,12 +431,29 @@ fn startup(weak: Weak<Storage>, rec: Arc<Recovery>, mut reader: WalReader) {
             *rec.restart_candidate.lock() = Some(c);
         }
         rec.replayed.store(r.end_lsn.0, Ordering::Release);
-        // A `remote_apply` commit waits for its commit record, which says so: a reply at
-        // once for that one only (PostgreSQL's startup process, too, asks the walreceiver
-        // for a reply after a commit record flagged XACT_COMPLETION_APPLY_FEEDBACK). Other
-        // progress is reported with the next flush, or when replay catches up.
-        let feedback = applied.commit
-            && recovery::commit_flags(&r.record.main_data) & recovery::COMMIT_APPLY_FEEDBACK != 0;
+        // A `remote_apply` commit waits for its commit record, which says so (PostgreSQL's
+        // startup process, too, asks the walreceiver for a reply after a commit record
+        // flagged XACT_COMPLETION_APPLY_FEEDBACK). The reply goes when replay catches up
+        // with what was received (above), which is at the end of the batch the commit came
+        // in: one reply for the commits of a group, not one each. Should replay stay behind,
+        // it goes FEEDBACK_BATCH records later. Other progress is reported with the next
+        // flush, or when replay catches up.
+        if applied.commit
+            && recovery::commit_flags(&r.record.main_data) & recovery::COMMIT_APPLY_FEEDBACK != 0
+        {
+            feedback_pending.get_or_insert(0);
+        }
+        let feedback = match feedback_pending.as_mut() {
+            Some(n) if *n >= FEEDBACK_BATCH => true,
+            Some(n) => {
+                *n += 1;
+                false
+            }
+            None => false,
+        };
+        if feedback {
+            feedback_pending = None;
+        }
         if feedback || applied.checkpoint.is_some() {
             let _g = rec.lock.lock();
             if feedback {
