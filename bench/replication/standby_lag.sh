@@ -33,25 +33,11 @@
 # server log, settings.txt (with the load average before and after each phase: the machine
 # must be otherwise idle). Needs root (postgres18.sh runs PostgreSQL as pgref).
 set -euo pipefail
-here=$(cd "$(dirname "$0")" && pwd); root=$(cd "$here/../.." && pwd)
-shared=${WALNUT_SHARED:-$root/../shared}
+source "$(dirname "$0")/lib.sh"
 walnut=""; seconds=120; scale=100; clients=10; only=both; out=""
-usage() { awk 'NR > 1 && /^#/ {sub(/^# ?/, ""); print; next} NR > 1 {exit}' "$0" >&2; exit 2; }
-while [ $# -gt 0 ]; do
-  case $1 in
-    --walnut) walnut=$2;; --seconds) seconds=$2;; --scale) scale=$2;; --clients) clients=$2;;
-    --only) only=$2;; --out) out=$2;;
-    -h|--help) usage;;
-    *) echo "unknown option $1" >&2; usage;;
-  esac; shift 2
-done
-case $only in both|pg|walnut) ;; *) echo "--only must be both, pg or walnut" >&2; exit 2;; esac
-[ "$only" = pg ] || [ -x "$walnut" ] || { echo "--walnut BIN is required (an executable walnut)" >&2; exit 2; }
-walnut=${walnut:+$(cd "$(dirname "$walnut")" && pwd)/$(basename "$walnut")}
+parse_lag_options "$@"
 
-"$shared/bench/postgres18.sh" install >/dev/null
-PGBIN=$("$shared/bench/postgres18.sh" bin)
-PGBENCH=$PGBIN/pgbench; PSQL=$PGBIN/psql
+pg_tools
 
 out=${out:-$here/results/standby-$(date +%Y%m%d-%H%M%S)}
 mkdir -p "$out"; out=$(cd "$out" && pwd)
@@ -68,8 +54,6 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-psql_() { local port=$1; shift; "$PSQL" -h 127.0.0.1 -p "$port" -U postgres -X "$@" postgres; }
-now() { date +%s.%N; }
 
 # p50 p99 max of column COL of FILE (nearest rank; numeric cells only).
 stats() {

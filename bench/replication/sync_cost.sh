@@ -25,10 +25,8 @@
 # SERVER.backup.txt and SERVER.standby.log; with pg_receivewal SERVER.receivewal.txt. Needs root
 # (postgres18.sh runs PostgreSQL as pgref).
 set -euo pipefail
-here=$(cd "$(dirname "$0")" && pwd); root=$(cd "$here/../.." && pwd)
-shared=${WALNUT_SHARED:-$root/../shared}
+source "$(dirname "$0")/lib.sh"
 walnut=""; standby=real; seconds=30; scale=10; clients="10 64"; out=""
-usage() { awk 'NR > 1 && /^#/ {sub(/^# ?/, ""); print; next} NR > 1 {exit}' "$0" >&2; exit 2; }
 while [ $# -gt 0 ]; do
   case $1 in
     --walnut) walnut=$2;; --standby) standby=$2;; --seconds) seconds=$2;; --scale) scale=$2;;
@@ -45,9 +43,7 @@ esac
 [ -x "$walnut" ] || { echo "--walnut BIN is required (an executable walnut)" >&2; exit 2; }
 walnut=$(cd "$(dirname "$walnut")" && pwd)/$(basename "$walnut")
 
-"$shared/bench/postgres18.sh" install >/dev/null
-PGBIN=$("$shared/bench/postgres18.sh" bin)
-PGBENCH=$PGBIN/pgbench; PSQL=$PGBIN/psql; RECEIVEWAL=$PGBIN/pg_receivewal
+pg_tools
 
 out=${out:-$here/results/sync-$(date +%Y%m%d-%H%M%S)}
 mkdir -p "$out"; out=$(cd "$out" && pwd)
@@ -64,8 +60,6 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-psql_() { local port=$1; shift; "$PSQL" -h 127.0.0.1 -p "$port" -U postgres -X "$@" postgres; }
-now() { date +%s.%N; }
 
 # Waits (up to LIMIT s) until the standby on SPORT has replayed LSN; prints the seconds waited.
 wait_replayed() { # SPORT LSN LIMIT
