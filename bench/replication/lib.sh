@@ -31,3 +31,15 @@ pg_tools() {
 
 psql_() { local port=$1; shift; "$PSQL" -h 127.0.0.1 -p "$port" -U postgres -X "$@" postgres; }
 now() { date +%s.%N; }
+
+# Waits (up to LIMIT s) until the standby on SPORT has replayed LSN; prints the seconds waited.
+wait_replayed() { # SPORT LSN LIMIT
+  local t0 d; t0=$(now)
+  while :; do
+    d=$(psql_ "$1" -Atqc "select pg_wal_lsn_diff(pg_last_wal_replay_lsn(), '$2')" 2>/dev/null || true)
+    if [ -n "$d" ] && awk -v d="$d" 'BEGIN { exit !(d >= 0) }'; then break; fi
+    if awk -v a="$t0" -v b="$(now)" -v l="$3" 'BEGIN { exit !(b - a > l) }'; then echo timeout; return 1; fi
+    sleep 0.1
+  done
+  awk -v a="$t0" -v b="$(now)" 'BEGIN { printf "%.1f\n", b - a }'
+}
