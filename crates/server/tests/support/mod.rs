@@ -15,9 +15,17 @@ use std::time::{Duration, Instant};
 
 static NEXT_PORT: AtomicU16 = AtomicU16::new(0);
 
+/// A port for a test server: below Linux's ephemeral range (32768-60999), where a connect to
+/// a port nobody listens on can be given that same port as its source and connect to itself.
 pub fn port() -> u16 {
-    let base = 20000 + (std::process::id() % 2000) as u16 * 10;
+    let base = 20000 + (std::process::id() % 1000) as u16 * 10;
     base + NEXT_PORT.fetch_add(1, Ordering::Relaxed)
+}
+
+/// Something listens on 127.0.0.1:`port`: a connect succeeds, and not to itself (a TCP
+/// self-connect, when the kernel picks `port` as the source port too, also "succeeds").
+fn listening(port: u16) -> bool {
+    TcpStream::connect(("127.0.0.1", port)).is_ok_and(|s| s.local_addr().ok() != s.peer_addr().ok())
 }
 
 pub fn pg_bin(name: &str) -> PathBuf {
@@ -107,7 +115,7 @@ impl Server {
             self.child = Some(child);
             let t0 = Instant::now();
             let mut exited = None;
-            while TcpStream::connect(("127.0.0.1", self.port)).is_err() {
+            while !listening(self.port) {
                 if let Some(st) = self.child.as_mut().unwrap().try_wait().unwrap() {
                     exited = Some(st);
                     break;
