@@ -289,7 +289,14 @@ fn receive(
     start: Lsn,
     interval: Duration,
 ) -> Result<(), RecvError> {
-    let mut wal = ReceivedWal::new(storage.vfs.clone(), storage.dir.join("wal"), start);
+    // On the timeline `follow_timeline` adopted: the primary's.
+    let mut wal = ReceivedWal::new(
+        storage.vfs.clone(),
+        storage.dir.join("wal"),
+        storage.timeline(),
+        start,
+    )
+    .map_err(|e| RecvError::Stream(e.to_string()))?;
     c.set_read_timeout(Some(POLL))?;
     loop {
         if rec.stopping() || rec.promote_requested() {

@@ -403,6 +403,34 @@ fn timeline_of(s: &Server) -> String {
         .to_string()
 }
 
+/// The WAL segment files in `data_dir`/wal as (timeline, segment number), by segment.
+fn wal_segments(data_dir: &std::path::Path) -> Vec<(u32, u64)> {
+    let mut v: Vec<(u32, u64)> = std::fs::read_dir(data_dir.join("wal"))
+        .unwrap()
+        .filter_map(|e| {
+            let n = e.unwrap().file_name().to_string_lossy().into_owned();
+            let hex = |r: std::ops::Range<usize>| u64::from_str_radix(n.get(r)?, 16).ok();
+            (n.len() == 24).then_some(())?;
+            Some((hex(0..8)? as u32, hex(8..16)? * 256 + hex(16..24)?))
+        })
+        .collect();
+    v.sort_by_key(|&(tli, segno)| (segno, tli));
+    v
+}
+
+/// Segment files from `switch_segno` on carry timeline `tli`, earlier ones a lower one.
+fn assert_segments_named(data_dir: &std::path::Path, switch_segno: u64, tli: u32) {
+    let segs = wal_segments(data_dir);
+    assert!(segs.iter().any(|&(_, s)| s >= switch_segno), "{segs:?}");
+    for &(t, s) in &segs {
+        assert!(
+            if s >= switch_segno { t == tli } else { t < tli },
+            "{}: segment {s:X} is named for timeline {t}; the switch to {tli} is in segment {switch_segno:X}: {segs:?}",
+            data_dir.display()
+        );
+    }
+}
+
 /// Promotion starts timeline 2 with a history file. A second standby that had not gone past
 /// the switch point follows the promoted one onto it; the old primary, whose WAL went further
 /// than the promoted standby's, is refused with PostgreSQL's "forked off" error instead of
@@ -431,6 +459,13 @@ fn promotion_starts_a_timeline_that_a_standby_follows_and_a_diverged_primary_can
     assert_eq!(timeline_of(&s2), "2");
     let history = std::fs::read_to_string(s2.dir.join("wal/00000002.history")).unwrap();
     assert!(history.starts_with("1\t"), "{history}");
+    // The switch point's segment and later ones are named for timeline 2, as PostgreSQL names
+    // them; earlier ones keep timeline 1.
+    let switch = history.split('\t').nth(1).unwrap();
+    let (hi, lo) = switch.split_once('/').unwrap();
+    let switch = u64::from_str_radix(hi, 16).unwrap() << 32 | u64::from_str_radix(lo, 16).unwrap();
+    let switch_segno = switch / (16 << 20);
+    assert_segments_named(&s2.dir, switch_segno, 2);
     s2.query("insert into t values (4, 'timeline 2')");
     // A base backup of the promoted server carries its history.
     let copy = tempfile::tempdir().unwrap();
@@ -445,6 +480,9 @@ fn promotion_starts_a_timeline_that_a_standby_follows_and_a_diverged_primary_can
         std::fs::read_to_string(copy.path().join("c/wal/00000002.history")).unwrap(),
         history
     );
+    assert_segments_named(&copy.path().join("c"), switch_segno, 2);
+    let label = std::fs::read_to_string(copy.path().join("c/backup_label")).unwrap();
+    assert!(label.contains("START TIMELINE: 2\n"), "{label}");
 
     // s1 (behind the switch point) follows s2 onto timeline 2.
     stream_from(&s1.dir, &s2);
@@ -456,6 +494,17 @@ fn promotion_starts_a_timeline_that_a_standby_follows_and_a_diverged_primary_can
         s1.log().contains("following the primary's timeline 2"),
         "{}",
         s1.log()
+    );
+    // s1's copy of the switch segment took timeline 2's name when it followed (walnut streams
+    // a follower everything on the new timeline: segments between its start and the switch
+    // are named for timeline 2 too, where PostgreSQL's would keep timeline 1's name).
+    let segs = wal_segments(&s1.dir);
+    assert!(
+        segs.iter()
+            .filter(|&&(_, s)| s >= switch_segno)
+            .all(|&(t, _)| t == 2)
+            && segs.iter().any(|&(_, s)| s >= switch_segno),
+        "{segs:?}"
     );
 
     // The old primary, made a standby of s2, went past the switch point: refused.

@@ -45,6 +45,8 @@ pub struct BackupStart {
     pub control: Vec<u8>,
     /// When the backup started.
     pub started: std::time::SystemTime,
+    /// The timeline the start checkpoint was written on (the control file's).
+    pub timeline: u32,
     hold: WalHold,
 }
 
@@ -163,6 +165,7 @@ impl Storage {
             checkpoint: ctl.checkpoint_lsn,
             control,
             started: std::time::SystemTime::now(),
+            timeline: ctl.timeline,
             hold,
         })
     }
@@ -189,10 +192,11 @@ pub fn backup_label(start: &BackupStart, end: Lsn, label: &str) -> String {
     format!(
         "START WAL LOCATION: {} (file {})\nCHECKPOINT LOCATION: {}\nBACKUP END LOCATION: {end}\n\
          BACKUP METHOD: streamed\nBACKUP FROM: primary\nSTART TIME: {secs} (seconds since 1970-01-01 UTC)\n\
-         LABEL: {label}\nSTART TIMELINE: 1\n",
+         LABEL: {label}\nSTART TIMELINE: {}\n",
         start.redo,
-        walnut_wal::segment_file_name(walnut_wal::segment_of(start.redo.0)),
+        walnut_wal::segment_file_name(start.timeline, walnut_wal::segment_of(start.redo.0)),
         start.checkpoint,
+        start.timeline,
     )
 }
 
@@ -229,6 +233,7 @@ mod tests {
             checkpoint: Lsn(0x1_0000_0100),
             control: vec![],
             started: std::time::SystemTime::now(),
+            timeline: 2,
             hold: {
                 let tmp = tempfile::tempdir().unwrap();
                 let slots =
@@ -238,7 +243,8 @@ mod tests {
             },
         };
         let text = backup_label(&start, Lsn(0x1_0300_0000), "nightly");
-        assert!(text.contains("START WAL LOCATION: 1/28 (file 000000010000000100000000)"));
+        assert!(text.contains("START WAL LOCATION: 1/28 (file 000000020000000100000000)"));
+        assert!(text.contains("START TIMELINE: 2\n"));
         assert_eq!(
             parse_backup_label(&text).unwrap(),
             BackupLabel {

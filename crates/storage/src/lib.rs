@@ -361,7 +361,7 @@ impl Storage {
                 )
             })?;
         }
-        let cfg = wal_config(dir, &StorageConfig::default());
+        let cfg = wal_config(dir, &StorageConfig::default(), walnut_wal::FIRST_TIMELINE);
         Wal::create(vfs.clone(), &cfg)?;
         let ctl = ControlFile {
             state: DbState::ShutDown,
@@ -584,7 +584,7 @@ impl Storage {
     fn attach_wal(&self, end: Lsn, redo: Lsn) -> Result<()> {
         let wal = Wal::open(
             self.vfs.clone(),
-            wal_config(&self.dir, &self.config),
+            wal_config(&self.dir, &self.config, self.timeline()),
             end,
             redo,
         )?;
@@ -796,9 +796,11 @@ fn sync_data_directory(vfs: &dyn Vfs, dir: &Path) -> Result<()> {
     Ok(())
 }
 
-fn wal_config(dir: &Path, c: &StorageConfig) -> WalConfig {
+/// The WAL's configuration for the data directory `dir`, writing on timeline `tli`.
+fn wal_config(dir: &Path, c: &StorageConfig, tli: u32) -> WalConfig {
     WalConfig {
         dir: dir.join("wal"),
+        timeline: tli,
         ..c.wal.clone()
     }
 }

@@ -610,7 +610,7 @@ fn remove_segments_before(st: &Storage, keep: u64) -> Result<usize> {
         .map_err(|e| Error::io("could not read the WAL directory", e))?;
     let mut n = 0;
     for name in names {
-        if parse_segment_file_name(&name).is_some_and(|s| s < keep) {
+        if parse_segment_file_name(&name).is_some_and(|(_, s)| s < keep) {
             st.vfs
                 .remove(&dir.join(&name))
                 .map_err(|e| Error::io(format!("could not remove WAL segment {name}"), e))?;

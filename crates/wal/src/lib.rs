@@ -33,7 +33,10 @@ pub use record::{
     align8, decode_record, encode_record, encode_record_with, record_len, BLOCK_HEADER_LEN,
     MAX_RECORD_LEN, RECORD_ALIGN, RECORD_HEADER_LEN,
 };
-pub use segment::{parse_segment_file_name, segment_file_name, segment_of, WAL_SEGMENT_SIZE};
+pub use segment::{
+    find_segment, list_segments, parse_segment_file_name, segment_file_name, segment_of,
+    FIRST_TIMELINE, WAL_SEGMENT_SIZE,
+};
 pub use wal::{Wal, WalReader, NUM_INSERT_SLOTS};
 
 use std::path::PathBuf;
@@ -229,6 +232,10 @@ impl GroupCommitMode {
 pub struct WalConfig {
     /// Directory holding segment files (`DATADIR/wal`).
     pub dir: PathBuf,
+    /// The timeline WAL is written on (the control file's), which names the segments this WAL
+    /// creates or recycles; [`Wal::open`] renames the segment holding its end position and
+    /// later ones from older timelines to it.
+    pub timeline: u32,
     /// WAL buffer size in bytes (`wal_buffers`); a power of two, at least 1 MiB.
     pub wal_buffers_bytes: usize,
     /// Segments kept preallocated ahead of the insert position.
@@ -339,6 +346,7 @@ impl WalConfig {
     ) -> WalConfig {
         WalConfig {
             dir: dir.into(),
+            timeline: FIRST_TIMELINE,
             wal_buffers_bytes: WalConfig::buffers_for(
                 s.int(&guc::WAL_BUFFERS),
                 shared_buffers_bytes,

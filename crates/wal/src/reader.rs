@@ -22,7 +22,7 @@
 //! later.
 
 use crate::record::{check_header, decode_record, MAX_RECORD_LEN, RECORD_ALIGN, RECORD_HEADER_LEN};
-use crate::segment::{open_existing, segment_file_name, segment_of, WAL_SEGMENT_SIZE};
+use crate::segment::{open_existing, segment_label, segment_of, WAL_SEGMENT_SIZE};
 use crate::DecodedRecord;
 use std::io;
 use std::path::PathBuf;
@@ -57,16 +57,10 @@ impl ReaderState {
     pub(crate) fn open(vfs: Arc<dyn Vfs>, dir: PathBuf, start: Lsn) -> Result<ReaderState> {
         let segno = segment_of(start.0);
         let file = open_existing(vfs.as_ref(), &dir, segno)
-            .map_err(|e| {
-                Error::io(
-                    format!("could not open WAL segment {}", segment_file_name(segno)),
-                    e,
-                )
-            })?
+            .map_err(|e| Error::io(format!("could not open {}", segment_label(segno)), e))?
             .ok_or_else(|| {
                 Error::corruption(format!(
-                    "WAL segment {} holding start position {start} does not exist",
-                    segment_file_name(segno)
+                    "the WAL segment holding start position {start} does not exist"
                 ))
             })?;
         Ok(ReaderState {
@@ -107,7 +101,7 @@ impl ReaderState {
                 Ok(None) => return Ok(false),
                 Err(e) => {
                     return Err(Error::io(
-                        format!("could not open WAL segment {}", segment_file_name(segno)),
+                        format!("could not open {}", segment_label(segno)),
                         e,
                     ))
                 }
@@ -127,7 +121,7 @@ impl ReaderState {
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) => {
                     return Err(Error::io(
-                        format!("could not read WAL segment {}", segment_file_name(segno)),
+                        format!("could not read {}", segment_label(segno)),
                         e,
                     ))
                 }
@@ -233,12 +227,8 @@ impl ReaderState {
         let mut span = Vec::new();
         while q < limit {
             let segno = segment_of(q);
-            let Some(file) = open_existing(self.vfs.as_ref(), &self.dir, segno).map_err(|e| {
-                Error::io(
-                    format!("could not open WAL segment {}", segment_file_name(segno)),
-                    e,
-                )
-            })?
+            let Some(file) = open_existing(self.vfs.as_ref(), &self.dir, segno)
+                .map_err(|e| Error::io(format!("could not open {}", segment_label(segno)), e))?
             else {
                 q = (segno + 1) * WAL_SEGMENT_SIZE;
                 continue;
@@ -246,12 +236,8 @@ impl ReaderState {
             let off = q % WAL_SEGMENT_SIZE;
             let want = (WAL_SEGMENT_SIZE - off).min(READ_CHUNK) as usize;
             chunk.resize(want, 0);
-            let got = read_full(file.as_ref(), &mut chunk, off).map_err(|e| {
-                Error::io(
-                    format!("could not read WAL segment {}", segment_file_name(segno)),
-                    e,
-                )
-            })?;
+            let got = read_full(file.as_ref(), &mut chunk, off)
+                .map_err(|e| Error::io(format!("could not read {}", segment_label(segno)), e))?;
             if got == 0 {
                 q = (segno + 1) * WAL_SEGMENT_SIZE;
                 continue;
@@ -314,23 +300,15 @@ impl ReaderState {
         while done < len {
             let p = pos + done as u64;
             let segno = segment_of(p);
-            let Some(file) = open_existing(self.vfs.as_ref(), &self.dir, segno).map_err(|e| {
-                Error::io(
-                    format!("could not open WAL segment {}", segment_file_name(segno)),
-                    e,
-                )
-            })?
+            let Some(file) = open_existing(self.vfs.as_ref(), &self.dir, segno)
+                .map_err(|e| Error::io(format!("could not open {}", segment_label(segno)), e))?
             else {
                 return Ok(false);
             };
             let off = p % WAL_SEGMENT_SIZE;
             let n = ((WAL_SEGMENT_SIZE - off) as usize).min(len - done);
-            let got = read_full(file.as_ref(), &mut out[done..done + n], off).map_err(|e| {
-                Error::io(
-                    format!("could not read WAL segment {}", segment_file_name(segno)),
-                    e,
-                )
-            })?;
+            let got = read_full(file.as_ref(), &mut out[done..done + n], off)
+                .map_err(|e| Error::io(format!("could not read {}", segment_label(segno)), e))?;
             if got < n {
                 return Ok(false);
             }

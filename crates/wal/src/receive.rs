@@ -19,6 +19,8 @@ use walnut_io::{FileIo, OpenMode, Vfs};
 pub struct ReceivedWal {
     vfs: Arc<dyn Vfs>,
     dir: PathBuf,
+    /// The timeline being received, which names the segments this writer creates.
+    tli: u32,
     /// The segment being written.
     open: Option<(u64, Arc<dyn FileIo>)>,
     /// Segments written to since the last flush, the open one last if it was.
@@ -29,16 +31,32 @@ pub struct ReceivedWal {
 
 impl ReceivedWal {
     /// A writer whose next byte goes to `start` (bytes; the end of the standby's valid WAL,
-    /// which is where streaming starts). Everything before `start` counts as flushed.
-    pub fn new(vfs: Arc<dyn Vfs>, dir: PathBuf, start: Lsn) -> ReceivedWal {
-        ReceivedWal {
+    /// which is where streaming starts), received on timeline `tli`. Everything before `start`
+    /// counts as flushed. Segments from `start`'s on that an older timeline named are renamed
+    /// to `tli` first, as a promoted primary renamed its own (the standby follows it onto a new
+    /// timeline, so its copy of the switch segment gets the same name as the primary's).
+    ///
+    /// # Errors
+    /// I/O errors listing or renaming segments.
+    ///
+    /// # Panics
+    /// PANICs if the directory's fsync after a rename fails.
+    pub fn new(vfs: Arc<dyn Vfs>, dir: PathBuf, tli: u32, start: Lsn) -> Result<ReceivedWal> {
+        segment::adopt_timeline(vfs.as_ref(), &dir, tli, segment_of(start.0)).map_err(|e| {
+            Error::io(
+                format!("could not rename WAL segments for timeline {tli}"),
+                e,
+            )
+        })?;
+        Ok(ReceivedWal {
             vfs,
             dir,
+            tli,
             open: None,
             unsynced: Vec::new(),
             write: start,
             flush: start,
-        }
+        })
     }
 
     /// Where the next byte goes (PostgreSQL's `LogstreamResult.Write`).
@@ -76,7 +94,7 @@ impl ReceivedWal {
                 Error::io(
                     format!(
                         "could not write to WAL segment {} at offset {off}, length {n}",
-                        segment_file_name(segno)
+                        segment_file_name(self.tli, segno)
                     ),
                     e,
                 )
@@ -97,7 +115,7 @@ impl ReceivedWal {
             if let Err(e) = file.sync_data() {
                 walnut_common::panic_fatal(&format!(
                     "could not fsync WAL segment {}: {e}",
-                    segment_file_name(segno)
+                    segment_file_name(self.tli, segno)
                 ));
             }
         }
@@ -116,15 +134,26 @@ impl ReceivedWal {
                 return Ok(f.clone());
             }
         }
-        let ctx = || format!("could not open WAL segment {}", segment_file_name(segno));
+        let ctx = || {
+            format!(
+                "could not open WAL segment {}",
+                segment_file_name(self.tli, segno)
+            )
+        };
         let mode = OpenMode::default();
         let file = match open_existing_with(self.vfs.as_ref(), &self.dir, segno, mode)
             .map_err(|e| Error::io(ctx(), e))?
         {
             Some(f) => f,
             None => {
-                segment::preallocate(self.vfs.as_ref(), &self.dir, segno, InitOpts::default())
-                    .map_err(|e| Error::io(ctx(), e))?;
+                segment::preallocate(
+                    self.vfs.as_ref(),
+                    &self.dir,
+                    self.tli,
+                    segno,
+                    InitOpts::default(),
+                )
+                .map_err(|e| Error::io(ctx(), e))?;
                 open_existing_with(self.vfs.as_ref(), &self.dir, segno, mode)
                     .map_err(|e| Error::io(ctx(), e))?
                     .ok_or_else(|| Error::io(ctx(), std::io::ErrorKind::NotFound.into()))?

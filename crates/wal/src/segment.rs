@@ -9,8 +9,8 @@ use walnut_io::{AlignedBuf, FileIo, OpenMode, Vfs};
 
 /// Size of one WAL segment file, bytes (16 MiB, PostgreSQL's default `wal_segment_size`).
 pub const WAL_SEGMENT_SIZE: u64 = 16 * 1024 * 1024;
-/// Timeline id in segment names; walnut has only timeline 1 for now.
-pub const TIMELINE: u32 = 1;
+/// The first timeline (initdb's); a promotion starts the next one.
+pub const FIRST_TIMELINE: u32 = 1;
 /// Segments per "xlogid" (the middle 8 hex digits): 2^32 / 16 MiB.
 const SEGMENTS_PER_XLOGID: u64 = 0x1_0000_0000 / WAL_SEGMENT_SIZE;
 /// Write size used for zero-filling, bytes.
@@ -26,18 +26,29 @@ pub fn segment_of(lsn: u64) -> u64 {
     lsn / WAL_SEGMENT_SIZE
 }
 
-/// File name of segment `segno`: 24 hex digits `{timeline:08X}{log:08X}{seg:08X}`, where
-/// `log = segno / 256` and `seg = segno % 256` (PostgreSQL's `XLogFileName` for 16 MiB segments).
-pub fn segment_file_name(segno: u64) -> String {
+/// File name of segment `segno` written on timeline `tli`: 24 hex digits
+/// `{tli:08X}{log:08X}{seg:08X}`, where `log = segno / 256` and `seg = segno % 256`
+/// (PostgreSQL's `XLogFileName` for 16 MiB segments).
+pub fn segment_file_name(tli: u32, segno: u64) -> String {
     format!(
-        "{TIMELINE:08X}{:08X}{:08X}",
+        "{tli:08X}{:08X}{:08X}",
         segno / SEGMENTS_PER_XLOGID,
         segno % SEGMENTS_PER_XLOGID
     )
 }
 
-/// Inverse of [`segment_file_name`]; `None` for any other name (including other timelines).
-pub fn parse_segment_file_name(name: &str) -> Option<u64> {
+/// Segment `segno` in messages where its timeline is not known: "WAL segment at X/X", the
+/// LSN of its first byte.
+pub fn segment_label(segno: u64) -> String {
+    format!(
+        "WAL segment at {}",
+        walnut_common::Lsn(segno.saturating_mul(WAL_SEGMENT_SIZE))
+    )
+}
+
+/// Inverse of [`segment_file_name`]: `(tli, segno)`; `None` for any other name (timeline 0
+/// included, which PostgreSQL never assigns).
+pub fn parse_segment_file_name(name: &str) -> Option<(u32, u64)> {
     if name.len() != 24
         || !name
             .bytes()
@@ -48,22 +59,77 @@ pub fn parse_segment_file_name(name: &str) -> Option<u64> {
     let tli = u32::from_str_radix(&name[0..8], 16).ok()?;
     let log = u64::from_str_radix(&name[8..16], 16).ok()?;
     let seg = u64::from_str_radix(&name[16..24], 16).ok()?;
-    (tli == TIMELINE && seg < SEGMENTS_PER_XLOGID).then_some(log * SEGMENTS_PER_XLOGID + seg)
+    (tli > 0 && seg < SEGMENTS_PER_XLOGID).then_some((tli, log * SEGMENTS_PER_XLOGID + seg))
 }
 
-pub(crate) fn segment_path(dir: &Path, segno: u64) -> PathBuf {
-    dir.join(segment_file_name(segno))
-}
-
-/// Sorted segment numbers present in `dir`.
-pub(crate) fn list_segments(vfs: &dyn Vfs, dir: &Path) -> io::Result<Vec<u64>> {
-    let mut v: Vec<u64> = vfs
+/// The segment files in `dir` as `(segno, tli)`, sorted by segment number, one per segment:
+/// walnut keeps a single file per segment (a promotion renames rather than copies, see
+/// [`adopt_timeline`]); if a crash or a copied-in file left two, the higher timeline's wins.
+pub fn list_segments(vfs: &dyn Vfs, dir: &Path) -> io::Result<Vec<(u64, u32)>> {
+    let mut v: Vec<(u64, u32)> = vfs
         .list_dir(dir)?
         .iter()
         .filter_map(|n| parse_segment_file_name(n))
+        .map(|(tli, segno)| (segno, tli))
         .collect();
     v.sort_unstable();
+    v.dedup_by(|later, earlier| {
+        // Sorted by (segno, tli): keep the last of each segment, the highest timeline.
+        if later.0 == earlier.0 {
+            *earlier = *later;
+            true
+        } else {
+            false
+        }
+    });
     Ok(v)
+}
+
+/// The path of segment `segno`'s file in `dir`, whatever timeline named it (the highest if
+/// several did); `None` if there is none. Lists the directory: callers open a segment once
+/// per 16 MiB of WAL.
+pub fn find_segment(vfs: &dyn Vfs, dir: &Path, segno: u64) -> io::Result<Option<PathBuf>> {
+    Ok(list_segments(vfs, dir)?
+        .into_iter()
+        .find(|&(s, _)| s == segno)
+        .map(|(s, tli)| dir.join(segment_file_name(tli, s))))
+}
+
+/// Renames every segment numbered `from_segno` or later whose name carries a timeline below
+/// `tli` to `tli`'s name, then syncs the directory; returns how many it renamed. A server
+/// that starts writing on `tli` (after a promotion, or a standby following its primary onto
+/// `tli`) calls it before its first write there, so that the segment holding the switch point
+/// and the preallocated or recycled ones after it carry the new timeline, as PostgreSQL's do
+/// (`XLogInitNewTimeline` copies the switch segment instead; walnut keeps one file per
+/// segment). Each rename is atomic: a crash between them leaves segments of both names, which
+/// [`list_segments`] and [`find_segment`] read by number, and the next call finishes the job.
+///
+/// # Panics
+/// PANICs if the directory's fsync fails.
+pub(crate) fn adopt_timeline(
+    vfs: &dyn Vfs,
+    dir: &Path,
+    tli: u32,
+    from_segno: u64,
+) -> io::Result<usize> {
+    let mut renamed = 0;
+    for (segno, old) in list_segments(vfs, dir)? {
+        if segno >= from_segno && old < tli {
+            let (from, to) = (segment_file_name(old, segno), segment_file_name(tli, segno));
+            vfs.rename(&dir.join(&from), &dir.join(&to))?;
+            tracing::debug!(from = %from, to = %to, "WAL segment renamed for the new timeline");
+            renamed += 1;
+        }
+    }
+    if renamed > 0 {
+        if let Err(e) = vfs.sync_dir(dir) {
+            walnut_common::panic_fatal(&format!(
+                "could not fsync directory \"{}\": {e}",
+                dir.display()
+            ));
+        }
+    }
+    Ok(renamed)
 }
 
 /// Removes temporary files left by a crash in the middle of [`preallocate`].
@@ -108,7 +174,7 @@ impl Default for InitOpts {
     }
 }
 
-/// Creates segment `segno` durably: writes 16 MiB of zeros to a temporary file (or, without
+/// Creates segment `segno`, named for timeline `tli`, durably: writes 16 MiB of zeros to a temporary file (or, without
 /// `opts.zero`, only sets its size), fsyncs it, renames it into place and fsyncs the directory.
 /// After a crash the segment either does not exist or is complete; a leftover temporary file is
 /// removed at the next open. With zeros written, every block of the file is allocated and its
@@ -122,7 +188,13 @@ impl Default for InitOpts {
 ///
 /// # Panics
 /// PANICs if the directory's fsync after the rename fails.
-pub(crate) fn preallocate(vfs: &dyn Vfs, dir: &Path, segno: u64, opts: InitOpts) -> io::Result<()> {
+pub(crate) fn preallocate(
+    vfs: &dyn Vfs,
+    dir: &Path,
+    tli: u32,
+    segno: u64,
+    opts: InitOpts,
+) -> io::Result<()> {
     let tmp = dir.join(format!("{TEMP_PREFIX}{segno}"));
     let file = vfs.open(
         &tmp,
@@ -140,7 +212,7 @@ pub(crate) fn preallocate(vfs: &dyn Vfs, dir: &Path, segno: u64, opts: InitOpts)
     }
     file.sync_all()?;
     drop(file);
-    vfs.rename(&tmp, &segment_path(dir, segno))?;
+    vfs.rename(&tmp, &dir.join(segment_file_name(tli, segno)))?;
     if let Err(e) = vfs.sync_dir(dir) {
         // The segment is in place and will be written and flushed, but its directory entry may
         // not survive a power loss: never retried.
@@ -149,7 +221,7 @@ pub(crate) fn preallocate(vfs: &dyn Vfs, dir: &Path, segno: u64, opts: InitOpts)
             dir.display()
         ));
     }
-    tracing::debug!(segment = %segment_file_name(segno), "preallocated WAL segment");
+    tracing::debug!(segment = %segment_file_name(tli, segno), "preallocated WAL segment");
     Ok(())
 }
 
@@ -170,7 +242,10 @@ pub(crate) fn open_existing_with(
     segno: u64,
     mode: OpenMode,
 ) -> io::Result<Option<Arc<dyn FileIo>>> {
-    match vfs.open(&segment_path(dir, segno), mode) {
+    let Some(path) = find_segment(vfs, dir, segno)? else {
+        return Ok(None);
+    };
+    match vfs.open(&path, mode) {
         Ok(f) => Ok(Some(f)),
         Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
         Err(e) => Err(e),

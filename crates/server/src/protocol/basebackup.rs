@@ -34,7 +34,7 @@ use walnut_common::{DataType, Error, Lsn, Value};
 use walnut_sql::session::Output;
 use walnut_storage::backup::{backup_files, backup_label};
 use walnut_storage::Storage;
-use walnut_wal::{segment_file_name, segment_of, WAL_SEGMENT_SIZE};
+use walnut_wal::{segment_of, WAL_SEGMENT_SIZE};
 
 /// Archive bytes per `d` message, bytes.
 const CHUNK: usize = 64 * 1024;
@@ -278,11 +278,15 @@ where
     if opts.wal {
         let wal = storage.wal();
         for segno in segment_of(start.redo.0)..=segment_of(end.0) {
-            let name = segment_file_name(segno);
-            let path = wal.dir().join(&name);
-            let mut file =
-                tryb!(std::fs::File::open(&path)
-                    .map_err(|_| super::walsender::segment_removed(segno)));
+            // The file under its own name: segments before a promotion's switch point keep
+            // the old timeline's.
+            let removed = || super::walsender::segment_removed(wal.timeline(), segno);
+            let path = tryb!(wal.segment_path(segno).and_then(|p| p.ok_or_else(removed)));
+            let name = path
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            let mut file = tryb!(std::fs::File::open(&path).map_err(|_| removed()));
             tryb!(
                 a.header(&format!("wal/{name}"), WAL_SEGMENT_SIZE, false)
                     .await
@@ -309,7 +313,7 @@ where
                 off += want as u64;
             }
             if segno < wal.removed_below() {
-                return Ok(Err(super::walsender::segment_removed(segno)));
+                return Ok(Err(removed()));
             }
         }
     }

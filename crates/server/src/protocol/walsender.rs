@@ -84,13 +84,14 @@ fn pg_now() -> i64 {
     unix_now_us() - PG_EPOCH_US
 }
 
-/// The error for WAL that is gone (PostgreSQL's `XLogRead` after `XLogFileRead` failed).
-pub fn segment_removed(segno: u64) -> Error {
+/// The error for WAL that is gone (PostgreSQL's `XLogRead` after `XLogFileRead` failed),
+/// naming segment `segno`'s file on timeline `tli`.
+pub fn segment_removed(tli: u32, segno: u64) -> Error {
     Error::user(
         SqlState::UNDEFINED_FILE,
         format!(
             "requested WAL segment {} has already been removed",
-            segment_file_name(segno)
+            segment_file_name(tli, segno)
         ),
     )
 }
@@ -110,11 +111,13 @@ fn read_wal(
     let segno = segment_of(lsn);
     debug_assert!(lsn + len as u64 <= (segno + 1) * WAL_SEGMENT_SIZE);
     if file.as_ref().map(|(s, _)| *s) != Some(segno) {
-        let path = wal.dir().join(segment_file_name(segno));
+        let Some(path) = wal.segment_path(segno)? else {
+            return Err(segment_removed(wal.timeline(), segno));
+        };
         match std::fs::File::open(&path) {
             Ok(f) => *file = Some((segno, f)),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                return Err(segment_removed(segno))
+                return Err(segment_removed(wal.timeline(), segno))
             }
             Err(e) => {
                 return Err(Error::io(
@@ -131,14 +134,14 @@ fn read_wal(
             Error::io(
                 format!(
                     "could not read from log segment {}",
-                    segment_file_name(segno)
+                    segment_file_name(wal.timeline(), segno)
                 ),
                 e,
             )
         })?;
     if segno < wal.removed_below() {
         *file = None;
-        return Err(segment_removed(segno));
+        return Err(segment_removed(wal.timeline(), segno));
     }
     Ok(buf)
 }
@@ -161,8 +164,8 @@ pub fn check_start(wal: &Wal, start: Lsn) -> Result<(), Error> {
         ));
     }
     let segno = segment_of(start.0);
-    if segno < wal.removed_below() || !wal.dir().join(segment_file_name(segno)).exists() {
-        return Err(segment_removed(segno));
+    if segno < wal.removed_below() || wal.segment_path(segno)?.is_none() {
+        return Err(segment_removed(wal.timeline(), segno));
     }
     Ok(())
 }

@@ -175,7 +175,7 @@ fn check_creation_image(img: &walnut_io::fault::FaultVfs, cfg: &WalConfig, start
     }
     for segno in 0..=1 + u64::from(cfg.prealloc_segments) {
         assert!(
-            v.exists(&dir.join(segment_file_name(segno))),
+            v.exists(&dir.join(segment_file_name(1, segno))),
             "segment {segno} was created again"
         );
     }
@@ -214,7 +214,7 @@ fn segment_creation_crashes(
     };
     // As if earlier WAL had filled segment 0: the first record goes 4 KiB before its end.
     let start = Lsn(WAL_SEGMENT_SIZE - 4096);
-    let new_segment = dir.join(segment_file_name(1 + u64::from(prealloc_segments)));
+    let new_segment = dir.join(segment_file_name(1, 1 + u64::from(prealloc_segments)));
     let armed = Arc::new(AtomicBool::new(false));
     let acked = Arc::new(std::sync::atomic::AtomicU32::new(0));
     let seen = Arc::new(std::sync::Mutex::new(CreationImages::default()));
@@ -431,7 +431,8 @@ fn stale_headers(fv: &walnut_io::fault::FaultVfs, dir: &Path, end: u64) -> Vec<u
     for path in fv.files() {
         let segno = path
             .file_name()
-            .and_then(|n| parse_segment_file_name(&n.to_string_lossy()));
+            .and_then(|n| parse_segment_file_name(&n.to_string_lossy()))
+            .map(|(_, s)| s);
         let Some(segno) = segno.filter(|_| path.parent() == Some(dir)) else {
             continue;
         };
@@ -533,7 +534,7 @@ fn scrub_crashes(test: &str, kinds: &'static [walnut_io::fault::CrashKind]) {
     );
     drop(wal);
     // B is torn, C intact: recovery ends after A.
-    let seg0 = dir.join(segment_file_name(0));
+    let seg0 = dir.join(segment_file_name(1, 0));
     fv.corrupt(&seg0, b_start.0 % WAL_SEGMENT_SIZE + 20, &[0xFF; 4])
         .unwrap();
     let (recs, end) = read_all(plain, dir.clone(), start);
@@ -566,7 +567,10 @@ fn scrub_crashes(test: &str, kinds: &'static [walnut_io::fault::CrashKind]) {
         let writes = AtomicU64::new(0);
         Arc::new(move |call: Call, path: &Path| {
             let name = path.file_name().map(|n| n.to_string_lossy().into_owned());
-            let segno = name.as_deref().and_then(parse_segment_file_name);
+            let segno = name
+                .as_deref()
+                .and_then(parse_segment_file_name)
+                .map(|(_, s)| s);
             let (true, Some(segno)) = (armed.load(Ordering::SeqCst), segno) else {
                 return;
             };
@@ -644,7 +648,7 @@ fn crash_while_recycling_or_removing_old_segments_keeps_what_redo_needs() {
             recycle,
             ..WalConfig::new(&dir)
         };
-        let seg = |n: u64| dir.join(segment_file_name(n));
+        let seg = |n: u64| dir.join(segment_file_name(1, n));
         let start = Lsn(WAL_SEGMENT_SIZE - 4096);
         let armed = Arc::new(AtomicBool::new(false));
         let failures = Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
@@ -654,7 +658,7 @@ fn crash_while_recycling_or_removing_old_segments_keeps_what_redo_needs() {
         let check = {
             let (cfg, dir, after_redo) = (cfg.clone(), dir.clone(), after_redo.clone());
             move |img: &FaultVfs| {
-                let seg = |n: u64| dir.join(segment_file_name(n));
+                let seg = |n: u64| dir.join(segment_file_name(1, n));
                 let (redo, acked) = *after_redo.lock().unwrap();
                 let v: Arc<dyn Vfs> = Arc::new(img.clone());
                 let old = v.exists(&seg(0));

@@ -22,7 +22,7 @@ fn torn_tail_ends_wal_at_previous_record_and_reopen_continues() {
         drop(wal);
         let (last_start, last_end) = ranges[9];
         let f = vfs()
-            .open(&cfg.dir.join(segment_file_name(0)), OpenMode::default())
+            .open(&cfg.dir.join(segment_file_name(1, 0)), OpenMode::default())
             .unwrap();
         match damage {
             "flip" => {
@@ -75,7 +75,7 @@ fn open_scrubs_stale_records_a_crashed_run_left_after_end() {
     wal.flush(wal.insert_lsn()).unwrap();
     drop(wal);
     let f = vfs()
-        .open(&cfg.dir.join(segment_file_name(0)), OpenMode::default())
+        .open(&cfg.dir.join(segment_file_name(1, 0)), OpenMode::default())
         .unwrap();
     f.write_at(&[0xFF; 4], b_start.0 + 20).unwrap(); // tear B
     let (recs, end) = read_all(vfs(), cfg.dir.clone(), Lsn::FIRST);
@@ -111,7 +111,7 @@ fn corrupt_durable_wal_before_a_flush_mark_is_an_error_naming_its_lsn() {
         ranges.push(r);
     }
     drop(wal);
-    let seg = cfg.dir.join(segment_file_name(0));
+    let seg = cfg.dir.join(segment_file_name(1, 0));
     let flip = |at: u64| {
         let f = vfs().open(&seg, OpenMode::default()).unwrap();
         let mut b = [0u8; 1];
@@ -249,7 +249,7 @@ fn every_cell_of_the_end_of_wal_decision_table() {
     use walnut_io::fault::{FaultConfig, FaultVfs};
     const SEG: u64 = WAL_SEGMENT_SIZE;
     let dir = PathBuf::from("/wal");
-    let seg_path = |segno: u64| dir.join(segment_file_name(segno));
+    let seg_path = |segno: u64| dir.join(segment_file_name(1, segno));
     let rec = |n: u8, main: usize| Record {
         rmgr: RmgrId(1),
         info: n,
@@ -355,7 +355,7 @@ fn every_cell_of_the_end_of_wal_decision_table() {
                 Arc::new(HookVfs::new(
                     Arc::new(fv.clone()),
                     Arc::new(FailingReads {
-                        fail: segment_file_name(1),
+                        fail: segment_file_name(1, 1),
                     }),
                 ))
             } else {

@@ -5,15 +5,23 @@ use super::*;
 
 #[test]
 fn segment_names_follow_postgres() {
-    assert_eq!(segment_file_name(0), "000000010000000000000000");
-    assert_eq!(segment_file_name(1), "000000010000000000000001");
-    assert_eq!(segment_file_name(255), "0000000100000000000000FF");
-    assert_eq!(segment_file_name(256), "000000010000000100000000");
+    assert_eq!(segment_file_name(1, 0), "000000010000000000000000");
+    assert_eq!(segment_file_name(1, 1), "000000010000000000000001");
+    assert_eq!(segment_file_name(1, 255), "0000000100000000000000FF");
+    assert_eq!(segment_file_name(1, 256), "000000010000000100000000");
+    assert_eq!(segment_file_name(0x1A, 256), "0000001A0000000100000000");
     for n in [0, 1, 255, 256, 12345] {
-        assert_eq!(parse_segment_file_name(&segment_file_name(n)), Some(n));
+        for tli in [1, 2, 0xFFFF_FFFF] {
+            assert_eq!(
+                parse_segment_file_name(&segment_file_name(tli, n)),
+                Some((tli, n))
+            );
+        }
     }
-    assert_eq!(parse_segment_file_name("000000020000000000000001"), None);
+    assert_eq!(parse_segment_file_name("000000000000000000000001"), None);
     assert_eq!(parse_segment_file_name("0000000100000000000001FF"), None);
+    assert_eq!(parse_segment_file_name("00000001000000000000001f"), None);
+    assert_eq!(parse_segment_file_name("00000001.history"), None);
     assert_eq!(parse_segment_file_name("xlogtemp.3"), None);
 }
 
@@ -23,13 +31,13 @@ fn create_preallocates_and_open_keeps_segments_ahead() {
     let cfg = config(tmp.path(), 1 << 20, 2);
     Wal::create(vfs(), &cfg).unwrap();
     let seg0 = vfs()
-        .open(&cfg.dir.join(segment_file_name(0)), OpenMode::default())
+        .open(&cfg.dir.join(segment_file_name(1, 0)), OpenMode::default())
         .unwrap();
     assert_eq!(seg0.len().unwrap(), WAL_SEGMENT_SIZE);
     let _wal = Wal::open(vfs(), cfg.clone(), Lsn::FIRST, Lsn::FIRST).unwrap();
     for n in 0..=2 {
         let f = vfs()
-            .open(&cfg.dir.join(segment_file_name(n)), OpenMode::default())
+            .open(&cfg.dir.join(segment_file_name(1, n)), OpenMode::default())
             .unwrap();
         assert_eq!(f.len().unwrap(), WAL_SEGMENT_SIZE);
     }
@@ -37,6 +45,92 @@ fn create_preallocates_and_open_keeps_segments_ahead() {
     assert!(recs.is_empty());
     assert_eq!(end, Lsn::FIRST);
     assert!(WalReader::open(vfs(), cfg.dir.clone(), Lsn(10 * WAL_SEGMENT_SIZE)).is_err());
+}
+
+/// The WAL directory's segment files as (timeline, segment number), sorted by segment.
+fn named_segments(dir: &Path) -> Vec<(u32, u64)> {
+    let mut v: Vec<(u32, u64)> = RealVfs
+        .list_dir(dir)
+        .unwrap()
+        .into_iter()
+        .filter_map(|n| parse_segment_file_name(&n))
+        .collect();
+    v.sort_by_key(|&(tli, segno)| (segno, tli));
+    v
+}
+
+#[test]
+fn a_wal_opened_on_a_new_timeline_renames_the_switch_segment_and_later_ones() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = config(tmp.path(), 4 << 20, 1);
+    let wal = create_open(vfs(), &cfg);
+    let mut seq = 0;
+    while wal.insert_lsn().0 < WAL_SEGMENT_SIZE + 100_000 {
+        wal.insert(&mut |_| tagged_record(0, seq, true)).unwrap();
+        seq += 1;
+    }
+    wal.flush(wal.insert_lsn()).unwrap();
+    drop(wal);
+    assert_eq!(named_segments(&cfg.dir), vec![(1, 0), (1, 1), (1, 2)]);
+    // Promotion: the WAL reopens at the end of what was replayed, on timeline 2.
+    let (recs, end) = read_all(vfs(), cfg.dir.clone(), Lsn::FIRST);
+    assert_eq!(recs.len(), seq as usize);
+    let cfg2 = WalConfig {
+        timeline: 2,
+        ..cfg.clone()
+    };
+    let wal = Wal::open(vfs(), cfg2.clone(), end, Lsn::FIRST).unwrap();
+    assert_eq!(wal.timeline(), 2);
+    // The switch point's segment and the preallocated one after it carry timeline 2; the one
+    // wholly before the switch keeps timeline 1 (PostgreSQL's names).
+    assert_eq!(named_segments(&cfg.dir), vec![(1, 0), (2, 1), (2, 2)]);
+    while wal.insert_lsn().0 < 2 * WAL_SEGMENT_SIZE + 100_000 {
+        wal.insert(&mut |_| tagged_record(0, seq, true)).unwrap();
+        seq += 1;
+    }
+    wal.flush(wal.insert_lsn()).unwrap();
+    assert_eq!(
+        named_segments(&cfg.dir),
+        vec![(1, 0), (2, 1), (2, 2), (2, 3)]
+    );
+    // The reader crosses from timeline 1's file into timeline 2's by segment number.
+    let (recs, _) = read_all(vfs(), cfg.dir.clone(), Lsn::FIRST);
+    assert_eq!(recs.len(), seq as usize);
+    for (i, d) in recs.iter().enumerate() {
+        assert_eq!(tag_of(&d.record).1, i as u32);
+    }
+    assert_eq!(
+        wal.segment_path(0).unwrap(),
+        Some(cfg.dir.join("000000010000000000000000"))
+    );
+    assert_eq!(
+        wal.segment_path(1).unwrap(),
+        Some(cfg.dir.join("000000020000000000000001"))
+    );
+    assert_eq!(wal.segment_path(9).unwrap(), None);
+    // A recycled segment of timeline 1 takes timeline 2's name (segment 1 is removed: two
+    // preallocated ahead are enough).
+    let redo = wal.begin_checkpoint();
+    wal.remove_old_segments(redo, 0).unwrap();
+    assert_eq!(named_segments(&cfg.dir), vec![(2, 2), (2, 3), (2, 4)]);
+    drop(wal);
+    // Reopening on the same timeline renames nothing; a file left by a crash under both names
+    // reads as the higher timeline's.
+    std::fs::copy(
+        cfg.dir.join("000000020000000000000004"),
+        cfg.dir.join("000000010000000000000004"),
+    )
+    .unwrap();
+    let (_, end) = read_all(vfs(), cfg.dir.clone(), redo);
+    let wal = Wal::open(vfs(), cfg2, end, redo).unwrap();
+    assert_eq!(
+        wal.segment_path(4).unwrap(),
+        Some(cfg.dir.join("000000020000000000000004"))
+    );
+    assert_eq!(
+        list_segments(&RealVfs, &cfg.dir).unwrap(),
+        vec![(2, 2), (3, 2), (4, 2)]
+    );
 }
 
 #[test]
@@ -61,7 +155,7 @@ fn recycled_segment_stale_records_end_the_wal() {
             .list_dir(dir)
             .unwrap()
             .into_iter()
-            .filter_map(|n| parse_segment_file_name(&n))
+            .filter_map(|n| parse_segment_file_name(&n).map(|(_, s)| s))
             .collect();
         v.sort();
         v
@@ -82,7 +176,7 @@ fn recycled_segment_stale_records_end_the_wal() {
     let new_end = wal.insert_lsn();
     drop(wal);
     let f = vfs()
-        .open(&cfg.dir.join(segment_file_name(3)), OpenMode::default())
+        .open(&cfg.dir.join(segment_file_name(1, 3)), OpenMode::default())
         .unwrap();
     let mut after = [0u8; 64];
     f.read_exact_at(&mut after, new_end.0 % WAL_SEGMENT_SIZE + 4096)

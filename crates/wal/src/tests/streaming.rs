@@ -12,7 +12,7 @@ fn primary_bytes(dir: &Path, from: u64, to: u64) -> Vec<u8> {
     while pos < to {
         let segno = segment_of(pos);
         let f = vfs()
-            .open(&dir.join(segment_file_name(segno)), OpenMode::default())
+            .open(&dir.join(segment_file_name(1, segno)), OpenMode::default())
             .unwrap();
         let off = pos % WAL_SEGMENT_SIZE;
         let n = (to - pos).min(WAL_SEGMENT_SIZE - off) as usize;
@@ -51,7 +51,7 @@ fn streamed_wal_replays_record_for_record_and_never_past_the_flush() {
     // pseudo-random sizes, flushing after some; replay reads after each flush.
     let sdir = tmp.path().join("standby_wal");
     vfs().create_dir_all(&sdir).unwrap();
-    let mut recv = ReceivedWal::new(vfs(), sdir.clone(), start);
+    let mut recv = ReceivedWal::new(vfs(), sdir.clone(), 1, start).unwrap();
     let mut reader: Option<WalReader> = None;
     let mut got = Vec::new();
     let mut pos = 0usize;
@@ -96,4 +96,38 @@ fn streamed_wal_replays_record_for_record_and_never_past_the_flush() {
     // accepted; a gap is refused.
     recv.write(start, &bytes[..100]).unwrap();
     assert!(recv.write(Lsn(end.0 + 8), &[0; 8]).is_err());
+}
+
+/// A standby that follows its primary onto timeline 2 renames its copy of the segment it
+/// resumes in, and later ones, as the primary renamed its own; segments it creates from then
+/// on carry timeline 2; earlier ones keep timeline 1's name.
+#[test]
+fn a_receiver_on_a_new_timeline_names_segments_for_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("standby_wal");
+    vfs().create_dir_all(&dir).unwrap();
+    for segno in 0..2 {
+        std::fs::write(dir.join(segment_file_name(1, segno)), b"").unwrap();
+    }
+    let start = Lsn(WAL_SEGMENT_SIZE + 4096);
+    let mut recv = ReceivedWal::new(vfs(), dir.clone(), 2, start).unwrap();
+    recv.write(start, &[1; 64]).unwrap();
+    // Into segment 2, which the receiver creates.
+    let end = Lsn(2 * WAL_SEGMENT_SIZE + 4096);
+    recv.write(Lsn(start.0 + 64), &vec![2; (end.0 - start.0 - 64) as usize])
+        .unwrap();
+    recv.flush();
+    let mut names: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    assert_eq!(
+        names,
+        [
+            "000000010000000000000000",
+            "000000020000000000000001",
+            "000000020000000000000002"
+        ]
+    );
 }

@@ -123,7 +123,7 @@ impl Wal {
             if let Err(e) = io.write_at(&w.staging.as_slice()[..n], start % WAL_SEGMENT_SIZE) {
                 walnut_common::panic_fatal(&format!(
                     "could not write to WAL segment {} at offset {}, length {n}: {e}",
-                    segment_file_name(segno),
+                    self.seg_name(segno),
                     start % WAL_SEGMENT_SIZE
                 ));
             }
@@ -166,11 +166,11 @@ impl Wal {
             Ok(f) => f,
             Err(e) => walnut_common::panic_fatal(&format!(
                 "could not open WAL segment {}: {e}",
-                segment_file_name(segno)
+                self.seg_name(segno)
             )),
         };
         if self.flusher.is_some() && !seg.range_ok {
-            tracing::info!(segment = %segment_file_name(segno), "WAL segment is not fully allocated; syncing it with fdatasync");
+            tracing::info!(segment = %self.seg_name(segno), "WAL segment is not fully allocated; syncing it with fdatasync");
         }
         w.files.retain(|f| f.segno + 1 >= segno);
         w.files.push(seg.clone());
@@ -187,8 +187,8 @@ impl Wal {
         if let Some(f) = open()? {
             return Ok(f);
         }
-        tracing::warn!(segment = %segment_file_name(segno), "WAL segment was not preallocated ahead of time");
-        segment::preallocate(self.vfs.as_ref(), &self.cfg.dir, segno, self.init_opts())?;
+        tracing::warn!(segment = %self.seg_name(segno), "WAL segment was not preallocated ahead of time");
+        self.create_segment(segno)?;
         open()?.ok_or_else(|| {
             std::io::Error::new(
                 std::io::ErrorKind::NotFound,
@@ -206,7 +206,7 @@ impl Wal {
     fn sync_segments(&self, files: Vec<Unsynced>) {
         let fail = |what: &str, segno: Option<u64>, e: std::io::Error| -> ! {
             let name = segno.map_or_else(String::new, |s| {
-                format!(" of WAL segment {}", segment_file_name(s))
+                format!(" of WAL segment {}", self.seg_name(s))
             });
             walnut_common::panic_fatal(&format!("could not {what}{name}: {e}"))
         };
@@ -293,6 +293,7 @@ pub(super) fn range_sync_flusher(vfs: &dyn Vfs, cfg: &WalConfig) -> Option<Arc<d
 pub(super) fn read_partial_block(
     vfs: &dyn Vfs,
     dir: &std::path::Path,
+    tli: u32,
     end: u64,
 ) -> Result<Vec<u8>> {
     let align = DIRECT_IO_ALIGN as u64;
@@ -302,7 +303,12 @@ pub(super) fn read_partial_block(
         return Ok(buf);
     }
     let segno = segment_of(start);
-    let ctx = || format!("could not read WAL segment {}", segment_file_name(segno));
+    let ctx = || {
+        format!(
+            "could not read WAL segment {}",
+            segment_file_name(tli, segno)
+        )
+    };
     let file = segment::open_existing(vfs, dir, segno)
         .map_err(io_err(ctx()))?
         .ok_or_else(|| Error::corruption(format!("{}: missing", ctx())))?;

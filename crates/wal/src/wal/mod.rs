@@ -210,9 +210,12 @@ impl Wal {
             "could not clean directory {}",
             cfg.dir.display()
         )))?;
-        segment::preallocate(vfs.as_ref(), &cfg.dir, 0, init_opts(cfg)).map_err(io_err(
-            format!("could not create WAL segment {}", segment_file_name(0)),
-        ))?;
+        segment::preallocate(vfs.as_ref(), &cfg.dir, cfg.timeline, 0, init_opts(cfg)).map_err(
+            io_err(format!(
+                "could not create WAL segment {}",
+                segment_file_name(cfg.timeline, 0)
+            )),
+        )?;
         if let Some(parent) = cfg.dir.parent().filter(|p| !p.as_os_str().is_empty()) {
             vfs.sync_dir(parent).map_err(io_err(format!(
                 "could not sync directory {}",
@@ -260,11 +263,23 @@ impl Wal {
             "could not clean directory {}",
             dir.display()
         )))?;
-        scrub_after_end(vfs.as_ref(), &dir, end_lsn.0, init_opts(&cfg))?;
-        sync_replayed(vfs.as_ref(), &dir, redo_lsn.0.min(end_lsn.0), end_lsn.0)?;
+        segment::adopt_timeline(vfs.as_ref(), &dir, cfg.timeline, segment_of(end_lsn.0)).map_err(
+            io_err(format!(
+                "could not rename WAL segments for timeline {}",
+                cfg.timeline
+            )),
+        )?;
+        scrub_after_end(vfs.as_ref(), &dir, cfg.timeline, end_lsn.0, init_opts(&cfg))?;
+        sync_replayed(
+            vfs.as_ref(),
+            &dir,
+            cfg.timeline,
+            redo_lsn.0.min(end_lsn.0),
+            end_lsn.0,
+        )?;
         let end = end_lsn.0;
         let tail = if cfg.direct {
-            read_partial_block(vfs.as_ref(), &dir, end)?
+            read_partial_block(vfs.as_ref(), &dir, cfg.timeline, end)?
         } else {
             Vec::new()
         };
@@ -528,14 +543,10 @@ impl Wal {
         let Some(_g) = self.segments.try_lock() else {
             return Ok(()); // someone else is creating or recycling segments right now
         };
+        let ctx = |segno| format!("could not preallocate WAL segment {}", self.seg_name(segno));
         for segno in cur..=cur + u64::from(self.cfg.prealloc_segments) {
-            let path = segment::segment_path(&self.cfg.dir, segno);
-            if !self.vfs.exists(&path) {
-                segment::preallocate(self.vfs.as_ref(), &self.cfg.dir, segno, self.init_opts())
-                    .map_err(io_err(format!(
-                        "could not preallocate WAL segment {}",
-                        segment_file_name(segno)
-                    )))?;
+            if !self.segment_exists(segno) {
+                self.create_segment(segno).map_err(io_err(ctx(segno)))?;
             }
         }
         self.prealloc_checked_seg.store(cur, Ordering::Release);
@@ -546,10 +557,7 @@ impl Wal {
     /// Advances `space_end` over segments that exist (preallocated or recycled).
     fn refresh_space_end(&self) {
         let mut end = self.space_end.load(Ordering::Acquire);
-        while self
-            .vfs
-            .exists(&segment::segment_path(&self.cfg.dir, segment_of(end)))
-        {
+        while self.segment_exists(segment_of(end)) {
             end = (segment_of(end) + 1) * WAL_SEGMENT_SIZE;
         }
         self.space_end.fetch_max(end, Ordering::AcqRel);
@@ -577,11 +585,10 @@ impl Wal {
         self.refresh_space_end();
         while self.space_end.load(Ordering::Acquire) < need {
             let segno = segment_of(self.space_end.load(Ordering::Acquire));
-            segment::preallocate(self.vfs.as_ref(), &self.cfg.dir, segno, self.init_opts())
-                .map_err(io_err(format!(
-                    "could not create WAL segment {}",
-                    segment_file_name(segno)
-                )))?;
+            self.create_segment(segno).map_err(io_err(format!(
+                "could not create WAL segment {}",
+                self.seg_name(segno)
+            )))?;
             self.refresh_space_end();
         }
         Ok(())
@@ -699,32 +706,32 @@ impl Wal {
         let mut next_free = cur + 1;
         let mut changed = false;
         let (mut removed, mut recycled) = (0, 0);
-        for &old in existing.iter().filter(|&&s| s < cutoff) {
+        let present: std::collections::HashSet<u64> = existing.iter().map(|&(s, _)| s).collect();
+        for &(old, old_tli) in existing.iter().filter(|&&(s, _)| s < cutoff) {
             // Before the rename: a reader that checks after reading sees it (`XLogFileRead`'s
             // check against `lastRemovedSegNo`).
             self.removed_below.fetch_max(old + 1, Ordering::SeqCst);
-            let from = segment::segment_path(dir, old);
-            while next_free <= max_recycled
-                && self.vfs.exists(&segment::segment_path(dir, next_free))
-            {
+            let old_name = segment_file_name(old_tli, old);
+            let from = dir.join(&old_name);
+            while next_free <= max_recycled && present.contains(&next_free) {
                 next_free += 1;
             }
             if self.live.recycle.load(Ordering::Relaxed) && next_free <= max_recycled {
-                let to = segment::segment_path(dir, next_free);
-                self.vfs.rename(&from, &to).map_err(io_err(format!(
-                    "could not rename WAL segment {} to {}",
-                    segment_file_name(old),
-                    segment_file_name(next_free)
-                )))?;
-                tracing::debug!(from = %segment_file_name(old), to = %segment_file_name(next_free), "recycled WAL segment");
+                // A recycled segment takes the current timeline's name.
+                let new_name = self.seg_name(next_free);
+                self.vfs
+                    .rename(&from, &dir.join(&new_name))
+                    .map_err(io_err(format!(
+                        "could not rename WAL segment {old_name} to {new_name}"
+                    )))?;
+                tracing::debug!(from = %old_name, to = %new_name, "recycled WAL segment");
                 next_free += 1;
                 recycled += 1;
             } else {
-                self.vfs.remove(&from).map_err(io_err(format!(
-                    "could not remove WAL segment {}",
-                    segment_file_name(old)
-                )))?;
-                tracing::debug!(segment = %segment_file_name(old), "removed WAL segment");
+                self.vfs
+                    .remove(&from)
+                    .map_err(io_err(format!("could not remove WAL segment {old_name}")))?;
+                tracing::debug!(segment = %old_name, "removed WAL segment");
                 removed += 1;
             }
             changed = true;
@@ -822,6 +829,45 @@ impl FlushDevice for Wal {
 }
 
 impl Wal {
+    /// The name segment `segno` has, or gets, on this WAL's timeline.
+    fn seg_name(&self, segno: u64) -> String {
+        segment_file_name(self.cfg.timeline, segno)
+    }
+
+    /// True if segment `segno` has a file (of any timeline); false also if the directory
+    /// cannot be listed (then creating the segment reports the error).
+    fn segment_exists(&self, segno: u64) -> bool {
+        segment::find_segment(self.vfs.as_ref(), &self.cfg.dir, segno).is_ok_and(|p| p.is_some())
+    }
+
+    /// Creates (preallocates) segment `segno` on this WAL's timeline.
+    fn create_segment(&self, segno: u64) -> std::io::Result<()> {
+        segment::preallocate(
+            self.vfs.as_ref(),
+            &self.cfg.dir,
+            self.cfg.timeline,
+            segno,
+            self.init_opts(),
+        )
+    }
+
+    /// The timeline this WAL is written on ([`WalConfig::timeline`]).
+    pub fn timeline(&self) -> u32 {
+        self.cfg.timeline
+    }
+
+    /// The path of segment `segno`'s file, whatever timeline named it; `None` if it does not
+    /// exist (removed, recycled, or not yet created).
+    ///
+    /// # Errors
+    /// I/O errors listing the WAL directory.
+    pub fn segment_path(&self, segno: u64) -> Result<Option<std::path::PathBuf>> {
+        segment::find_segment(self.vfs.as_ref(), &self.cfg.dir, segno).map_err(io_err(format!(
+            "could not read WAL directory {}",
+            self.cfg.dir.display()
+        )))
+    }
+
     /// Segment initialization options in effect now.
     fn init_opts(&self) -> InitOpts {
         InitOpts {
@@ -885,9 +931,20 @@ fn init_opts(cfg: &WalConfig) -> InitOpts {
 /// Syncs the segments holding `[from, end)`: after a process crash, what recovery read may
 /// exist only in the page cache, and the first flush of this run declares everything before
 /// `end` durable (PostgreSQL's `SyncDataDirectory` at the start of crash recovery).
-fn sync_replayed(vfs: &dyn Vfs, dir: &std::path::Path, from: u64, end: u64) -> Result<()> {
+fn sync_replayed(
+    vfs: &dyn Vfs,
+    dir: &std::path::Path,
+    tli: u32,
+    from: u64,
+    end: u64,
+) -> Result<()> {
     for segno in segment_of(from)..=segment_of(end) {
-        let ctx = || format!("could not sync WAL segment {}", segment_file_name(segno));
+        let ctx = || {
+            format!(
+                "could not sync WAL segment {}",
+                segment_file_name(tli, segno)
+            )
+        };
         if let Some(f) = segment::open_existing(vfs, dir, segno).map_err(io_err(ctx()))? {
             if let Err(e) = f.sync_data() {
                 walnut_common::panic_fatal(&format!("{}: {e}", ctx()));
@@ -905,18 +962,29 @@ fn sync_replayed(vfs: &dyn Vfs, dir: &std::path::Path, from: u64, end: u64) -> R
 ///
 /// # Panics
 /// PANICs if the sync of a clean segment fails.
-fn scrub_after_end(vfs: &dyn Vfs, dir: &std::path::Path, end: u64, init: InitOpts) -> Result<()> {
+fn scrub_after_end(
+    vfs: &dyn Vfs,
+    dir: &std::path::Path,
+    tli: u32,
+    end: u64,
+    init: InitOpts,
+) -> Result<()> {
     let cur = segment_of(end);
-    let ctx = |segno: u64| format!("could not prepare WAL segment {}", segment_file_name(segno));
+    let ctx = |segno: u64| {
+        format!(
+            "could not prepare WAL segment {}",
+            segment_file_name(tli, segno)
+        )
+    };
     if segment::open_existing(vfs, dir, cur)
         .map_err(io_err(ctx(cur)))?
         .is_none()
     {
-        segment::preallocate(vfs, dir, cur, init).map_err(io_err(ctx(cur)))?;
+        segment::preallocate(vfs, dir, tli, cur, init).map_err(io_err(ctx(cur)))?;
     }
     let segs = segment::list_segments(vfs, dir)
         .map_err(io_err(format!("could not list {}", dir.display())))?;
-    for segno in segs.into_iter().filter(|&s| s >= cur) {
+    for (segno, _) in segs.into_iter().filter(|&(s, _)| s >= cur) {
         let Some(file) = segment::open_existing(vfs, dir, segno).map_err(io_err(ctx(segno)))?
         else {
             continue;
@@ -929,7 +997,7 @@ fn scrub_after_end(vfs: &dyn Vfs, dir: &std::path::Path, end: u64, init: InitOpt
         if segment::has_stale_records(file.as_ref(), segno, from, end)
             .map_err(io_err(ctx(segno)))?
         {
-            tracing::info!(segment = %segment_file_name(segno), "zeroing WAL left after the end of valid WAL");
+            tracing::info!(segment = %segment_file_name(tli, segno), "zeroing WAL left after the end of valid WAL");
             segment::zero_tail(file.as_ref(), from).map_err(io_err(ctx(segno)))?;
         } else if let Err(e) = file.sync_data() {
             // A segment that reads clean may be clean only in the page cache: a run killed
