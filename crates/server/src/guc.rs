@@ -174,8 +174,10 @@ pub static HOT_STANDBY: GucDef = GucDef {
     check: None,
 };
 
-/// `hot_standby_feedback`: the walreceiver sends hot-standby feedback messages (`h`). walnut
-/// removes no row versions yet (no VACUUM), so the primary has nothing to hold back for it.
+/// `hot_standby_feedback`: accepted and shown, but it does nothing yet: walnut removes no row
+/// versions (no VACUUM), so a primary has nothing to hold back for a standby's queries, and
+/// the walreceiver sends no feedback messages (`h`); a walsender accepts them from other
+/// clients and ignores them.
 pub static HOT_STANDBY_FEEDBACK: GucDef = GucDef {
     name: "hot_standby_feedback",
     kind: Kind::Bool,
