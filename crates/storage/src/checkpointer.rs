@@ -118,8 +118,13 @@ pub enum Cause {
     Requested,
     /// Clean shutdown: immediate.
     Shutdown,
-    /// The end of crash recovery, or initdb: immediate.
+    /// The end of crash recovery with a backup label, promotion, or initdb: immediate, and
+    /// done before the server takes connections (or writes, for a promotion).
     EndOfRecovery,
+    /// The first checkpoint after crash recovery, which the checkpointer starts as soon as the
+    /// server is open: spread, like a timed one (PostgreSQL's promotion requests one the same
+    /// way, `CHECKPOINT_FORCE`; its crash recovery instead waits for an immediate one).
+    AfterRecovery,
 }
 
 impl Cause {
@@ -130,11 +135,12 @@ impl Cause {
             Cause::Requested => "immediate force wait",
             Cause::Shutdown => "shutdown immediate",
             Cause::EndOfRecovery => "end-of-recovery immediate wait",
+            Cause::AfterRecovery => "end-of-recovery force",
         }
     }
 
     fn immediate(self) -> bool {
-        !matches!(self, Cause::Time | Cause::Wal)
+        !matches!(self, Cause::Time | Cause::Wal | Cause::AfterRecovery)
     }
 }
 
@@ -608,8 +614,9 @@ impl Storage {
 /// The checkpointer thread: starts a checkpoint when requested, when `checkpoint_timeout` has
 /// passed since the last one started, or when the WAL since the last redo point reaches
 /// `max_wal_size / (1 + checkpoint_completion_target)` (PostgreSQL's `CheckPointSegments`),
-/// warning when WAL-triggered checkpoints come closer than `checkpoint_warning`.
-pub(crate) fn checkpointer(weak: std::sync::Weak<Storage>) {
+/// warning when WAL-triggered checkpoints come closer than `checkpoint_warning`. `first`, if
+/// given, is the cause of a checkpoint it starts at once ([`Cause::AfterRecovery`]).
+pub(crate) fn checkpointer(weak: std::sync::Weak<Storage>, mut first: Option<Cause>) {
     set_backend_type(BackendType::Checkpointer);
     let mut last = Instant::now();
     loop {
@@ -623,7 +630,7 @@ pub(crate) fn checkpointer(weak: std::sync::Weak<Storage>) {
             if s.shutdown {
                 return;
             }
-            if s.requested == s.completed {
+            if s.requested == s.completed && first.is_none() {
                 st.ckpt_cond.wait_for(&mut s, Duration::from_millis(200));
             }
             if s.shutdown {
@@ -637,7 +644,10 @@ pub(crate) fn checkpointer(weak: std::sync::Weak<Storage>) {
             .0
             .saturating_sub(st.last_redo.load(Ordering::Acquire));
         let cause = if requested > st.ckpt.lock().completed {
+            first = None; // an immediate checkpoint does its work
             Some(Cause::Requested)
+        } else if let Some(c) = first.take() {
+            Some(c)
         } else if wal_since >= wal_limit {
             Some(Cause::Wal)
         } else if last.elapsed() >= timeout {

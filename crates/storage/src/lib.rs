@@ -473,8 +473,11 @@ impl Storage {
         self.io_workers.get()
     }
 
-    /// Opens a data directory: crash recovery (redo from the last checkpoint's redo point), an
-    /// end-of-recovery checkpoint, the catalog, then the checkpointer and WAL writer threads.
+    /// Opens a data directory: crash recovery (redo from the last checkpoint's redo point), the
+    /// catalog, then the checkpointer and WAL writer threads. After crash recovery the
+    /// checkpointer starts with a spread checkpoint while the server already runs; a clean
+    /// start and a base backup's first start checkpoint before returning (DESIGN.md,
+    /// "Recovery").
     ///
     /// # Errors
     /// Bad input if `dir` is not a data directory; corruption and I/O errors from recovery.
@@ -555,10 +558,23 @@ impl Storage {
         }
         st.attach_wal(end.end_lsn, ctl.redo_lsn)?;
         st.xact.abort_unresolved();
-        if end.records_replayed > 0 || ctl.state != DbState::ShutDown {
+        let crashed = ctl.state != DbState::ShutDown;
+        if end.records_replayed > 0 || crashed {
             tracing::info!(records = end.records_replayed, redo = %ctl.redo_lsn, end = %end.end_lsn, "redo done");
         }
-        st.checkpoint_now(DbState::InProduction)?;
+        // After crash recovery the server opens at once and the checkpointer makes the first
+        // checkpoint in the background, spread (step 11 of "Crash recovery" in DESIGN.md):
+        // writing every page redo dirtied took seconds before the first connection, and
+        // nothing in it must be durable before the first commit. The control file keeps its
+        // crashed state and the old redo point, whose WAL stays until that checkpoint ends,
+        // so a crash before then recovers from there again (and, the state not being shut
+        // down, syncs the data directory first). A clean start (nothing dirty) and
+        // a base backup's first start (whose label goes only after a checkpoint past the
+        // backup's end) still checkpoint here.
+        let deferred = crashed && label.is_none() && !stale_label;
+        if !deferred {
+            st.checkpoint_now(DbState::InProduction)?;
+        }
         if label.is_some() || stale_label {
             // Consistent, and checkpointed past the backup: the label has done its work.
             let old = dir.join("backup_label.old");
@@ -575,7 +591,7 @@ impl Storage {
         }
         st.catalog.reload(&st)?;
         start_workers(&st)?;
-        start_checkpointer(&st)?;
+        start_checkpointer(&st, deferred.then_some(checkpointer::Cause::AfterRecovery))?;
         Ok(st)
     }
 
@@ -661,13 +677,15 @@ fn start_workers(st: &Arc<Storage>) -> Result<()> {
 ///
 /// # Errors
 /// I/O errors starting the thread.
-fn start_checkpointer(st: &Arc<Storage>) -> Result<()> {
+/// Starts the WAL writer and the checkpointer, which begins with a checkpoint for `first` if
+/// given.
+fn start_checkpointer(st: &Arc<Storage>, first: Option<checkpointer::Cause>) -> Result<()> {
     st.wal()
         .start_wal_writer(st.config.wal_writer_delay_ms.max(1));
     let weak = Arc::downgrade(st);
     std::thread::Builder::new()
         .name("checkpointer".into())
-        .spawn(move || checkpointer::checkpointer(weak))
+        .spawn(move || checkpointer::checkpointer(weak, first))
         .map_err(|e| Error::io("could not start checkpointer", e))?;
     Ok(())
 }

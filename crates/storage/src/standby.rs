@@ -682,7 +682,7 @@ fn finish_recovery(st: &Arc<Storage>, rec: &Recovery, end: Lsn) -> Result<()> {
             ));
         }
     }
-    crate::start_checkpointer(st)?;
+    crate::start_checkpointer(st, None)?;
     {
         let _g = rec.lock.lock();
         rec.applied.notify_all();

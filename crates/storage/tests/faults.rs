@@ -652,3 +652,82 @@ fn a_crash_in_the_middle_of_a_spread_checkpoint_loses_nothing() {
         verify_ok(&image);
     }
 }
+
+/// After crash recovery the server opens before its first checkpoint, which the checkpointer
+/// makes in the background (held here at its first data, status or control file I/O). Commits
+/// go on meanwhile; the control file still names the crashed run's checkpoint; and a crash
+/// then, a process kill or a power loss, recovers from that checkpoint's redo point again and
+/// loses nothing: neither what the first recovery replayed nor what was committed after it.
+#[test]
+fn recovery_opens_before_its_checkpoint_and_a_crash_before_that_ends_loses_nothing() {
+    use walnut_storage::control::ControlFile;
+    let fv = FaultVfs::new(FaultConfig::new(41));
+    let dir = Path::new(DIR);
+    Storage::initdb(Arc::new(fv.clone()), dir).unwrap();
+    let st = Storage::open(Arc::new(fv.clone()), dir, config(true)).unwrap();
+    create(&st, "t", 0..500);
+    let crashed_at = ControlFile::read(&fv, dir).unwrap();
+    // A power loss: the pages exist only in the dead run's memory; the commits' WAL is durable.
+    let (image, _) = fv.crash_image(CrashKind::PowerLoss, 1);
+    drop(st);
+    let held = Arc::new((Mutex::new(true), std::sync::Condvar::new()));
+    let hook: Arc<Hook> = {
+        let held = held.clone();
+        Arc::new(move |io, run| {
+            if std::thread::current().name() == Some("checkpointer")
+                && !io.path().starts_with(Path::new(DIR).join("wal"))
+            {
+                let (m, c) = &*held;
+                let mut h = m.lock().unwrap();
+                while *h {
+                    h = c.wait(h).unwrap();
+                }
+            }
+            run()
+        })
+    };
+    let st = Storage::open(
+        Arc::new(hook_vfs(Arc::new(image.clone()), hook)),
+        dir,
+        config(true),
+    )
+    .unwrap();
+    let ctl = ControlFile::read(&image, dir).unwrap();
+    assert_eq!(
+        (ctl.checkpoint_lsn, ctl.redo_lsn),
+        (crashed_at.checkpoint_lsn, crashed_at.redo_lsn),
+        "open wrote no checkpoint"
+    );
+    assert_ne!(ctl.state, DbState::ShutDown);
+    let info = st.catalog.get("t").unwrap();
+    for k in 500..700 {
+        let mut t = begin(&st);
+        t.insert(&info, &row(k)).unwrap();
+        commit(t);
+    }
+    for (kind, again) in images(&image, 43) {
+        let st = Storage::open(Arc::new(again.clone()), dir, config(true)).unwrap();
+        let keys: std::collections::HashSet<i32> = scan(&st, "t")
+            .unwrap()
+            .into_iter()
+            .map(|(_, k)| k)
+            .collect();
+        for key in 0..700 {
+            assert!(keys.contains(&key), "{kind:?}: row {key} lost");
+            assert!(
+                lookup(&st, "t", key).unwrap().is_some(),
+                "{kind:?}: key {key} not in the index"
+            );
+        }
+        st.shutdown().unwrap();
+        drop(st);
+        verify_ok(&again);
+    }
+    // Let the checkpoint finish: it names a redo point past the crash.
+    *held.0.lock().unwrap() = false;
+    held.1.notify_all();
+    st.request_checkpoint().unwrap();
+    let ctl = ControlFile::read(&image, dir).unwrap();
+    assert!(ctl.redo_lsn > crashed_at.redo_lsn);
+    st.shutdown().unwrap();
+}
