@@ -316,7 +316,7 @@ impl Storage {
         xid: Xid,
         (rmgr, info): (RmgrId, u8),
         pins: &[bufpool::Pinned<'_>],
-        latches: &mut [parking_lot::RwLockWriteGuard<'_, Box<page::PageBuf>>],
+        latches: &mut [parking_lot::RwLockWriteGuard<'_, bufpool::FramePage>],
         images: &[&page::PageBuf],
     ) -> Result<Lsn> {
         assert!(
