@@ -560,7 +560,14 @@ impl Storage {
         st.xact.abort_unresolved();
         let crashed = ctl.state != DbState::ShutDown;
         if end.records_replayed > 0 || crashed {
-            tracing::info!(records = end.records_replayed, redo = %ctl.redo_lsn, end = %end.end_lsn, "redo done");
+            // PostgreSQL's "redo done at X ... elapsed: N s".
+            tracing::info!(
+                records = end.records_replayed,
+                redo = %ctl.redo_lsn,
+                end = %end.end_lsn,
+                elapsed_s = format_args!("{:.2}", end.elapsed.as_secs_f64()),
+                "redo done"
+            );
         }
         // After crash recovery the server opens at once and the checkpointer makes the first
         // checkpoint in the background, spread (step 11 of "Crash recovery" in DESIGN.md):

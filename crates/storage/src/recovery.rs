@@ -29,6 +29,9 @@ pub struct RedoEnd {
     pub end_lsn: Lsn,
     /// Records applied.
     pub records_replayed: u64,
+    /// Time the redo loop took (reading, decoding and applying), from opening the WAL at the
+    /// redo point to its end.
+    pub elapsed: std::time::Duration,
 }
 
 /// Parses the list of relation files in a transaction record's main data.
@@ -69,6 +72,7 @@ pub fn encode_rel_list(rels: &[RelFileId]) -> Vec<u8> {
 /// # Errors
 /// Corruption (including a missing checkpoint record) and I/O errors.
 pub fn redo(st: &Storage, ctl: &ControlFile) -> Result<RedoEnd> {
+    let started = std::time::Instant::now();
     let mut reader = WalReader::open(st.vfs.clone(), st.dir.join("wal"), ctl.redo_lsn)?;
     let mut n = 0u64;
     let mut saw_checkpoint = !ctl.checkpoint_lsn.is_valid();
@@ -91,6 +95,7 @@ pub fn redo(st: &Storage, ctl: &ControlFile) -> Result<RedoEnd> {
     Ok(RedoEnd {
         end_lsn: reader.end_lsn(),
         records_replayed: n,
+        elapsed: started.elapsed(),
     })
 }
 

@@ -1,0 +1,126 @@
+#!/usr/bin/env bash
+# Issue 16, "crash recovery rate". For PostgreSQL 18 and walnut, one after the other, each on a
+# new data directory with synchronous_commit = off and no checkpoint during the run
+# (PostgreSQL: postgres18.sh's settings, shared_buffers=3GB, max_wal_size=100GB,
+# checkpoint_timeout=15min; walnut: the same three, given with -c):
+#   1. pgbench -i -s SCALE, then CHECKPOINT;
+#   2. pgbench -n -b tpcb-like -M prepared -c CLIENTS -j 2 -T SECONDS;
+#   3. kill -9 of the server (PostgreSQL: the postmaster), then sync and drop the page cache
+#      (echo 3 > /proc/sys/vm/drop_caches; --keep-cache skips it);
+#   4. start the server again and time it until `select 1` answers (polled every 20 ms):
+#      "start to ready", what a user waits for;
+#   5. check the TPC-B invariant sum(abalance) = sum(delta) of pgbench_history, then stop.
+# Reports, per server: transactions, WAL from the checkpoint to the kill (MB), start to ready
+# (s), and transactions and MB of WAL per second of it, with PostgreSQL's own redo-loop time
+# from its log ("redo done at ... elapsed: N s") and walnut's ("redo done ... elapsed_s=N").
+#
+#   bench/replication/recovery.sh --walnut BIN [--seconds 60] [--scale 100] [--clients 10]
+#                                 [--only both|pg|walnut] [--keep-cache yes] [--out DIR]
+#
+# Port 5468 for both, data under /var/tmp. Writes OUT (default
+# bench/replication/results/recovery-DATE-TIME): table.md, summary.tsv, SERVER.pgbench.txt,
+# SERVER.init.txt, SERVER.log (walnut's, or PostgreSQL's server.log) and settings.txt. Needs
+# root (the page cache drop; postgres18.sh runs PostgreSQL as pgref).
+set -euo pipefail
+source "$(dirname "$0")/lib.sh"
+walnut=""; seconds=60; scale=100; clients=10; only=both; keep_cache=no; out=""
+while [ $# -gt 0 ]; do
+  case $1 in
+    --walnut) walnut=$2;; --seconds) seconds=$2;; --scale) scale=$2;; --clients) clients=$2;;
+    --only) only=$2;; --keep-cache) keep_cache=$2;; --out) out=$2;;
+    -h|--help) usage;;
+    *) echo "unknown option $1" >&2; usage;;
+  esac; shift 2
+done
+case $only in both|pg|walnut) ;; *) echo "--only must be both, pg or walnut" >&2; exit 2;; esac
+[ "$only" = pg ] || [ -x "$walnut" ] || { echo "--walnut BIN is required (an executable walnut)" >&2; exit 2; }
+walnut=${walnut:+$(cd "$(dirname "$walnut")" && pwd)/$(basename "$walnut")}
+
+pg_tools
+out=${out:-$here/results/recovery-$(date +%Y%m%d-%H%M%S)}
+mkdir -p "$out"; out=$(cd "$out" && pwd)
+work=$(mktemp -d /var/tmp/walnut-recovery.XXXXXX); chmod 755 "$work"
+port=5468; wpid=""; pg_up=""
+cleanup() {
+  if [ -n "$wpid" ]; then kill -TERM "$wpid" 2>/dev/null || true; wait "$wpid" 2>/dev/null || true; fi
+  if [ -n "$pg_up" ]; then "$shared/bench/postgres18.sh" stop "$work/pg" >/dev/null 2>&1 || true; fi
+  rm -rf "$work"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+printf 'server\ttransactions\twal_mb\tready_s\tredo_s\ttx_per_s\twal_mb_per_s\n' >"$out/summary.tsv"
+echo "seconds $seconds, scale $scale, clients $clients, page cache dropped: $([ "$keep_cache" = yes ] && echo no || echo yes)" >"$out/settings.txt"
+
+start() { # SERVER
+  if [ "$1" = pg18 ]; then
+    PG_EXTRA_CONF="synchronous_commit=off" "$shared/bench/postgres18.sh" start "$work/pg" "$port" >>"$out/pg18.start.txt" 2>&1 &
+    pg_up=1
+  else
+    [ -d "$work/walnut" ] || "$walnut" initdb -D "$work/walnut" >>"$out/walnut.log" 2>&1
+    "$walnut" serve -D "$work/walnut" -p "$port" -c synchronous_commit=off -c shared_buffers=3GB \
+      -c max_wal_size=100GB -c checkpoint_timeout=15min >>"$out/walnut.log" 2>&1 &
+    wpid=$!
+  fi
+}
+ready() { # waits up to 30 min for `select 1`
+  for _ in $(seq 90000); do
+    psql_ "$port" -Atqc 'select 1' >/dev/null 2>&1 && return 0
+    if [ -n "$wpid" ] && ! kill -0 "$wpid" 2>/dev/null; then
+      echo "error: walnut exited (walnut.log)" >&2; exit 1
+    fi
+    sleep 0.02
+  done
+  echo "error: the server did not come up" >&2; exit 1
+}
+kill9() { # SERVER
+  if [ "$1" = pg18 ]; then
+    kill -9 "$(head -1 "$work/pg/postmaster.pid")"
+    for _ in $(seq 500); do pgrep -u pgref -f "postgres -D $work/pg" >/dev/null || break; sleep 0.02; done
+    pkill -9 -u pgref -f "$work/pg" 2>/dev/null || true
+    rm -f "$work/pg/postmaster.pid"
+  else
+    kill -9 "$wpid"; wait "$wpid" 2>/dev/null || true; wpid=""
+  fi
+}
+
+run() { # SERVER
+  local s=$1 lsn0 lsn1 tx t0 t1 ready_s redo_s wal_mb inv
+  start "$s"; ready
+  "$PGBENCH" -h 127.0.0.1 -p "$port" -U postgres -i -q -s "$scale" postgres >"$out/$s.init.txt" 2>&1
+  psql_ "$port" -Atqc checkpoint >/dev/null
+  lsn0=$(psql_ "$port" -Atqc 'select pg_current_wal_lsn()')
+  "$PGBENCH" -h 127.0.0.1 -p "$port" -U postgres -n -b tpcb-like -M prepared -c "$clients" -j 2 \
+    -T "$seconds" postgres >"$out/$s.pgbench.txt" 2>&1
+  lsn1=$(psql_ "$port" -Atqc 'select pg_current_wal_insert_lsn()')
+  wal_mb=$(awk -v b="$(psql_ "$port" -Atqc "select pg_wal_lsn_diff('$lsn1', '$lsn0')")" 'BEGIN { printf "%.1f", b / 1e6 }')
+  tx=$(awk '/number of transactions actually processed/ {print $NF}' "$out/$s.pgbench.txt" | cut -d/ -f1)
+  echo "$s: load average before the kill $(cut -d' ' -f1-3 /proc/loadavg)" >>"$out/settings.txt"
+  kill9 "$s"
+  sync
+  [ "$keep_cache" = yes ] || echo 3 >/proc/sys/vm/drop_caches
+  t0=$(now); start "$s"; ready; t1=$(now)
+  ready_s=$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.2f", b - a }')
+  if [ "$s" = pg18 ]; then
+    cp "$work/pg/server.log" "$out/pg18.log" 2>/dev/null || true
+    redo_s=$(grep -o 'redo done at .*elapsed: [0-9.]* s' "$out/pg18.log" | tail -1 | sed 's/.*elapsed: \([0-9.]*\) s/\1/')
+  else
+    redo_s=$(grep 'redo done' "$out/walnut.log" | tail -1 | sed -n 's/.*elapsed_s=\([0-9.]*\).*/\1/p')
+  fi
+  inv="$(psql_ "$port" -Atqc "select sum(abalance) from pgbench_accounts") $(psql_ "$port" -Atqc "select sum(delta) from pgbench_history")"
+  echo "$s: after recovery sum(abalance), sum(delta) of pgbench_history: $inv" >>"$out/settings.txt"
+  [ "${inv% *}" = "${inv#* }" ] || echo "error: $s: sum(abalance) differs from sum(delta) after recovery" | tee -a "$out/settings.txt" >&2
+  printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$s" "$tx" "$wal_mb" "$ready_s" "${redo_s:-}" \
+    "$(awk -v t="$tx" -v r="$ready_s" 'BEGIN { printf "%.0f", t / r }')" \
+    "$(awk -v m="$wal_mb" -v r="$ready_s" 'BEGIN { printf "%.0f", m / r }')" >>"$out/summary.tsv"
+  if [ "$s" = pg18 ]; then "$shared/bench/postgres18.sh" stop "$work/pg" >/dev/null; pg_up=""
+  else kill -TERM "$wpid"; wait "$wpid" 2>/dev/null || true; wpid=""; fi
+}
+
+if [ "$only" != walnut ]; then run pg18; fi
+if [ "$only" != pg ]; then run walnut; fi
+{
+  echo "| server | transactions | WAL (MB) | redo loop (s) | start to ready (s) | tx/s of it | MB/s of it |"
+  echo "|---|---:|---:|---:|---:|---:|---:|"
+  tail -n +2 "$out/summary.tsv" | awk -F'\t' '{ printf "| %s | %s | %s | %s | %s | %s | %s |\n", $1, $2, $3, ($5 == "" ? "-" : $5), $4, $6, $7 }'
+} >"$out/table.md"
+cat "$out/table.md"
