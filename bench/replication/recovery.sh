@@ -40,7 +40,7 @@ pg_tools
 out=${out:-$here/results/recovery-$(date +%Y%m%d-%H%M%S)}
 mkdir -p "$out"; out=$(cd "$out" && pwd)
 work=$(mktemp -d /var/tmp/walnut-recovery.XXXXXX); chmod 755 "$work"
-port=5468; wpid=""; pg_up=""
+port=5468; wpid=""; pg_up=""; pgstart=""
 cleanup() {
   if [ -n "$wpid" ]; then kill -TERM "$wpid" 2>/dev/null || true; wait "$wpid" 2>/dev/null || true; fi
   if [ -n "$pg_up" ]; then "$shared/bench/postgres18.sh" stop "$work/pg" >/dev/null 2>&1 || true; fi
@@ -54,7 +54,7 @@ echo "seconds $seconds, scale $scale, clients $clients, page cache dropped: $([ 
 start() { # SERVER
   if [ "$1" = pg18 ]; then
     PG_EXTRA_CONF="synchronous_commit=off" "$shared/bench/postgres18.sh" start "$work/pg" "$port" >>"$out/pg18.start.txt" 2>&1 &
-    pg_up=1
+    pgstart=$!; pg_up=1
   else
     [ -d "$work/walnut" ] || "$walnut" initdb -D "$work/walnut" >>"$out/walnut.log" 2>&1
     "$walnut" serve -D "$work/walnut" -p "$port" -c synchronous_commit=off -c shared_buffers=3GB \
@@ -68,6 +68,10 @@ ready() { # waits up to 30 min for `select 1`
     if [ -n "$wpid" ] && ! kill -0 "$wpid" 2>/dev/null; then
       echo "error: walnut exited (walnut.log)" >&2; exit 1
     fi
+    if [ -n "$pgstart" ] && ! kill -0 "$pgstart" 2>/dev/null; then
+      wait "$pgstart" || { echo "error: postgres18.sh start failed (pg18.start.txt)" >&2; exit 1; }
+      pgstart=""
+    fi
     sleep 0.02
   done
   echo "error: the server did not come up" >&2; exit 1
@@ -77,7 +81,9 @@ kill9() { # SERVER
     kill -9 "$(head -1 "$work/pg/postmaster.pid")"
     for _ in $(seq 500); do pgrep -u pgref -f "postgres -D $work/pg" >/dev/null || break; sleep 0.02; done
     pkill -9 -u pgref -f "$work/pg" 2>/dev/null || true
-    rm -f "$work/pg/postmaster.pid"
+    # A killed postmaster whose parent does not reap it (a container's init) stays a zombie,
+    # and its socket lock file would then refuse the restart.
+    rm -f "$work/pg/postmaster.pid" "$work/pg"/.s.PGSQL.*
   else
     kill -9 "$wpid"; wait "$wpid" 2>/dev/null || true; wpid=""
   fi
