@@ -24,17 +24,12 @@
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 walnut=""; seconds=60; scale=100; clients=10; only=both; keep_cache=no; out=""
+# --keep-cache is this script's own; the rest are the lag scripts' options.
+args=()
 while [ $# -gt 0 ]; do
-  case $1 in
-    --walnut) walnut=$2;; --seconds) seconds=$2;; --scale) scale=$2;; --clients) clients=$2;;
-    --only) only=$2;; --keep-cache) keep_cache=$2;; --out) out=$2;;
-    -h|--help) usage;;
-    *) echo "unknown option $1" >&2; usage;;
-  esac; shift 2
+  if [ "$1" = --keep-cache ]; then keep_cache=${2:-}; shift 2; else args+=("$1"); shift; fi
 done
-case $only in both|pg|walnut) ;; *) echo "--only must be both, pg or walnut" >&2; exit 2;; esac
-[ "$only" = pg ] || [ -x "$walnut" ] || { echo "--walnut BIN is required (an executable walnut)" >&2; exit 2; }
-walnut=${walnut:+$(cd "$(dirname "$walnut")" && pwd)/$(basename "$walnut")}
+parse_lag_options "${args[@]}"
 
 pg_tools
 out=${out:-$here/results/recovery-$(date +%Y%m%d-%H%M%S)}

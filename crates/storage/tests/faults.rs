@@ -634,23 +634,29 @@ fn a_crash_in_the_middle_of_a_spread_checkpoint_loses_nothing() {
     assert_eq!(taken.len(), 6, "images at three points");
     for (at, kind, image, n) in taken {
         let what = format!("{kind:?} {at}, {n} commits acknowledged");
-        let st = Storage::open(Arc::new(image.clone()), dir, config(true)).unwrap();
-        let keys: std::collections::HashSet<i32> = scan(&st, "t")
-            .unwrap()
-            .into_iter()
-            .map(|(_, k)| k)
-            .collect();
-        for key in 0..2000 + n as i32 {
-            assert!(keys.contains(&key), "{what}: row {key} lost");
-            assert!(
-                lookup(&st, "t", key).unwrap().is_some(),
-                "{what}: key {key} not in the index"
-            );
-        }
-        st.shutdown().unwrap();
-        drop(st);
-        verify_ok(&image);
+        recovers_all_keys(&image, 0..2000 + n as i32, &what);
     }
+}
+
+/// Recovers `image`, checks that table "t" holds every key of `keys` in its heap and its
+/// index, shuts down cleanly and verifies the directory; `what` names the image.
+fn recovers_all_keys(image: &FaultVfs, keys: std::ops::Range<i32>, what: &str) {
+    let st = Storage::open(Arc::new(image.clone()), Path::new(DIR), config(true)).unwrap();
+    let found: std::collections::HashSet<i32> = scan(&st, "t")
+        .unwrap()
+        .into_iter()
+        .map(|(_, k)| k)
+        .collect();
+    for key in keys {
+        assert!(found.contains(&key), "{what}: row {key} lost");
+        assert!(
+            lookup(&st, "t", key).unwrap().is_some(),
+            "{what}: key {key} not in the index"
+        );
+    }
+    st.shutdown().unwrap();
+    drop(st);
+    verify_ok(image);
 }
 
 /// After crash recovery the server opens before its first checkpoint, which the checkpointer
@@ -706,22 +712,11 @@ fn recovery_opens_before_its_checkpoint_and_a_crash_before_that_ends_loses_nothi
         commit(t);
     }
     for (kind, again) in images(&image, 43) {
-        let st = Storage::open(Arc::new(again.clone()), dir, config(true)).unwrap();
-        let keys: std::collections::HashSet<i32> = scan(&st, "t")
-            .unwrap()
-            .into_iter()
-            .map(|(_, k)| k)
-            .collect();
-        for key in 0..700 {
-            assert!(keys.contains(&key), "{kind:?}: row {key} lost");
-            assert!(
-                lookup(&st, "t", key).unwrap().is_some(),
-                "{kind:?}: key {key} not in the index"
-            );
-        }
-        st.shutdown().unwrap();
-        drop(st);
-        verify_ok(&again);
+        recovers_all_keys(
+            &again,
+            0..700,
+            &format!("{kind:?} during the deferred checkpoint"),
+        );
     }
     // Let the checkpoint finish: it names a redo point past the crash.
     *held.0.lock().unwrap() = false;

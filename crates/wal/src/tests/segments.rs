@@ -150,16 +150,8 @@ fn recycled_segment_stale_records_end_the_wal() {
     fill_to(&wal, WAL_SEGMENT_SIZE + 100_000);
     let redo = wal.begin_checkpoint();
     assert_eq!(redo, wal.insert_lsn());
-    let names = |dir: &Path| {
-        let mut v: Vec<_> = RealVfs
-            .list_dir(dir)
-            .unwrap()
-            .into_iter()
-            .filter_map(|n| parse_segment_file_name(&n).map(|(_, s)| s))
-            .collect();
-        v.sort();
-        v
-    };
+    let names =
+        |dir: &Path| -> Vec<u64> { named_segments(dir).into_iter().map(|(_, s)| s).collect() };
     assert_eq!(names(&cfg.dir), vec![0, 1, 2]);
     wal.remove_old_segments(redo, 0).unwrap();
     // Segment 0 was recycled as segment 3 (the first free name after the preallocated one).
