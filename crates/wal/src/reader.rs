@@ -22,13 +22,17 @@
 //! later.
 
 use crate::record::{check_header, decode_record, MAX_RECORD_LEN, RECORD_ALIGN, RECORD_HEADER_LEN};
-use crate::segment::{open_existing, segment_label, segment_of, WAL_SEGMENT_SIZE};
+use crate::segment::{
+    find_segment, open_existing, parse_segment_file_name, segment_label, segment_of,
+    FIRST_TIMELINE, WAL_SEGMENT_SIZE,
+};
 use crate::DecodedRecord;
+use std::cell::Cell;
 use std::io;
 use std::path::PathBuf;
 use std::sync::Arc;
 use walnut_common::{Error, Lsn, Result};
-use walnut_io::{FileIo, Vfs};
+use walnut_io::{FileIo, OpenMode, Vfs};
 
 /// Bytes read from a segment at a time.
 const READ_CHUNK: u64 = 1024 * 1024;
@@ -51,12 +55,34 @@ pub(crate) struct ReaderState {
     /// Streaming mode (a standby's replay): no byte at or past this position is read, and an
     /// invalid record is "not there yet" rather than the end of WAL; `u64::MAX` otherwise.
     limit: u64,
+    /// The timeline of the last segment file opened: the next is looked for under its name
+    /// first ([`find_segment`]).
+    tli_hint: Cell<u32>,
 }
 
 impl ReaderState {
+    /// Opens segment `segno`, whatever timeline named it; `Ok(None)` if it does not exist.
+    fn open_segment(&self, segno: u64) -> io::Result<Option<Arc<dyn FileIo>>> {
+        let Some(path) = find_segment(self.vfs.as_ref(), &self.dir, segno, self.tli_hint.get())?
+        else {
+            return Ok(None);
+        };
+        if let Some((tli, _)) = path
+            .file_name()
+            .and_then(|n| parse_segment_file_name(&n.to_string_lossy()))
+        {
+            self.tli_hint.set(tli);
+        }
+        match self.vfs.open(&path, OpenMode::default()) {
+            Ok(f) => Ok(Some(f)),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
     pub(crate) fn open(vfs: Arc<dyn Vfs>, dir: PathBuf, start: Lsn) -> Result<ReaderState> {
         let segno = segment_of(start.0);
-        let file = open_existing(vfs.as_ref(), &dir, segno)
+        let file = open_existing(vfs.as_ref(), &dir, segno, FIRST_TIMELINE)
             .map_err(|e| Error::io(format!("could not open {}", segment_label(segno)), e))?
             .ok_or_else(|| {
                 Error::corruption(format!(
@@ -72,6 +98,7 @@ impl ReaderState {
             buf_start: 0,
             scratch: Vec::new(),
             limit: u64::MAX,
+            tli_hint: Cell::new(FIRST_TIMELINE),
         })
     }
 
@@ -96,7 +123,7 @@ impl ReaderState {
         let segno = segment_of(pos);
         if self.file.as_ref().map(|(s, _)| *s) != Some(segno) {
             self.file = None;
-            match open_existing(self.vfs.as_ref(), &self.dir, segno) {
+            match self.open_segment(segno) {
                 Ok(Some(f)) => self.file = Some((segno, f)),
                 Ok(None) => return Ok(false),
                 Err(e) => {
@@ -227,7 +254,8 @@ impl ReaderState {
         let mut span = Vec::new();
         while q < limit {
             let segno = segment_of(q);
-            let Some(file) = open_existing(self.vfs.as_ref(), &self.dir, segno)
+            let Some(file) = self
+                .open_segment(segno)
                 .map_err(|e| Error::io(format!("could not open {}", segment_label(segno)), e))?
             else {
                 q = (segno + 1) * WAL_SEGMENT_SIZE;
@@ -300,7 +328,8 @@ impl ReaderState {
         while done < len {
             let p = pos + done as u64;
             let segno = segment_of(p);
-            let Some(file) = open_existing(self.vfs.as_ref(), &self.dir, segno)
+            let Some(file) = self
+                .open_segment(segno)
                 .map_err(|e| Error::io(format!("could not open {}", segment_label(segno)), e))?
             else {
                 return Ok(false);

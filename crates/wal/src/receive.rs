@@ -141,7 +141,7 @@ impl ReceivedWal {
             )
         };
         let mode = OpenMode::default();
-        let file = match open_existing_with(self.vfs.as_ref(), &self.dir, segno, mode)
+        let file = match open_existing_with(self.vfs.as_ref(), &self.dir, segno, self.tli, mode)
             .map_err(|e| Error::io(ctx(), e))?
         {
             Some(f) => f,
@@ -154,7 +154,7 @@ impl ReceivedWal {
                     InitOpts::default(),
                 )
                 .map_err(|e| Error::io(ctx(), e))?;
-                open_existing_with(self.vfs.as_ref(), &self.dir, segno, mode)
+                open_existing_with(self.vfs.as_ref(), &self.dir, segno, self.tli, mode)
                     .map_err(|e| Error::io(ctx(), e))?
                     .ok_or_else(|| Error::io(ctx(), std::io::ErrorKind::NotFound.into()))?
             }

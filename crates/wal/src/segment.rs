@@ -62,10 +62,9 @@ pub fn parse_segment_file_name(name: &str) -> Option<(u32, u64)> {
     (tli > 0 && seg < SEGMENTS_PER_XLOGID).then_some((tli, log * SEGMENTS_PER_XLOGID + seg))
 }
 
-/// The segment files in `dir` as `(segno, tli)`, sorted by segment number, one per segment:
-/// walnut keeps a single file per segment (a promotion renames rather than copies, see
-/// [`adopt_timeline`]); if a crash or a copied-in file left two, the higher timeline's wins.
-pub fn list_segments(vfs: &dyn Vfs, dir: &Path) -> io::Result<Vec<(u64, u32)>> {
+/// Every segment file in `dir` as `(segno, tli)`, sorted, duplicates of a segment number
+/// included.
+pub(crate) fn list_segment_files(vfs: &dyn Vfs, dir: &Path) -> io::Result<Vec<(u64, u32)>> {
     let mut v: Vec<(u64, u32)> = vfs
         .list_dir(dir)?
         .iter()
@@ -73,6 +72,14 @@ pub fn list_segments(vfs: &dyn Vfs, dir: &Path) -> io::Result<Vec<(u64, u32)>> {
         .map(|(tli, segno)| (segno, tli))
         .collect();
     v.sort_unstable();
+    Ok(v)
+}
+
+/// The segment files in `dir` as `(segno, tli)`, sorted by segment number, one per segment:
+/// walnut keeps a single file per segment (a promotion renames rather than copies, see
+/// [`adopt_timeline`]); if a copied-in file left two, the higher timeline's wins.
+pub fn list_segments(vfs: &dyn Vfs, dir: &Path) -> io::Result<Vec<(u64, u32)>> {
+    let mut v = list_segment_files(vfs, dir)?;
     v.dedup_by(|later, earlier| {
         // Sorted by (segno, tli): keep the last of each segment, the highest timeline.
         if later.0 == earlier.0 {
@@ -85,10 +92,22 @@ pub fn list_segments(vfs: &dyn Vfs, dir: &Path) -> io::Result<Vec<(u64, u32)>> {
     Ok(v)
 }
 
-/// The path of segment `segno`'s file in `dir`, whatever timeline named it (the highest if
-/// several did); `None` if there is none. Lists the directory: callers open a segment once
-/// per 16 MiB of WAL.
-pub fn find_segment(vfs: &dyn Vfs, dir: &Path, segno: u64) -> io::Result<Option<PathBuf>> {
+/// The path of segment `segno`'s file in `dir`, whatever timeline named it; `None` if there
+/// is none. It looks for timeline `hint`'s name first (the caller's timeline: the one nearly
+/// every segment it opens has), then lists the directory and takes the highest timeline's.
+///
+/// # Errors
+/// I/O errors checking for the file or listing the directory.
+pub fn find_segment(
+    vfs: &dyn Vfs,
+    dir: &Path,
+    segno: u64,
+    hint: u32,
+) -> io::Result<Option<PathBuf>> {
+    let hinted = dir.join(segment_file_name(hint, segno));
+    if vfs.exists(&hinted) {
+        return Ok(Some(hinted));
+    }
     Ok(list_segments(vfs, dir)?
         .into_iter()
         .find(|&(s, _)| s == segno)
@@ -101,8 +120,10 @@ pub fn find_segment(vfs: &dyn Vfs, dir: &Path, segno: u64) -> io::Result<Option<
 /// `tli`) calls it before its first write there, so that the segment holding the switch point
 /// and the preallocated or recycled ones after it carry the new timeline, as PostgreSQL's do
 /// (`XLogInitNewTimeline` copies the switch segment instead; walnut keeps one file per
-/// segment). Each rename is atomic: a crash between them leaves segments of both names, which
-/// [`list_segments`] and [`find_segment`] read by number, and the next call finishes the job.
+/// segment). An older timeline's file of a segment that `tli` (or a later timeline) already
+/// has is a stale copy, and is removed. Each rename is atomic: a crash between them leaves
+/// segments of both names, which [`list_segments`] and [`find_segment`] read by number, and
+/// the next call finishes the job.
 ///
 /// # Panics
 /// PANICs if the directory's fsync fails.
@@ -112,14 +133,23 @@ pub(crate) fn adopt_timeline(
     tli: u32,
     from_segno: u64,
 ) -> io::Result<usize> {
+    let files = list_segment_files(vfs, dir)?;
     let mut renamed = 0;
-    for (segno, old) in list_segments(vfs, dir)? {
-        if segno >= from_segno && old < tli {
-            let (from, to) = (segment_file_name(old, segno), segment_file_name(tli, segno));
+    for (i, &(segno, old)) in files.iter().enumerate() {
+        if segno < from_segno || old >= tli {
+            continue;
+        }
+        let from = segment_file_name(old, segno);
+        // Sorted by (segno, tli): a file of this segment at `tli` or later comes next.
+        if files[i + 1..].iter().any(|&(s, t)| s == segno && t >= tli) {
+            vfs.remove(&dir.join(&from))?;
+            tracing::debug!(segment = %from, "stale WAL segment of an older timeline removed");
+        } else {
+            let to = segment_file_name(tli, segno);
             vfs.rename(&dir.join(&from), &dir.join(&to))?;
             tracing::debug!(from = %from, to = %to, "WAL segment renamed for the new timeline");
-            renamed += 1;
         }
+        renamed += 1;
     }
     if renamed > 0 {
         if let Err(e) = vfs.sync_dir(dir) {
@@ -174,8 +204,10 @@ impl Default for InitOpts {
     }
 }
 
-/// Creates segment `segno`, named for timeline `tli`, durably: writes 16 MiB of zeros to a temporary file (or, without
-/// `opts.zero`, only sets its size), fsyncs it, renames it into place and fsyncs the directory.
+/// Creates segment `segno`, named for timeline `tli`, durably, unless a file of that segment
+/// exists already (of any timeline; then it does nothing): writes 16 MiB of zeros to a
+/// temporary file (or, without `opts.zero`, only sets its size), fsyncs it, renames it into
+/// place and fsyncs the directory.
 /// After a crash the segment either does not exist or is complete; a leftover temporary file is
 /// removed at the next open. With zeros written, every block of the file is allocated and its
 /// size is final, so later WAL writes into it need only `fdatasync`, which then does not have to
@@ -195,6 +227,11 @@ pub(crate) fn preallocate(
     segno: u64,
     opts: InitOpts,
 ) -> io::Result<()> {
+    // Never over an existing file of this segment (of any timeline): the rename below would
+    // replace a segment in use. Creators hold the WAL's segment lock, so none races this check.
+    if find_segment(vfs, dir, segno, tli)?.is_some() {
+        return Ok(());
+    }
     let tmp = dir.join(format!("{TEMP_PREFIX}{segno}"));
     let file = vfs.open(
         &tmp,
@@ -230,19 +267,21 @@ pub(crate) fn open_existing(
     vfs: &dyn Vfs,
     dir: &Path,
     segno: u64,
+    hint: u32,
 ) -> io::Result<Option<Arc<dyn FileIo>>> {
-    open_existing_with(vfs, dir, segno, OpenMode::default())
+    open_existing_with(vfs, dir, segno, hint, OpenMode::default())
 }
 
-/// Opens an existing segment with `mode` (sync and direct flags for writing); `Ok(None)` if it
-/// does not exist.
+/// Opens an existing segment with `mode` (sync and direct flags for writing), whatever its
+/// timeline ([`find_segment`] with `hint`); `Ok(None)` if it does not exist.
 pub(crate) fn open_existing_with(
     vfs: &dyn Vfs,
     dir: &Path,
     segno: u64,
+    hint: u32,
     mode: OpenMode,
 ) -> io::Result<Option<Arc<dyn FileIo>>> {
-    let Some(path) = find_segment(vfs, dir, segno)? else {
+    let Some(path) = find_segment(vfs, dir, segno, hint)? else {
         return Ok(None);
     };
     match vfs.open(&path, mode) {
@@ -289,7 +328,19 @@ pub(crate) fn has_stale_records(
 }
 
 /// Zero-fills `[from, WAL_SEGMENT_SIZE)` of `file` and syncs it.
+///
+/// # Errors
+/// I/O errors of the writes.
+///
+/// # Panics
+/// PANICs if the sync fails: never retried (the kernel may have marked the zeros clean while
+/// the stale records stay on disk).
 pub(crate) fn zero_tail(file: &dyn FileIo, from: u64) -> io::Result<()> {
     write_zeros(file, from, WAL_SEGMENT_SIZE)?;
-    file.sync_data()
+    if let Err(e) = file.sync_data() {
+        walnut_common::panic_fatal(&format!(
+            "could not fsync a WAL segment after zeroing stale records: {e}"
+        ));
+    }
+    Ok(())
 }

@@ -114,8 +114,8 @@ fn a_wal_opened_on_a_new_timeline_renames_the_switch_segment_and_later_ones() {
     wal.remove_old_segments(redo, 0).unwrap();
     assert_eq!(named_segments(&cfg.dir), vec![(2, 2), (2, 3), (2, 4)]);
     drop(wal);
-    // Reopening on the same timeline renames nothing; a file left by a crash under both names
-    // reads as the higher timeline's.
+    // A stale copy of a segment under an older timeline's name is removed when the WAL opens
+    // on the newer one; the newer file stays the segment's.
     std::fs::copy(
         cfg.dir.join("000000020000000000000004"),
         cfg.dir.join("000000010000000000000004"),
@@ -127,6 +127,7 @@ fn a_wal_opened_on_a_new_timeline_renames_the_switch_segment_and_later_ones() {
         wal.segment_path(4).unwrap(),
         Some(cfg.dir.join("000000020000000000000004"))
     );
+    assert_eq!(named_segments(&cfg.dir), vec![(2, 2), (2, 3), (2, 4)]);
     assert_eq!(
         list_segments(&RealVfs, &cfg.dir).unwrap(),
         vec![(2, 2), (3, 2), (4, 2)]
@@ -232,4 +233,23 @@ fn full_disk_fails_check_space_with_53100_and_never_panics() {
     drop(wal);
     let (recs, _) = read_all(Arc::new(fv.clone()), dir, Lsn::FIRST);
     assert_eq!(recs.len() as u32, written + 1);
+}
+
+/// Creating a segment that exists, under any timeline's name, does nothing: the rename into
+/// place would otherwise replace a segment in use with zeros.
+#[test]
+fn creating_an_existing_segment_leaves_it_alone() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = config(tmp.path(), 1 << 20, 1);
+    let wal = create_open(vfs(), &cfg);
+    for seq in 0..10 {
+        wal.insert(&mut |_| tagged_record(0, seq, true)).unwrap();
+    }
+    wal.flush(wal.insert_lsn()).unwrap();
+    for tli in [1, 2] {
+        segment::preallocate(&RealVfs, &cfg.dir, tli, 0, segment::InitOpts::default()).unwrap();
+    }
+    assert_eq!(named_segments(&cfg.dir), vec![(1, 0), (1, 1)]);
+    let (recs, _) = read_all(vfs(), cfg.dir.clone(), Lsn::FIRST);
+    assert_eq!(recs.len(), 10);
 }

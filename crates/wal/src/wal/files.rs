@@ -179,7 +179,15 @@ impl Wal {
 
     fn open_or_create_segment(&self, segno: u64) -> std::io::Result<Arc<dyn FileIo>> {
         let mode = self.cfg.sync_method.open_mode(self.cfg.direct);
-        let open = || segment::open_existing_with(self.vfs.as_ref(), &self.cfg.dir, segno, mode);
+        let open = || {
+            segment::open_existing_with(
+                self.vfs.as_ref(),
+                &self.cfg.dir,
+                segno,
+                self.cfg.timeline,
+                mode,
+            )
+        };
         if let Some(f) = open()? {
             return Ok(f);
         }
@@ -309,7 +317,7 @@ pub(super) fn read_partial_block(
             segment_file_name(tli, segno)
         )
     };
-    let file = segment::open_existing(vfs, dir, segno)
+    let file = segment::open_existing(vfs, dir, segno, tli)
         .map_err(io_err(ctx()))?
         .ok_or_else(|| Error::corruption(format!("{}: missing", ctx())))?;
     file.read_exact_at(&mut buf, start % WAL_SEGMENT_SIZE)

@@ -545,7 +545,7 @@ impl Wal {
         };
         let ctx = |segno| format!("could not preallocate WAL segment {}", self.seg_name(segno));
         for segno in cur..=cur + u64::from(self.cfg.prealloc_segments) {
-            if !self.segment_exists(segno) {
+            if !self.segment_exists(segno).map_err(io_err(ctx(segno)))? {
                 self.create_segment(segno).map_err(io_err(ctx(segno)))?;
             }
         }
@@ -557,7 +557,8 @@ impl Wal {
     /// Advances `space_end` over segments that exist (preallocated or recycled).
     fn refresh_space_end(&self) {
         let mut end = self.space_end.load(Ordering::Acquire);
-        while self.segment_exists(segment_of(end)) {
+        // A failed check stops the advance: `check_space` then finds out for itself.
+        while self.segment_exists(segment_of(end)).unwrap_or(false) {
             end = (segment_of(end) + 1) * WAL_SEGMENT_SIZE;
         }
         self.space_end.fetch_max(end, Ordering::AcqRel);
@@ -696,10 +697,9 @@ impl Wal {
         let cutoff = segment_of(lsn.0.min(self.gc.flushed()));
         let dir = &self.cfg.dir;
         let _g = self.segments.lock();
-        let existing = segment::list_segments(self.vfs.as_ref(), dir).map_err(io_err(format!(
-            "could not list WAL directory {}",
-            dir.display()
-        )))?;
+        let existing = segment::list_segment_files(self.vfs.as_ref(), dir).map_err(io_err(
+            format!("could not list WAL directory {}", dir.display()),
+        ))?;
         let cur = segment_of(self.insert_pos.load(Ordering::SeqCst));
         let max_recycled = (cur + 2 * u64::from(self.cfg.prealloc_segments))
             .max(segment_of(lsn.0.saturating_add(keep)));
@@ -834,10 +834,10 @@ impl Wal {
         segment_file_name(self.cfg.timeline, segno)
     }
 
-    /// True if segment `segno` has a file (of any timeline); false also if the directory
-    /// cannot be listed (then creating the segment reports the error).
-    fn segment_exists(&self, segno: u64) -> bool {
-        segment::find_segment(self.vfs.as_ref(), &self.cfg.dir, segno).is_ok_and(|p| p.is_some())
+    /// True if segment `segno` has a file (of any timeline).
+    fn segment_exists(&self, segno: u64) -> std::io::Result<bool> {
+        segment::find_segment(self.vfs.as_ref(), &self.cfg.dir, segno, self.cfg.timeline)
+            .map(|p| p.is_some())
     }
 
     /// Creates (preallocates) segment `segno` on this WAL's timeline.
@@ -862,10 +862,12 @@ impl Wal {
     /// # Errors
     /// I/O errors listing the WAL directory.
     pub fn segment_path(&self, segno: u64) -> Result<Option<std::path::PathBuf>> {
-        segment::find_segment(self.vfs.as_ref(), &self.cfg.dir, segno).map_err(io_err(format!(
-            "could not read WAL directory {}",
-            self.cfg.dir.display()
-        )))
+        segment::find_segment(self.vfs.as_ref(), &self.cfg.dir, segno, self.cfg.timeline).map_err(
+            io_err(format!(
+                "could not read WAL directory {}",
+                self.cfg.dir.display()
+            )),
+        )
     }
 
     /// Segment initialization options in effect now.
@@ -945,7 +947,7 @@ fn sync_replayed(
                 segment_file_name(tli, segno)
             )
         };
-        if let Some(f) = segment::open_existing(vfs, dir, segno).map_err(io_err(ctx()))? {
+        if let Some(f) = segment::open_existing(vfs, dir, segno, tli).map_err(io_err(ctx()))? {
             if let Err(e) = f.sync_data() {
                 walnut_common::panic_fatal(&format!("{}: {e}", ctx()));
             }
@@ -976,7 +978,7 @@ fn scrub_after_end(
             segment_file_name(tli, segno)
         )
     };
-    if segment::open_existing(vfs, dir, cur)
+    if segment::open_existing(vfs, dir, cur, tli)
         .map_err(io_err(ctx(cur)))?
         .is_none()
     {
@@ -985,7 +987,8 @@ fn scrub_after_end(
     let segs = segment::list_segments(vfs, dir)
         .map_err(io_err(format!("could not list {}", dir.display())))?;
     for (segno, _) in segs.into_iter().filter(|&(s, _)| s >= cur) {
-        let Some(file) = segment::open_existing(vfs, dir, segno).map_err(io_err(ctx(segno)))?
+        let Some(file) =
+            segment::open_existing(vfs, dir, segno, tli).map_err(io_err(ctx(segno)))?
         else {
             continue;
         };
