@@ -323,6 +323,13 @@ impl Storage {
         if cause.immediate() {
             self.ckpt_hurry.fetch_sub(1, Ordering::AcqRel);
         }
+        // Shutdown began while this checkpoint waited for a running one, or before the
+        // checkpointer started it (the first checkpoint after crash recovery starts as the
+        // server opens): the shutdown checkpoint is the last, so this one does nothing, or it
+        // would write the control file back to "in production" after it.
+        if state != DbState::ShutDown && self.ckpt.lock().shutdown {
+            return Ok(());
+        }
         let settings = self.write_settings();
         let started = Instant::now();
         if settings.log_checkpoints {

@@ -726,3 +726,26 @@ fn recovery_opens_before_its_checkpoint_and_a_crash_before_that_ends_loses_nothi
     assert!(ctl.redo_lsn > crashed_at.redo_lsn);
     st.shutdown().unwrap();
 }
+
+/// Once shutdown has begun, a checkpoint that starts late (the checkpointer's first one after
+/// crash recovery, started as the server opens, can lose the race to the shutdown checkpoint)
+/// does nothing: the control file keeps the shutdown checkpoint's state.
+#[test]
+fn a_checkpoint_after_the_shutdown_checkpoint_leaves_the_control_file_shut_down() {
+    use walnut_storage::control::ControlFile;
+    let fv = FaultVfs::new(FaultConfig::new(47));
+    let dir = Path::new(DIR);
+    Storage::initdb(Arc::new(fv.clone()), dir).unwrap();
+    let st = Storage::open(Arc::new(fv.clone()), dir, config(true)).unwrap();
+    create(&st, "t", 0..10);
+    st.shutdown().unwrap();
+    let shut = ControlFile::read(&fv, dir).unwrap();
+    assert_eq!(shut.state, DbState::ShutDown);
+    st.checkpoint(DbState::InProduction, Cause::AfterRecovery)
+        .unwrap();
+    let after = ControlFile::read(&fv, dir).unwrap();
+    assert_eq!(
+        (after.state, after.checkpoint_lsn),
+        (DbState::ShutDown, shut.checkpoint_lsn)
+    );
+}
