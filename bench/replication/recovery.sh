@@ -10,12 +10,17 @@
 #   4. start the server again and time it until `select 1` answers (polled every 20 ms):
 #      "start to ready", what a user waits for;
 #   5. check the TPC-B invariant sum(abalance) = sum(delta) of pgbench_history, then stop.
+# walnut recovers the same crashed directory once per value of --recovery-workers (default
+# "1 -1": the serial redo, then the default, one worker per core), each from a fresh copy
+# made before the first start and with the page cache dropped again.
 # Reports, per server: transactions, WAL from the checkpoint to the kill (MB), start to ready
 # (s), and transactions and MB of WAL per second of it, with PostgreSQL's own redo-loop time
-# from its log ("redo done at ... elapsed: N s") and walnut's ("redo done ... elapsed_s=N").
+# from its log ("redo done at ... elapsed: N s") and walnut's ("redo done ... elapsed_s=N"),
+# and transactions per second of the redo loop.
 #
 #   bench/replication/recovery.sh --walnut BIN [--seconds 60] [--scale 100] [--clients 10]
 #                                 [--only both|pg|walnut] [--keep-cache yes] [--out DIR]
+#                                 [--recovery-workers "1 -1"]
 #
 # Port 5468 for both, data under /var/tmp. Writes OUT (default
 # bench/replication/results/recovery-DATE-TIME): table.md, summary.tsv, SERVER.pgbench.txt,
@@ -24,10 +29,15 @@
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 walnut=""; seconds=60; scale=100; clients=10; only=both; keep_cache=no; out=""
-# --keep-cache is this script's own; the rest are the lag scripts' options.
+recovery_workers="1 -1"
+# --keep-cache and --recovery-workers are this script's own; the rest are the lag scripts'.
 args=()
 while [ $# -gt 0 ]; do
-  if [ "$1" = --keep-cache ]; then keep_cache=${2:-}; shift 2; else args+=("$1"); shift; fi
+  case "$1" in
+    --keep-cache) keep_cache=${2:-}; shift 2 ;;
+    --recovery-workers) recovery_workers=${2:-}; shift 2 ;;
+    *) args+=("$1"); shift ;;
+  esac
 done
 parse_lag_options "${args[@]}"
 
@@ -35,7 +45,7 @@ pg_tools
 out=${out:-$here/results/recovery-$(date +%Y%m%d-%H%M%S)}
 mkdir -p "$out"; out=$(cd "$out" && pwd)
 work=$(mktemp -d /var/tmp/walnut-recovery.XXXXXX); chmod 755 "$work"
-port=5468; wpid=""; pg_up=""; pgstart=""
+port=5468; wpid=""; pg_up=""; pgstart=""; wdir="$work/walnut"; wextra=()
 cleanup() {
   if [ -n "$wpid" ]; then kill -TERM "$wpid" 2>/dev/null || true; wait "$wpid" 2>/dev/null || true; fi
   if [ -n "$pg_up" ]; then "$shared/bench/postgres18.sh" stop "$work/pg" >/dev/null 2>&1 || true; fi
@@ -51,9 +61,9 @@ start() { # SERVER
     PG_EXTRA_CONF="synchronous_commit=off" "$shared/bench/postgres18.sh" start "$work/pg" "$port" >>"$out/pg18.start.txt" 2>&1 &
     pgstart=$!; pg_up=1
   else
-    [ -d "$work/walnut" ] || "$walnut" initdb -D "$work/walnut" >>"$out/walnut.log" 2>&1
-    "$walnut" serve -D "$work/walnut" -p "$port" -c synchronous_commit=off -c shared_buffers=3GB \
-      -c max_wal_size=100GB -c checkpoint_timeout=15min >>"$out/walnut.log" 2>&1 &
+    [ -d "$wdir" ] || "$walnut" initdb -D "$wdir" >>"$out/walnut.log" 2>&1
+    "$walnut" serve -D "$wdir" -p "$port" -c synchronous_commit=off -c shared_buffers=3GB \
+      -c max_wal_size=100GB -c checkpoint_timeout=15min "${wextra[@]}" >>"$out/walnut.log" 2>&1 &
     wpid=$!
   fi
 }
@@ -85,7 +95,7 @@ kill9() { # SERVER
 }
 
 run() { # SERVER
-  local s=$1 lsn0 lsn1 tx t0 t1 ready_s redo_s wal_mb inv
+  local s=$1 lsn0 lsn1 tx wal_mb w
   start "$s"; ready
   "$PGBENCH" -h 127.0.0.1 -p "$port" -U postgres -i -q -s "$scale" postgres >"$out/$s.init.txt" 2>&1
   psql_ "$port" -Atqc checkpoint >/dev/null
@@ -98,6 +108,23 @@ run() { # SERVER
   echo "$s: load average before the kill $(cut -d' ' -f1-3 /proc/loadavg)" >>"$out/settings.txt"
   kill9 "$s"
   sync
+  if [ "$s" = pg18 ]; then
+    recover pg18 "$tx" "$wal_mb"
+  else
+    # Each recovery from a copy of the crashed directory, so that all replay the same WAL.
+    mv "$work/walnut" "$work/walnut-crashed"
+    for w in $recovery_workers; do
+      rm -rf "$work/walnut"; cp -a "$work/walnut-crashed" "$work/walnut"; sync
+      wextra=(-c "recovery_workers=$w")
+      recover "walnut recovery_workers=$w" "$tx" "$wal_mb"
+    done
+    wextra=()
+  fi
+}
+
+recover() { # LABEL TRANSACTIONS WAL_MB: starts the crashed server, times it, checks, stops
+  local label=$1 tx=$2 wal_mb=$3 s=walnut t0 t1 ready_s redo_s inv workers
+  [ "$label" = pg18 ] && s=pg18
   [ "$keep_cache" = yes ] || echo 3 >/proc/sys/vm/drop_caches
   t0=$(now); start "$s"; ready; t1=$(now)
   ready_s=$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.2f", b - a }')
@@ -106,11 +133,13 @@ run() { # SERVER
     redo_s=$(grep -o 'redo done at .*elapsed: [0-9.]* s' "$out/pg18.log" | tail -1 | sed 's/.*elapsed: \([0-9.]*\) s/\1/')
   else
     redo_s=$(grep 'redo done' "$out/walnut.log" | tail -1 | sed -n 's/.*elapsed_s=\([0-9.]*\).*/\1/p')
+    workers=$(grep 'redo done' "$out/walnut.log" | tail -1 | sed -n 's/.*workers=\([0-9]*\).*/\1/p')
+    label="$label (${workers:-?} applying)"
   fi
   inv="$(psql_ "$port" -Atqc "select sum(abalance) from pgbench_accounts") $(psql_ "$port" -Atqc "select sum(delta) from pgbench_history")"
-  echo "$s: after recovery sum(abalance), sum(delta) of pgbench_history: $inv" >>"$out/settings.txt"
-  [ "${inv% *}" = "${inv#* }" ] || echo "error: $s: sum(abalance) differs from sum(delta) after recovery" | tee -a "$out/settings.txt" >&2
-  printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$s" "$tx" "$wal_mb" "$ready_s" "${redo_s:-}" \
+  echo "$label: after recovery sum(abalance), sum(delta) of pgbench_history: $inv" >>"$out/settings.txt"
+  [ "${inv% *}" = "${inv#* }" ] || echo "error: $label: sum(abalance) differs from sum(delta) after recovery" | tee -a "$out/settings.txt" >&2
+  printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$label" "$tx" "$wal_mb" "$ready_s" "${redo_s:-}" \
     "$(awk -v t="$tx" -v r="$ready_s" 'BEGIN { printf "%.0f", t / r }')" \
     "$(awk -v m="$wal_mb" -v r="$ready_s" 'BEGIN { printf "%.0f", m / r }')" >>"$out/summary.tsv"
   if [ "$s" = pg18 ]; then "$shared/bench/postgres18.sh" stop "$work/pg" >/dev/null; pg_up=""
@@ -120,8 +149,8 @@ run() { # SERVER
 if [ "$only" != walnut ]; then run pg18; fi
 if [ "$only" != pg ]; then run walnut; fi
 {
-  echo "| server | transactions | WAL (MB) | redo loop (s) | start to ready (s) | tx/s of it | MB/s of it |"
-  echo "|---|---:|---:|---:|---:|---:|---:|"
-  tail -n +2 "$out/summary.tsv" | awk -F'\t' '{ printf "| %s | %s | %s | %s | %s | %s | %s |\n", $1, $2, $3, ($5 == "" ? "-" : $5), $4, $6, $7 }'
+  echo "| server | transactions | WAL (MB) | redo loop (s) | redo tx/s | start to ready (s) | tx/s of it | MB/s of it |"
+  echo "|---|---:|---:|---:|---:|---:|---:|---:|"
+  tail -n +2 "$out/summary.tsv" | awk -F'\t' '{ printf "| %s | %s | %s | %s | %s | %s | %s | %s |\n", $1, $2, $3, ($5 == "" ? "-" : $5), ($5 == "" || $5 == 0 ? "-" : sprintf("%.0f", $2 / $5)), $4, $6, $7 }'
 } >"$out/table.md"
 cat "$out/table.md"

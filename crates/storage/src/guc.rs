@@ -249,6 +249,7 @@ pub static GUCS: &[&GucDef] = &[
     &IO_COMBINE_LIMIT,
     &MAINTENANCE_IO_CONCURRENCY,
     &MAX_PARALLEL_MAINTENANCE_WORKERS,
+    &RECOVERY_WORKERS,
 ];
 
 fn check_fsync(v: Val) -> Result<Val> {
@@ -394,6 +395,17 @@ mod tests {
     }
 
     #[test]
+    fn recovery_workers_is_minus_1_to_64_default_one_per_core_and_never_0() {
+        assert_eq!(RECOVERY_WORKERS.default_value(), Val::Int(-1));
+        assert!(RECOVERY_WORKERS.parse("65").is_err());
+        assert!(RECOVERY_WORKERS.parse("-2").is_err());
+        assert_eq!(RECOVERY_WORKERS.parse("1").unwrap(), Val::Int(1));
+        assert!(check_recovery_workers(Val::Int(0)).is_err());
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        assert_eq!(crate::StorageConfig::default().recovery_workers, cores);
+    }
+
+    #[test]
     fn maintenance_io_concurrency_is_0_to_1000_default_16() {
         assert_eq!(MAINTENANCE_IO_CONCURRENCY.default_value(), Val::Int(16));
         assert_eq!(MAINTENANCE_IO_CONCURRENCY.parse("0").unwrap(), Val::Int(0));
@@ -507,6 +519,31 @@ pub static MAX_PARALLEL_MAINTENANCE_WORKERS: GucDef = GucDef {
     description: "Sets the maximum number of parallel processes per maintenance operation.",
     check: None,
 };
+
+/// `recovery_workers` (walnut's; PostgreSQL redoes on one process): threads that apply WAL
+/// records' block changes in crash recovery, each owning the blocks that hash to it
+/// ([`crate::recovery::parallel`]). 1 is the serial redo; -1 (the default) is the number of
+/// cores ([`crate::StorageConfig::recovery_workers`]).
+pub static RECOVERY_WORKERS: GucDef = GucDef {
+    name: "recovery_workers",
+    kind: int(-1, 64, Unit::None),
+    default: "-1",
+    context: Context::Postmaster,
+    category: "Write-Ahead Log / Recovery",
+    description: "Sets the number of threads that apply WAL in recovery (-1: one per core).",
+    check: Some(check_recovery_workers),
+};
+
+fn check_recovery_workers(v: Val) -> Result<Val> {
+    if v == Val::Int(0) {
+        return Err(Error::user(
+            SqlState::INVALID_PARAMETER_VALUE,
+            "invalid value for parameter \"recovery_workers\": 0",
+        )
+        .with_detail("Use 1 for serial redo, or -1 for one worker per core."));
+    }
+    Ok(v)
+}
 
 /// `maintenance_io_concurrency`, blocks: how far maintenance scans read ahead with `io_method
 /// = worker` ([`crate::aio::ReadAhead::maintenance`]; 0 turns it off). PostgreSQL's range and

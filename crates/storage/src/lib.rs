@@ -93,6 +93,9 @@ pub struct StorageConfig {
     /// `max_parallel_maintenance_workers`: helper threads of an index build's heap scan
     /// (`sighup`).
     pub max_parallel_maintenance_workers: u32,
+    /// `recovery_workers`, resolved: threads applying blocks in crash recovery (1: serial;
+    /// `-1` in the settings gives the number of cores).
+    pub recovery_workers: usize,
     /// The WAL's configuration (`wal_sync_method`, `wal_buffers`, `group_commit`, ...); its
     /// `dir` is replaced by the data directory's `wal` at open.
     pub wal: WalConfig,
@@ -123,6 +126,10 @@ impl StorageConfig {
             io_combine_limit: s.int(&guc::IO_COMBINE_LIMIT) as u32,
             maintenance_io_concurrency: s.int(&guc::MAINTENANCE_IO_CONCURRENCY) as u32,
             max_parallel_maintenance_workers: s.int(&guc::MAX_PARALLEL_MAINTENANCE_WORKERS) as u32,
+            recovery_workers: match s.int(&guc::RECOVERY_WORKERS) {
+                n if n >= 1 => n as usize,
+                _ => std::thread::available_parallelism().map_or(1, |n| n.get()),
+            },
             wal,
         }
     }
@@ -563,6 +570,7 @@ impl Storage {
             // PostgreSQL's "redo done at X ... elapsed: N s".
             tracing::info!(
                 records = end.records_replayed,
+                workers = end.workers,
                 redo = %ctl.redo_lsn,
                 end = %end.end_lsn,
                 elapsed_s = format_args!("{:.2}", end.elapsed.as_secs_f64()),

@@ -40,7 +40,8 @@
 //! Half the rounds (bit 1 of the round's seed, [`direct_for`]) run with `io_direct =
 //! 'data,wal,wal_init'`: relation files and WAL through O_DIRECT, which the fault layer checks
 //! for alignment as the kernel does; their unsynced writes are torn the same way. Half (bit 2)
-//! store full-page images whole (`wal_compression = off`), the others LZ4-compressed.
+//! store full-page images whole (`wal_compression = off`), the others LZ4-compressed. Every
+//! image recovers with the parallel redo (`recovery_workers = 3`).
 //!
 //! `WALNUT_CRASH_SEED` replays a seed (workload and crash choices; thread interleaving is the
 //! OS's), `WALNUT_CRASH_ROUNDS` sets the number of rounds (default 8, each with
@@ -104,6 +105,8 @@ fn config(direct: bool) -> StorageConfig {
         checkpoint_timeout_s: 3600,
         // A checkpoint whenever 1 MB of WAL was written since the last redo point.
         max_wal_size_mb: 2,
+        // Images recover with the parallel redo, three workers on any machine.
+        recovery_workers: 3,
         ..Default::default()
     };
     if direct {

@@ -1,6 +1,8 @@
-//! Redo recovery (PostgreSQL's `StartupXLOG` / `PerformWalRecovery`, serial in v0).
+//! Redo recovery (PostgreSQL's `StartupXLOG` / `PerformWalRecovery`).
 //!
-//! From the control file's redo point, every record is read and applied:
+//! From the control file's redo point, every record is read and applied, by this thread
+//! (`recovery_workers = 1`) or by the parallel redo of [`parallel`], which applies each
+//! block's changes in a worker that owns the block:
 //! - each block reference: with a full-page image, the image is restored (the page is not
 //!   read: a torn page on disk is repaired this way); with `will_init`, the page is initialized;
 //!   otherwise the page is read and the change applied only if the page LSN is older than the
@@ -12,6 +14,8 @@
 //! Redo ends at the first invalid record (a torn or zeroed tail). The checkpoint record named
 //! by the control file must be among the records read, or start-up fails.
 
+pub mod parallel;
+
 use crate::bufpool::ReadMode;
 use crate::control::ControlFile;
 use crate::page::{self, PageBuf};
@@ -21,7 +25,7 @@ use crate::{
 };
 use std::sync::atomic::Ordering;
 use walnut_common::{Error, Lsn, RelFileId, Result, Xid};
-use walnut_wal::{DecodedRecord, WalReader};
+use walnut_wal::{BlockRef, DecodedRecord, Record, RmgrId, WalReader};
 
 /// What redo found.
 pub struct RedoEnd {
@@ -29,6 +33,9 @@ pub struct RedoEnd {
     pub end_lsn: Lsn,
     /// Records applied.
     pub records_replayed: u64,
+    /// Threads that applied them: 1 for the serial redo, else the parallel redo's workers
+    /// (`recovery_workers`).
+    pub workers: usize,
     /// Time the redo loop took (reading, decoding and applying), from opening the WAL at the
     /// redo point to its end.
     pub elapsed: std::time::Duration,
@@ -67,25 +74,42 @@ pub fn encode_rel_list(rels: &[RelFileId]) -> Vec<u8> {
     v
 }
 
-/// Runs redo from `ctl.redo_lsn` to the end of valid WAL.
+/// Runs redo from `ctl.redo_lsn` to the end of valid WAL: serially when the configuration's
+/// `recovery_workers` is 1, else in parallel ([`parallel::redo`]). The pages come out the
+/// same either way.
 ///
 /// # Errors
-/// Corruption (including a missing checkpoint record) and I/O errors.
+/// Corruption (including a missing checkpoint record) and I/O errors; an error applying a
+/// record names the record's LSN.
 pub fn redo(st: &Storage, ctl: &ControlFile) -> Result<RedoEnd> {
+    redo_with(st, ctl, st.config().recovery_workers)
+}
+
+/// [`redo`] with `workers` threads applying blocks (1: serially, on the calling thread).
+///
+/// # Errors
+/// As [`redo`].
+pub fn redo_with(st: &Storage, ctl: &ControlFile, workers: usize) -> Result<RedoEnd> {
     let started = std::time::Instant::now();
     let mut reader = WalReader::open(st.vfs.clone(), st.dir.join("wal"), ctl.redo_lsn)?;
-    let mut n = 0u64;
     let mut saw_checkpoint = !ctl.checkpoint_lsn.is_valid();
-    while let Some(rec) = reader.next_record()? {
+    let mut note = |rec: &DecodedRecord| {
         if rec.lsn == ctl.checkpoint_lsn {
             saw_checkpoint = true;
         }
-        apply(st, &rec).map_err(|e| Error {
-            message: format!("redo of record at {} failed: {}", rec.lsn, e.message),
-            ..e
-        })?;
-        n += 1;
-    }
+    };
+    let workers = workers.max(1);
+    let n = if workers == 1 {
+        let mut n = 0u64;
+        while let Some(rec) = reader.next_record()? {
+            note(&rec);
+            apply(st, &rec).map_err(|e| at_record(rec.lsn, e))?;
+            n += 1;
+        }
+        n
+    } else {
+        parallel::redo(st, &mut reader, workers, note)?
+    };
     if !saw_checkpoint {
         return Err(Error::corruption(format!(
             "could not locate a valid checkpoint record at {}",
@@ -95,8 +119,17 @@ pub fn redo(st: &Storage, ctl: &ControlFile) -> Result<RedoEnd> {
     Ok(RedoEnd {
         end_lsn: reader.end_lsn(),
         records_replayed: n,
+        workers,
         elapsed: started.elapsed(),
     })
+}
+
+/// The error of applying the record at `lsn`, naming it.
+fn at_record(lsn: Lsn, e: Error) -> Error {
+    Error {
+        message: format!("redo of record at {lsn} failed: {}", e.message),
+        ..e
+    }
 }
 
 /// What [`apply`] did beyond the pages, for a standby's replay (crash recovery ignores it).
@@ -175,56 +208,99 @@ pub fn apply(st: &Storage, rec: &DecodedRecord) -> Result<Applied> {
         if b.rel == RelFileId::CATALOG {
             applied.catalog = true;
         }
-        let rel = match st.smgr.open(b.rel) {
-            Ok(rel) => rel,
-            Err(_) if !st.smgr.exists(b.rel) => continue,
-            Err(e) => return Err(e),
-        };
-        st.smgr.note_block(&rel, b.block);
-        let mode = if b.image.is_some() || b.will_init {
-            ReadMode::Zero
-        } else {
-            ReadMode::Normal
-        };
-        let pin = st.pool.pin(&rel, b.block, mode)?;
-        let mut p = pin.write();
-        if let Some(img) = &b.image {
-            let img: &PageBuf = img
-                .as_slice()
-                .try_into()
-                .map_err(|_| Error::corruption("full-page image is not BLCKSZ bytes"))?;
-            p.copy_from_slice(img);
-            page::check_header(&p)?;
-        } else {
-            if b.will_init {
-                match r.rmgr {
-                    heap::RM_HEAP => heap::init_page(&mut p),
-                    _ => {
-                        return Err(Error::corruption(
-                            "will_init block without an image in a non-heap record",
-                        ))
-                    }
-                }
-            } else if page::lsn(&p) >= rec.end_lsn {
-                continue;
-            }
-            match r.rmgr {
-                heap::RM_HEAP => heap::redo_block(r.info, id, nblocks, &b.data, &mut p)?,
-                btree::RM_BTREE => btree::redo_block(r.info, &b.data, &mut p)?,
+        apply_block(st, r.rmgr, r.info, (id, nblocks), b, rec.end_lsn)?;
+    }
+    apply_main(st, rec.lsn, r, &mut applied)?;
+    Ok(applied)
+}
+
+/// Applies block reference `id` of `nblocks` of a record of `rmgr`/`info` that ends at
+/// `end_lsn`: restores its full-page image, or initializes the page (`will_init`), or applies
+/// its data if the page's LSN is older than `end_lsn`; then sets the page LSN to `end_lsn`.
+/// A block of a relation file that does not exist (dropped later in the log) is skipped.
+/// It reads and writes that one page only, so two blocks' redo can run on two threads;
+/// one block's records must apply in WAL order.
+///
+/// # Errors
+/// Corruption if the data does not fit the page or an image is not `BLCKSZ` bytes; I/O
+/// errors reading the page.
+pub fn apply_block(
+    st: &Storage,
+    rmgr: RmgrId,
+    info: u8,
+    (id, nblocks): (usize, usize),
+    b: &BlockRef,
+    end_lsn: Lsn,
+) -> Result<()> {
+    let rel = match st.smgr.open(b.rel) {
+        Ok(rel) => rel,
+        Err(_) if !st.smgr.exists(b.rel) => return Ok(()),
+        Err(e) => return Err(e),
+    };
+    st.smgr.note_block(&rel, b.block);
+    let mode = if b.image.is_some() || b.will_init {
+        ReadMode::Zero
+    } else {
+        ReadMode::Normal
+    };
+    let pin = st.pool.pin(&rel, b.block, mode)?;
+    let mut p = pin.write();
+    if let Some(img) = &b.image {
+        let img: &PageBuf = img
+            .as_slice()
+            .try_into()
+            .map_err(|_| Error::corruption("full-page image is not BLCKSZ bytes"))?;
+        p.copy_from_slice(img);
+        page::check_header(&p)?;
+    } else {
+        if b.will_init {
+            match rmgr {
+                heap::RM_HEAP => heap::init_page(&mut p),
                 _ => {
-                    return Err(Error::corruption(format!(
-                        "block reference in record of resource manager {}",
-                        r.rmgr.0
-                    )))
+                    return Err(Error::corruption(
+                        "will_init block without an image in a non-heap record",
+                    ))
                 }
             }
+        } else if page::lsn(&p) >= end_lsn {
+            return Ok(());
         }
-        page::set_lsn(&mut p, rec.end_lsn);
-        pin.mark_dirty();
-        if r.rmgr == btree::RM_BTREE && b.block.0 == 0 {
-            rel.btree_root.store(u32::MAX, Ordering::Release);
+        match rmgr {
+            heap::RM_HEAP => heap::redo_block(info, id, nblocks, &b.data, &mut p)?,
+            btree::RM_BTREE => btree::redo_block(info, &b.data, &mut p)?,
+            _ => {
+                return Err(Error::corruption(format!(
+                    "block reference in record of resource manager {}",
+                    rmgr.0
+                )))
+            }
         }
     }
+    page::set_lsn(&mut p, end_lsn);
+    pin.mark_dirty();
+    if rmgr == btree::RM_BTREE && b.block.0 == 0 {
+        rel.btree_root.store(u32::MAX, Ordering::Release);
+    }
+    Ok(())
+}
+
+/// Whether applying the record's main data ([`apply_main`]) must wait until every earlier
+/// record's blocks are applied: a transaction record that removes relation files (a page
+/// of one could otherwise be written after its file is gone). Undecodable main data counts
+/// as yes; [`apply_main`] then reports it.
+pub fn main_needs_barrier(r: &Record) -> bool {
+    matches!(
+        (r.rmgr, r.info),
+        (RM_XACT, XACT_COMMIT) | (RM_XACT, XACT_ABORT)
+    ) && parse_rel_list(&r.main_data).map_or(true, |rels| !rels.is_empty())
+}
+
+/// Applies what a record at `lsn` does beyond its blocks: transaction status and relation
+/// file removal, relation file creation, a checkpoint's counters. Notes it in `applied`.
+///
+/// # Errors
+/// Corruption if the main data is truncated; I/O errors creating or removing files.
+pub fn apply_main(st: &Storage, lsn: Lsn, r: &Record, applied: &mut Applied) -> Result<()> {
     match (r.rmgr, r.info) {
         (RM_XACT, XACT_COMMIT) => {
             st.xact.redo_commit(r.xid);
@@ -251,10 +327,8 @@ pub fn apply(st: &Storage, rec: &DecodedRecord) -> Result<Applied> {
         (RM_XLOG, XLOG_CHECKPOINT) => {
             let d = &r.main_data;
             if d.len() >= 20 {
-                applied.checkpoint = Some((
-                    rec.lsn,
-                    Lsn(u64::from_le_bytes(d[0..8].try_into().expect("8"))),
-                ));
+                applied.checkpoint =
+                    Some((lsn, Lsn(u64::from_le_bytes(d[0..8].try_into().expect("8")))));
                 st.xact.observe_xid(Xid(
                     u64::from_le_bytes(d[8..16].try_into().expect("8")).saturating_sub(1)
                 ));
@@ -266,7 +340,7 @@ pub fn apply(st: &Storage, rec: &DecodedRecord) -> Result<Applied> {
         }
         _ => {}
     }
-    Ok(applied)
+    Ok(())
 }
 
 #[cfg(test)]
