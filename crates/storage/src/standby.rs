@@ -6,19 +6,24 @@
 //! The walreceiver (the server crate's, which speaks the replication protocol) writes WAL with
 //! [`walnut_wal::receive::ReceivedWal`] and publishes its flush position here
 //! ([`Recovery::set_received`]); the startup thread reads records up to that position and
-//! applies them ([`crate::recovery::apply`]); the restartpointer thread makes restartpoints at
-//! replayed checkpoint records.
+//! applies them ([`crate::recovery::apply`]), or with `recovery_workers` > 1 hands their
+//! blocks to the redo workers and publishes commits at the watermark ([`ParallelReplay`],
+//! [`crate::recovery::parallel`]); the restartpointer thread makes restartpoints at replayed
+//! (published) checkpoint records.
 
 use crate::control::{self, ControlFile, DbState};
-use crate::recovery;
+use crate::recovery::{self, parallel::Pipeline, Applied};
 use crate::stats::{self, BackendType};
 use crate::Storage;
 use parking_lot::{Condvar, Mutex};
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
-use walnut_common::{Error, Lsn, Result, SqlState};
-use walnut_wal::{parse_segment_file_name, segment_of, WalReader};
+use walnut_common::{Error, Lsn, RelFileId, Result, SqlState, Xid};
+use walnut_wal::{
+    parse_segment_file_name, segment_of, DecodedRecord, WalReader, RECORD_MULTI_BLOCK_ATOMIC,
+};
 
 /// The file whose presence in the data directory starts the server as a standby (PostgreSQL's
 /// `standby.signal`).
@@ -265,19 +270,15 @@ pub(crate) fn open(
     // where streaming resumes, whatever flush marks the primary wrote after it.
     reader.set_limit(Lsn(u64::MAX - 1));
     let mut saw_checkpoint = !ctl.checkpoint_lsn.is_valid();
-    let mut n = 0u64;
     let mut candidate = None;
     stats::set_backend_type(BackendType::Startup);
-    while let Some(rec) = reader.next_record()? {
-        saw_checkpoint |= rec.lsn == ctl.checkpoint_lsn;
-        let a = recovery::apply(&st, &rec).map_err(|e| Error {
-            message: format!("redo of record at {} failed: {}", rec.lsn, e.message),
-            ..e
-        })?;
+    // No session reads yet: the local WAL replays as in crash recovery, blocks in parallel.
+    let n = recovery::replay_to_end(&st, &mut reader, st.config().recovery_workers, |lsn, a| {
+        saw_checkpoint |= lsn == ctl.checkpoint_lsn;
         candidate = a.checkpoint.or(candidate);
-        n += 1;
-    }
+    });
     stats::set_backend_type(BackendType::ClientBackend);
+    let n = n?;
     if !saw_checkpoint {
         return Err(Error::corruption(format!(
             "could not locate a valid checkpoint record at {}",
@@ -329,6 +330,27 @@ pub(crate) fn open(
 /// received WAL is replayed, when it opens the storage for writes.
 fn startup(weak: Weak<Storage>, rec: Arc<Recovery>, mut reader: WalReader) {
     stats::set_backend_type(BackendType::Startup);
+    // recovery_workers > 1: blocks apply in the redo workers, commits publish at the
+    // watermark ("Parallel redo" in DESIGN.md).
+    let mut par = match weak.upgrade() {
+        Some(st) if st.config().recovery_workers > 1 => {
+            match Pipeline::start(&st, st.config().recovery_workers, true) {
+                Ok(pipe) => Some(ParallelReplay {
+                    pipe,
+                    waiting: VecDeque::new(),
+                    catalog_changed: false,
+                }),
+                Err(e) => {
+                    tracing::warn!("{e}; replaying serially");
+                    None
+                }
+            }
+        }
+        Some(_) => None,
+        None => return,
+    };
+    let fatal =
+        |e: Error| -> ! { walnut_common::panic_fatal(&format!("redo failed: {}", e.message)) };
     let mut catalog_changed = false;
     // The replay position the walreceiver's feedback thread was last woken for.
     let mut notified = rec.replay_lsn();
@@ -341,6 +363,11 @@ fn startup(weak: Weak<Storage>, rec: Arc<Recovery>, mut reader: WalReader) {
         }
         let Some(st) = weak.upgrade() else { return };
         if rec.is_paused() {
+            if let Some(p) = par.as_mut() {
+                // What was read is applied and visible before replay pauses.
+                p.drain(&st, &rec, &mut notified)
+                    .unwrap_or_else(|e| fatal(e));
+            }
             let mut g = rec.lock.lock();
             if rec.is_paused() && !rec.stopping() {
                 rec.wake.wait_for(&mut g, REPLAY_POLL);
@@ -362,6 +389,10 @@ fn startup(weak: Weak<Storage>, rec: Arc<Recovery>, mut reader: WalReader) {
             }
         };
         let Some(r) = next else {
+            if let Some(p) = par.as_mut() {
+                p.drain(&st, &rec, &mut notified)
+                    .unwrap_or_else(|e| fatal(e));
+            }
             // Caught up. Flush marks after the last record were read past: replay is there
             // too.
             rec.replayed.fetch_max(reader.end_lsn().0, Ordering::AcqRel);
@@ -401,6 +432,13 @@ fn startup(weak: Weak<Storage>, rec: Arc<Recovery>, mut reader: WalReader) {
         };
         if r.record.rmgr == crate::RM_XACT && r.record.info == crate::XACT_COMMIT {
             if let Some(ts) = recovery::commit_timestamp(&r.record.main_data) {
+                if let Some(p) = par
+                    .as_mut()
+                    .filter(|_| rec.min_apply_delay_ms.load(Ordering::Relaxed) > 0)
+                {
+                    // The workers go on with what came before while the commit waits.
+                    p.pipe.flush().unwrap_or_else(|e| fatal(e));
+                }
                 if !delay_apply(&rec, ts) {
                     // Stopping, promoting or paused meanwhile: read the record again.
                     reader = match reopen(&st, r.lsn, flush) {
@@ -409,8 +447,15 @@ fn startup(weak: Weak<Storage>, rec: Arc<Recovery>, mut reader: WalReader) {
                     };
                     continue;
                 }
-                rec.last_commit_ts.store(ts, Ordering::Release);
+                if par.is_none() {
+                    rec.last_commit_ts.store(ts, Ordering::Release);
+                }
             }
+        }
+        if let Some(p) = par.as_mut() {
+            p.replay(&st, &rec, r, &mut notified)
+                .unwrap_or_else(|e| fatal(e));
+            continue;
         }
         let applied = match recovery::apply(&st, &r) {
             Ok(a) => a,
@@ -465,6 +510,210 @@ fn startup(weak: Weak<Storage>, rec: Arc<Recovery>, mut reader: WalReader) {
             }
         }
     }
+}
+
+/// What the parallel replay publishes once the watermark reaches the round that carried the
+/// blocks of every record before it.
+enum Effect {
+    /// Records up to this LSN are applied (`pg_last_wal_replay_lsn`).
+    Replayed(Lsn),
+    /// A commit record: its transaction becomes visible, with this commit time; `feedback`:
+    /// its committer waits for `remote_apply`; `catalog`: the catalog changed since the last
+    /// published commit.
+    Commit {
+        xid: Xid,
+        ts: Option<i64>,
+        feedback: bool,
+        catalog: bool,
+        end: Lsn,
+    },
+    /// A checkpoint record (its LSN, its redo point): a restartpoint candidate.
+    Checkpoint { lsn: Lsn, redo: Lsn, end: Lsn },
+}
+
+/// A standby's replay with `recovery_workers` > 1: the startup thread reads, hands blocks
+/// to the pipeline and applies what is not a block's change; commits, restartpoint
+/// candidates and the replay position wait in `waiting` until the watermark passes them.
+/// A record that must be seen whole (a B-tree split: `RECORD_MULTI_BLOCK_ATOMIC`) or that
+/// removes files waits until everything before it is applied and published, then applies on
+/// the startup thread as in serial replay (the split under the index's `tree_lock`).
+struct ParallelReplay {
+    pipe: Pipeline,
+    /// (round, effect), in WAL order.
+    waiting: VecDeque<(u64, Effect)>,
+    /// A record changed the catalog since the last commit record.
+    catalog_changed: bool,
+}
+
+impl ParallelReplay {
+    /// Replays one record.
+    ///
+    /// # Errors
+    /// A failure applying it or an earlier record (the caller PANICs).
+    fn replay(
+        &mut self,
+        st: &Arc<Storage>,
+        rec: &Recovery,
+        d: DecodedRecord,
+        notified: &mut Lsn,
+    ) -> Result<()> {
+        let r = &d.record;
+        self.catalog_changed |= r.blocks.iter().any(|b| b.rel == RelFileId::CATALOG);
+        if r.flags & RECORD_MULTI_BLOCK_ATOMIC != 0 || recovery::main_needs_barrier(r) {
+            self.drain(st, rec, notified)?;
+            let a = recovery::apply(st, &d).map_err(|e| recovery::at_record(d.lsn, e))?;
+            if a.commit {
+                self.pipe.forget(r.xid);
+                Self::publish_one(
+                    st,
+                    rec,
+                    Effect::Commit {
+                        xid: Xid::INVALID,
+                        ts: recovery::commit_timestamp(&r.main_data),
+                        feedback: is_feedback(&r.main_data),
+                        catalog: std::mem::take(&mut self.catalog_changed),
+                        end: d.end_lsn,
+                    },
+                    notified,
+                );
+            } else {
+                Self::publish_one(st, rec, Effect::Replayed(d.end_lsn), notified);
+            }
+            if let Some((lsn, redo)) = a.checkpoint {
+                let end = d.end_lsn;
+                Self::publish_one(st, rec, Effect::Checkpoint { lsn, redo, end }, notified);
+            }
+            return Ok(());
+        }
+        let DecodedRecord {
+            lsn,
+            end_lsn,
+            record: mut r,
+        } = d;
+        if r.xid.is_valid() {
+            st.xact.observe_xid(r.xid);
+        }
+        if !self.pipe.add(lsn, end_lsn, &mut r)? {
+            return Err(self.failure());
+        }
+        let round = self.pipe.round_of_added();
+        let effect = if (r.rmgr, r.info) == (crate::RM_XACT, crate::XACT_COMMIT) {
+            // Published, with the transaction's status, at the watermark.
+            self.pipe.forget(r.xid);
+            Effect::Commit {
+                xid: r.xid,
+                ts: recovery::commit_timestamp(&r.main_data),
+                feedback: is_feedback(&r.main_data),
+                catalog: std::mem::take(&mut self.catalog_changed),
+                end: end_lsn,
+            }
+        } else {
+            if (r.rmgr, r.info) == (crate::RM_XACT, crate::XACT_ABORT) {
+                self.pipe.forget(r.xid);
+            }
+            // Aborts, file creation, a checkpoint's counters: nothing a reader sees early.
+            let mut a = Applied::default();
+            recovery::apply_main(st, lsn, &r, &mut a).map_err(|e| recovery::at_record(lsn, e))?;
+            match a.checkpoint {
+                Some((lsn, redo)) => Effect::Checkpoint {
+                    lsn,
+                    redo,
+                    end: end_lsn,
+                },
+                None => Effect::Replayed(end_lsn),
+            }
+        };
+        match (self.waiting.back_mut(), effect) {
+            // One position per round is enough.
+            (Some((last, Effect::Replayed(at))), Effect::Replayed(end)) if *last == round => {
+                *at = end;
+            }
+            (_, effect) => self.waiting.push_back((round, effect)),
+        }
+        self.publish(st, rec, notified)
+    }
+
+    /// Sends what was read, waits until all of it is applied, and publishes it.
+    ///
+    /// # Errors
+    /// A worker's failure.
+    fn drain(&mut self, st: &Arc<Storage>, rec: &Recovery, notified: &mut Lsn) -> Result<()> {
+        if !self.pipe.barrier()? {
+            return Err(self.failure());
+        }
+        self.publish(st, rec, notified)
+    }
+
+    /// Publishes, in WAL order, what waits for rounds the watermark has reached.
+    ///
+    /// # Errors
+    /// A worker's failure: nothing is published after it.
+    fn publish(&mut self, st: &Arc<Storage>, rec: &Recovery, notified: &mut Lsn) -> Result<()> {
+        if self.pipe.failed() {
+            return Err(self.failure());
+        }
+        let mark = self.pipe.watermark();
+        while self
+            .waiting
+            .front()
+            .is_some_and(|(round, _)| *round <= mark)
+        {
+            let (_, e) = self.waiting.pop_front().expect("front");
+            Self::publish_one(st, rec, e, notified);
+        }
+        Ok(())
+    }
+
+    /// Makes one effect visible.
+    fn publish_one(st: &Arc<Storage>, rec: &Recovery, e: Effect, notified: &mut Lsn) {
+        match e {
+            Effect::Replayed(end) => rec.replayed.store(end.0, Ordering::Release),
+            Effect::Commit {
+                xid,
+                ts,
+                feedback,
+                catalog,
+                end,
+            } => {
+                if xid.is_valid() {
+                    st.xact.redo_commit(xid);
+                }
+                if let Some(ts) = ts {
+                    rec.last_commit_ts.store(ts, Ordering::Release);
+                }
+                if catalog {
+                    if let Err(e) = st.catalog.reload(st) {
+                        tracing::error!("could not reload the catalog after replay: {e}");
+                        st.catalog.invalidate();
+                    }
+                }
+                rec.replayed.store(end.0, Ordering::Release);
+                if feedback {
+                    // Once per published commit that asks; the rounds batch them.
+                    let _g = rec.lock.lock();
+                    *notified = end;
+                    rec.applied.notify_all();
+                }
+            }
+            Effect::Checkpoint { lsn, redo, end } => {
+                *rec.restart_candidate.lock() = Some((lsn, redo));
+                rec.replayed.store(end.0, Ordering::Release);
+                let _g = rec.lock.lock();
+                rec.restart_wake.notify_all();
+            }
+        }
+    }
+
+    fn failure(&self) -> Error {
+        self.pipe
+            .take_failure()
+            .unwrap_or_else(|| Error::internal("a redo worker failed"))
+    }
+}
+
+/// Whether a commit record's committer waits for `remote_apply`.
+fn is_feedback(main_data: &[u8]) -> bool {
+    recovery::commit_flags(main_data) & recovery::COMMIT_APPLY_FEEDBACK != 0
 }
 
 /// A reader at `lsn` (a record's start) in streaming mode with `limit`.

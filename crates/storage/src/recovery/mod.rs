@@ -24,6 +24,7 @@ use crate::{
     XLOG_CHECKPOINT,
 };
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use walnut_common::{Error, Lsn, RelFileId, Result, Xid};
 use walnut_wal::{BlockRef, DecodedRecord, Record, RmgrId, WalReader};
 
@@ -81,7 +82,7 @@ pub fn encode_rel_list(rels: &[RelFileId]) -> Vec<u8> {
 /// # Errors
 /// Corruption (including a missing checkpoint record) and I/O errors; an error applying a
 /// record names the record's LSN.
-pub fn redo(st: &Storage, ctl: &ControlFile) -> Result<RedoEnd> {
+pub fn redo(st: &Arc<Storage>, ctl: &ControlFile) -> Result<RedoEnd> {
     redo_with(st, ctl, st.config().recovery_workers)
 }
 
@@ -89,27 +90,14 @@ pub fn redo(st: &Storage, ctl: &ControlFile) -> Result<RedoEnd> {
 ///
 /// # Errors
 /// As [`redo`].
-pub fn redo_with(st: &Storage, ctl: &ControlFile, workers: usize) -> Result<RedoEnd> {
+pub fn redo_with(st: &Arc<Storage>, ctl: &ControlFile, workers: usize) -> Result<RedoEnd> {
     let started = std::time::Instant::now();
     let mut reader = WalReader::open(st.vfs.clone(), st.dir.join("wal"), ctl.redo_lsn)?;
     let mut saw_checkpoint = !ctl.checkpoint_lsn.is_valid();
-    let mut note = |rec: &DecodedRecord| {
-        if rec.lsn == ctl.checkpoint_lsn {
-            saw_checkpoint = true;
-        }
-    };
     let workers = workers.max(1);
-    let n = if workers == 1 {
-        let mut n = 0u64;
-        while let Some(rec) = reader.next_record()? {
-            note(&rec);
-            apply(st, &rec).map_err(|e| at_record(rec.lsn, e))?;
-            n += 1;
-        }
-        n
-    } else {
-        parallel::redo(st, &mut reader, workers, note)?
-    };
+    let n = replay_to_end(st, &mut reader, workers, |lsn, _| {
+        saw_checkpoint |= lsn == ctl.checkpoint_lsn;
+    })?;
     if !saw_checkpoint {
         return Err(Error::corruption(format!(
             "could not locate a valid checkpoint record at {}",
@@ -124,8 +112,33 @@ pub fn redo_with(st: &Storage, ctl: &ControlFile, workers: usize) -> Result<Redo
     })
 }
 
+/// Applies every record `reader` returns, with `workers` threads applying blocks (1: on the
+/// calling thread), calling `note` with each record's LSN and what it did, in WAL order.
+/// For crash recovery and a standby's start, when no session reads. Returns the number of
+/// records.
+///
+/// # Errors
+/// The reader's; the first failure applying a record, naming it.
+pub fn replay_to_end(
+    st: &Arc<Storage>,
+    reader: &mut WalReader,
+    workers: usize,
+    mut note: impl FnMut(Lsn, &Applied),
+) -> Result<u64> {
+    if workers > 1 {
+        return parallel::redo(st, reader, workers, note);
+    }
+    let mut n = 0u64;
+    while let Some(rec) = reader.next_record()? {
+        let a = apply(st, &rec).map_err(|e| at_record(rec.lsn, e))?;
+        note(rec.lsn, &a);
+        n += 1;
+    }
+    Ok(n)
+}
+
 /// The error of applying the record at `lsn`, naming it.
-fn at_record(lsn: Lsn, e: Error) -> Error {
+pub(crate) fn at_record(lsn: Lsn, e: Error) -> Error {
     Error {
         message: format!("redo of record at {lsn} failed: {}", e.message),
         ..e
