@@ -7,7 +7,7 @@
 //! [`walnut_wal::receive::ReceivedWal`] and publishes its flush position here
 //! ([`Recovery::set_received`]); the startup thread reads records up to that position and
 //! applies them ([`crate::recovery::apply`]), or with `recovery_workers` > 1 hands their
-//! blocks to the redo workers and publishes commits at the watermark ([`ParallelReplay`],
+//! blocks to the redo workers and publishes commits at the watermark (`ParallelReplay`,
 //! [`crate::recovery::parallel`]); the restartpointer thread makes restartpoints at replayed
 //! (published) checkpoint records.
 
@@ -563,7 +563,6 @@ impl ParallelReplay {
             self.drain(st, rec, notified)?;
             let a = recovery::apply(st, &d).map_err(|e| recovery::at_record(d.lsn, e))?;
             if a.commit {
-                self.pipe.forget(r.xid);
                 Self::publish_one(
                     st,
                     rec,
@@ -599,7 +598,6 @@ impl ParallelReplay {
         let round = self.pipe.round_of_added();
         let effect = if (r.rmgr, r.info) == (crate::RM_XACT, crate::XACT_COMMIT) {
             // Published, with the transaction's status, at the watermark.
-            self.pipe.forget(r.xid);
             Effect::Commit {
                 xid: r.xid,
                 ts: recovery::commit_timestamp(&r.main_data),
@@ -608,9 +606,6 @@ impl ParallelReplay {
                 end: end_lsn,
             }
         } else {
-            if (r.rmgr, r.info) == (crate::RM_XACT, crate::XACT_ABORT) {
-                self.pipe.forget(r.xid);
-            }
             // Aborts, file creation, a checkpoint's counters: nothing a reader sees early.
             let mut a = Applied::default();
             recovery::apply_main(st, lsn, &r, &mut a).map_err(|e| recovery::at_record(lsn, e))?;

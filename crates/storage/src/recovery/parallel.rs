@@ -20,12 +20,15 @@
 //!   or below it has been applied, so every record added before that round was sent is whole
 //!   on its pages. A hot standby publishes a commit only when the watermark reaches the round
 //!   that carried the blocks before it.
-//! - On a hot standby (a pipeline started [`Pipeline::start`] with `ordered`), a B-tree
-//!   leaf's change waits until the heap changes its transaction made before it are applied:
-//!   an index entry must never point at a heap version that is not on its page yet, for an
-//!   index lookup starts at the entry's version and walks back (a SET_TID applied early would
-//!   hide the old, still visible version). The wait is for records with lower LSNs, which
-//!   their workers apply in order, so it cannot deadlock.
+//! - On a hot standby (a pipeline started [`Pipeline::start`] with `ordered`), an index entry
+//!   must never point at a heap version that is not on its page yet, for an index lookup
+//!   starts at the entry's version and walks back (a SET_TID applied early would hide the old,
+//!   still visible version). So each round applies in two phases: every worker applies its
+//!   heap (non-B-tree) blocks of the round, and only once all workers have done so does any
+//!   apply its B-tree blocks of the round. A block is a heap or an index block, never both, so
+//!   no block's order changes; a B-tree record comes after the heap records it points at, so
+//!   they are in its round or an earlier one. Heap pages may run ahead of the index, which
+//!   readers cannot see: a version is reached only through the index or older versions.
 //! - A round goes out once [`BATCH`] block references wait, or when the caller flushes; each
 //!   worker's channel holds [`QUEUE`] rounds, so the work ahead of the workers is bounded and
 //!   the startup thread blocks when a worker is that far behind.
@@ -36,15 +39,14 @@
 //! it forever.
 
 use super::{apply_block, apply_main, at_record, main_needs_barrier, Applied};
-use crate::{btree, heap, stats, Storage};
+use crate::{btree, stats, Storage};
 use crossbeam::channel::{bounded, Receiver, Sender};
 use parking_lot::{Condvar, Mutex};
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
-use walnut_common::{BlockNumber, Error, Lsn, RelFileId, Result, Xid};
+use walnut_common::{BlockNumber, Error, Lsn, RelFileId, Result};
 use walnut_wal::{BlockRef, DecodedRecord, Record, RmgrId, WalReader};
 
 /// Block references per round: enough that a channel operation costs little per block (the
@@ -67,8 +69,6 @@ struct BlockWork {
     /// Index of the block in its record and the record's number of blocks.
     id: (usize, usize),
     block: BlockRef,
-    /// (worker, LSN): wait until each worker's `applied` reaches its LSN first.
-    after: Vec<(usize, Lsn)>,
 }
 
 /// Applies one block reference in a worker: `None` once the storage is gone (the worker then
@@ -93,12 +93,11 @@ pub fn worker_for(rel: RelFileId, block: BlockNumber, n: usize) -> usize {
 struct Shared {
     /// The last round each worker has applied (or skipped, after a failure).
     done: Vec<AtomicU64>,
-    /// Per worker, an LSN such that every block reference it was sent of a record ending at
-    /// or before it is applied (`u64::MAX` once it stops applying), for the waits of
-    /// `BlockWork::after`.
-    applied: Vec<AtomicU64>,
-    /// Workers waiting in `BlockWork::after`.
-    waiters: std::sync::atomic::AtomicUsize,
+    /// Ordered pipelines: the last round whose heap phase each worker has finished
+    /// (`u64::MAX` once it stops applying).
+    heap_done: Vec<AtomicU64>,
+    /// Two phases per round (hot standby): heap blocks, then B-tree blocks.
+    ordered: bool,
     failed: AtomicBool,
     /// The first failure (lowest LSN).
     first: Mutex<Option<(Lsn, Error)>>,
@@ -134,8 +133,6 @@ pub struct Pipeline {
     batches: Vec<Vec<BlockWork>>,
     /// Block references in `batches`.
     pending: usize,
-    /// Hot standby: per transaction, the end LSN of the last heap change sent to each worker.
-    heap_by_xid: Option<HashMap<Xid, Vec<Lsn>>>,
     /// The last round sent.
     round: u64,
     shared: Arc<Shared>,
@@ -145,9 +142,8 @@ pub struct Pipeline {
 impl Pipeline {
     /// Starts `workers` redo workers (threads `redo worker N`, counted as the startup process
     /// in `pg_stat_io`). They hold `st` weakly: once it is gone they skip their work.
-    /// `ordered` (a hot standby): a B-tree leaf's change waits for its transaction's earlier
-    /// heap changes (see the module's invariants); the caller must then
-    /// [`forget`](Pipeline::forget) each transaction at its commit or abort record.
+    /// `ordered` (a hot standby): each round applies its heap blocks on every worker before
+    /// any of its B-tree blocks (see the module's invariants).
     ///
     /// # Errors
     /// I/O if a thread cannot be started.
@@ -165,8 +161,8 @@ impl Pipeline {
         assert!(workers >= 1, "a pipeline needs a worker");
         let shared = Arc::new(Shared {
             done: (0..workers).map(|_| AtomicU64::new(0)).collect(),
-            applied: (0..workers).map(|_| AtomicU64::new(0)).collect(),
-            waiters: std::sync::atomic::AtomicUsize::new(0),
+            heap_done: (0..workers).map(|_| AtomicU64::new(0)).collect(),
+            ordered,
             failed: AtomicBool::new(false),
             first: Mutex::new(None),
             cancel: AtomicBool::new(false),
@@ -177,7 +173,6 @@ impl Pipeline {
             senders: Vec::with_capacity(workers),
             batches: (0..workers).map(|_| Vec::with_capacity(BATCH)).collect(),
             pending: 0,
-            heap_by_xid: ordered.then(HashMap::new),
             round: 0,
             shared,
             threads: Vec::with_capacity(workers),
@@ -205,22 +200,6 @@ impl Pipeline {
         let workers = self.senders.len();
         for (id, block) in r.blocks.drain(..).enumerate() {
             let w = worker_for(block.rel, block.block, workers);
-            let mut after = Vec::new();
-            if let Some(map) = self.heap_by_xid.as_mut().filter(|_| r.xid.is_valid()) {
-                if r.rmgr == heap::RM_HEAP {
-                    map.entry(r.xid).or_insert_with(|| vec![Lsn(0); workers])[w] = end_lsn;
-                } else if r.rmgr == btree::RM_BTREE {
-                    if let Some(heap_lsns) = map.get(&r.xid) {
-                        after.extend(
-                            heap_lsns
-                                .iter()
-                                .enumerate()
-                                .filter(|&(h, l)| h != w && l.0 > 0)
-                                .map(|(h, &l)| (h, l)),
-                        );
-                    }
-                }
-            }
             self.batches[w].push(BlockWork {
                 lsn,
                 end_lsn,
@@ -228,7 +207,6 @@ impl Pipeline {
                 info: r.info,
                 id: (id, nblocks),
                 block,
-                after,
             });
         }
         self.pending += nblocks;
@@ -236,13 +214,6 @@ impl Pipeline {
             self.flush()?;
         }
         Ok(!self.failed())
-    }
-
-    /// Forgets transaction `xid`'s heap changes (at its commit or abort record).
-    pub fn forget(&mut self, xid: Xid) {
-        if let Some(map) = self.heap_by_xid.as_mut() {
-            map.remove(&xid);
-        }
     }
 
     /// The round that carries every block reference added so far: once the watermark
@@ -374,7 +345,7 @@ impl Drop for RoundGuard<'_> {
                 .record_failure(self.lsn, Error::internal("a redo worker panicked"));
             // Never waited for again.
             self.round = u64::MAX;
-            self.shared.applied[self.me].store(u64::MAX, Ordering::Release);
+            self.shared.heap_done[self.me].store(u64::MAX, Ordering::Release);
         }
         self.shared.done[self.me].store(self.round, Ordering::Release);
         let _g = self.shared.lock.lock();
@@ -382,9 +353,10 @@ impl Drop for RoundGuard<'_> {
     }
 }
 
-/// Redo worker `me`: applies the blocks it is sent, round by round, until the channel closes.
-/// After a failure, or once the storage is gone or the pipeline dropped, it only reports
-/// rounds.
+/// Redo worker `me`: applies the blocks it is sent, round by round, until the channel closes
+/// (in an ordered pipeline, a round's heap blocks, then, once every worker has applied its,
+/// its B-tree blocks). After a failure, or once the storage is gone or the pipeline dropped,
+/// it only reports rounds.
 fn worker(me: usize, apply: &ApplyFn, rx: Receiver<Batch>, shared: Arc<Shared>) {
     stats::set_backend_type(stats::BackendType::Startup);
     for batch in rx {
@@ -394,73 +366,69 @@ fn worker(me: usize, apply: &ApplyFn, rx: Receiver<Batch>, shared: Arc<Shared>) 
             round: batch.round,
             lsn: batch.work.first().map_or(Lsn(0), |w| w.lsn),
         };
-        if batch.work.is_empty() {
-            continue;
-        }
-        for (i, w) in batch.work.iter().enumerate() {
-            guard.lsn = w.lsn;
-            if shared.failed.load(Ordering::Acquire) || shared.cancel.load(Ordering::Acquire) {
-                // Stopped applying: release whoever waits for this worker.
-                shared.applied[me].store(u64::MAX, Ordering::SeqCst);
-                notify_waiters(&shared);
-                break;
-            }
-            for &(h, lsn) in &w.after {
-                wait_applied(&shared, h, lsn);
-            }
-            match apply(w) {
-                Some(Ok(())) => {}
-                outcome => {
-                    if let Some(Err(e)) = outcome {
-                        shared.record_failure(w.lsn, e);
-                    } else {
-                        shared.cancel.store(true, Ordering::Release);
-                    }
-                    shared.applied[me].store(u64::MAX, Ordering::SeqCst);
-                    notify_waiters(&shared);
+        let index = |w: &BlockWork| w.rmgr == btree::RM_BTREE;
+        let phases: &[Option<bool>] = if shared.ordered {
+            &[Some(false), Some(true)]
+        } else {
+            &[None]
+        };
+        for &phase in phases {
+            if phase == Some(true) {
+                // Every worker's heap blocks of this round (and so of every earlier one)
+                // first.
+                shared.heap_done[me].store(batch.round, Ordering::Release);
+                notify(&shared);
+                if !batch.work.iter().any(index) {
                     break;
                 }
+                wait_heap_phase(&shared, batch.round);
             }
-            // Whole records only: when this worker owns more of the record's blocks (they are
-            // next in the batch: `add` pushes a record's blocks together), only the records
-            // before it are done.
-            let done = match batch.work.get(i + 1) {
-                Some(next) if next.end_lsn == w.end_lsn => w.lsn,
-                _ => w.end_lsn,
-            };
-            // SeqCst with the waiters count (`wait_applied`): a store-then-load on each side.
-            shared.applied[me].store(done.0, Ordering::SeqCst);
-            notify_waiters(&shared);
+            for w in batch
+                .work
+                .iter()
+                .filter(|w| phase.is_none_or(|p| index(w) == p))
+            {
+                guard.lsn = w.lsn;
+                if shared.failed.load(Ordering::Acquire) || shared.cancel.load(Ordering::Acquire) {
+                    break;
+                }
+                match apply(w) {
+                    Some(Ok(())) => {}
+                    Some(Err(e)) => shared.record_failure(w.lsn, e),
+                    None => shared.cancel.store(true, Ordering::Release),
+                }
+            }
+        }
+        if shared.failed.load(Ordering::Acquire) || shared.cancel.load(Ordering::Acquire) {
+            // Stopped applying: no one waits for this worker's heap phases.
+            shared.heap_done[me].store(u64::MAX, Ordering::Release);
         }
     }
 }
 
-/// Wakes workers waiting in [`wait_applied`], if any.
-fn notify_waiters(shared: &Shared) {
-    if shared.waiters.load(Ordering::SeqCst) > 0 {
-        let _g = shared.lock.lock();
-        shared.progress.notify_all();
-    }
+/// Wakes whoever waits for a worker's progress.
+fn notify(shared: &Shared) {
+    let _g = shared.lock.lock();
+    shared.progress.notify_all();
 }
 
-/// Waits until worker `h` has applied its block references up to `lsn` (or stopped
-/// applying). `h`'s earlier work was sent in this round or an earlier one, and waits only
-/// for lower LSNs, so it comes.
-fn wait_applied(shared: &Shared, h: usize, lsn: Lsn) {
-    let reached = || shared.applied[h].load(Ordering::SeqCst) >= lsn.0;
-    for _ in 0..64 {
-        if reached() {
-            return;
-        }
-        std::hint::spin_loop();
+/// Waits until every worker has finished the heap phase of `round` (or stopped applying).
+/// Each gets there without waiting for anyone (its heap phase of `round` follows only its
+/// own earlier rounds), so this cannot deadlock.
+fn wait_heap_phase(shared: &Shared, round: u64) {
+    let reached = || {
+        shared
+            .heap_done
+            .iter()
+            .all(|d| d.load(Ordering::Acquire) >= round)
+    };
+    if reached() {
+        return;
     }
-    shared.waiters.fetch_add(1, Ordering::SeqCst);
     let mut g = shared.lock.lock();
     while !reached() {
         shared.progress.wait_for(&mut g, Duration::from_millis(10));
     }
-    drop(g);
-    shared.waiters.fetch_sub(1, Ordering::AcqRel);
 }
 
 /// Crash recovery's parallel redo: reads every record from `reader` and applies it with
@@ -504,7 +472,9 @@ pub fn redo(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::collections::HashSet;
+    use crate::heap;
+    use std::collections::{HashMap, HashSet};
+    use walnut_common::Xid;
 
     /// What the model applier saw: every (record LSN, block index) applied, and per block
     /// the LSNs in the order applied.
@@ -632,7 +602,6 @@ mod tests {
                 all.push((lsn, 0));
                 assert!(p.add(Lsn(lsn), Lsn(lsn + 0x40), &mut r).unwrap());
                 lsn += 0x40;
-                p.forget(Xid(xid));
                 commits.push((p.round_of_added(), all.len()));
                 lsn += 0x40;
                 let mark = p.watermark();
@@ -664,7 +633,7 @@ mod tests {
     }
 
     #[test]
-    fn a_failure_stops_the_pipeline_and_names_the_lowest_record() {
+    fn a_failure_stops_the_pipeline_and_names_the_failed_record() {
         let apply: Arc<ApplyFn> = Arc::new(|w: &BlockWork| {
             if w.lsn.0 >= 0x5000 && w.lsn.0.is_multiple_of(0x200) {
                 return Some(Err(Error::corruption("model failure")));
@@ -688,12 +657,16 @@ mod tests {
             }
         }
         assert!(!p.barrier().unwrap() || !ok);
+        // Workers stop at their next block once one has failed, so the failure reported is
+        // the lowest of those that happened: a failing record, named.
         let e = p.finish().unwrap_err();
-        assert!(
-            e.message
-                .contains("redo of record at 0/5000 failed: model failure"),
-            "{e}"
-        );
+        let at = e
+            .message
+            .strip_prefix("redo of record at 0/")
+            .and_then(|m| m.strip_suffix(" failed: model failure"))
+            .and_then(|hex| u64::from_str_radix(hex, 16).ok())
+            .unwrap_or_else(|| panic!("{e}"));
+        assert!(at >= 0x5000 && at.is_multiple_of(0x200), "{e}");
     }
 
     #[test]

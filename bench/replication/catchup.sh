@@ -1,0 +1,142 @@
+#!/usr/bin/env bash
+# Issue 16, "catch-up rate": how fast a paused standby replays what its primary wrote at its
+# peak. For PostgreSQL 18 and walnut, one after the other, each at its default settings plus
+# synchronous_commit=off on the primary:
+#   1. the primary starts, pgbench -i -s SCALE loads it, and the server's own tool makes a
+#      streaming hot standby on a physical slot (PostgreSQL: postgres18.sh standby; walnut:
+#      walnut basebackup -R -C -S standby, then walnut serve on the copy), which replays
+#      everything the primary has flushed;
+#   2. replay is paused on the standby (pg_wal_replay_pause());
+#   3. pgbench -n -b tpcb-like -M prepared -c CLIENTS -j 2 -T SECONDS on the primary;
+#   4. once the standby has received everything the primary flushed (its walreceiver goes on
+#      while replay is paused), replay resumes (pg_wal_replay_resume()) and the script times it
+#      until pg_last_wal_replay_lsn() reaches that position (polled every 100 ms);
+#   5. sum(abalance) must be the same on both.
+# walnut's standby does this once per value of --recovery-workers (default "1 -1": serial
+# replay, then the default of one redo worker per core), restarted with it each time, on the
+# same primary (each round loads it again for SECONDS).
+# Reports per server (and walnut's value): transactions, WAL replayed (MB), catch-up (s), and
+# transactions and MB of WAL applied per second of it.
+#
+#   bench/replication/catchup.sh --walnut BIN [--seconds 60] [--scale 100] [--clients 10]
+#                                [--only both|pg|walnut] [--out DIR]
+#                                [--recovery-workers "1 -1"]
+#
+# Ports 5476/5477 (PostgreSQL primary/standby) and 5478/5479 (walnut); data under /var/tmp.
+# Writes OUT (default bench/replication/results/catchup-DATE-TIME): table.md, summary.tsv,
+# SERVER.ROUND.pgbench.txt, SERVER.init.txt, the servers' logs and settings.txt (load average
+# before each round: the machine must be otherwise idle). Needs root (postgres18.sh runs
+# PostgreSQL as pgref).
+set -euo pipefail
+source "$(dirname "$0")/lib.sh"
+walnut=""; seconds=60; scale=100; clients=10; only=both; out=""; recovery_workers="1 -1"
+args=()
+while [ $# -gt 0 ]; do
+  if [ "$1" = --recovery-workers ]; then recovery_workers=${2:-}; shift 2; else args+=("$1"); shift; fi
+done
+parse_lag_options "${args[@]}"
+
+pg_tools
+out=${out:-$here/results/catchup-$(date +%Y%m%d-%H%M%S)}
+mkdir -p "$out"; out=$(cd "$out" && pwd)
+work=$(mktemp -d /var/tmp/walnut-catchup.XXXXXX); chmod 755 "$work"   # pgref must reach pg*/
+pg_pport=5476; pg_sport=5477; w_pport=5478; w_sport=5479
+pg_primary=""; pg_standby=""; wpid=""; wspid=""
+cleanup() {
+  for p in $wspid $wpid; do kill -TERM "$p" 2>/dev/null || true; wait "$p" 2>/dev/null || true; done
+  if [ -n "$pg_standby" ]; then "$shared/bench/postgres18.sh" stop "$work/pg-standby" >/dev/null 2>&1 || true; fi
+  if [ -n "$pg_primary" ]; then "$shared/bench/postgres18.sh" stop "$work/pg" >/dev/null 2>&1 || true; fi
+  rm -rf "$work"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+printf 'server\ttransactions\twal_mb\tcatchup_s\ttx_per_s\twal_mb_per_s\n' >"$out/summary.tsv"
+echo "seconds $seconds, scale $scale, clients $clients" >"$out/settings.txt"
+
+# Steps 2 to 5 on a caught-up pair; LABEL names the row.
+round() { # LABEL PPORT SPORT
+  local label=$1 pport=$2 sport=$3 tx lsn lsn0 t0 s file
+  file="$out/$(tr ' =' '._' <<<"$label").pgbench.txt"
+  echo "$label: load average $(cut -d' ' -f1-3 /proc/loadavg)" >>"$out/settings.txt"
+  psql_ "$sport" -Atqc "select pg_wal_replay_pause()" >/dev/null
+  echo "$label: replay paused; pgbench $seconds s" >&2
+  "$PGBENCH" -h 127.0.0.1 -p "$pport" -U postgres -n -b tpcb-like -M prepared -c "$clients" -j 2 \
+    -T "$seconds" postgres >"$file" 2>&1 || echo "warning: $label: pgbench failed" >&2
+  tx=$(awk '/number of transactions actually processed/ {print $NF}' "$file" | cut -d/ -f1)
+  lsn=$(psql_ "$pport" -Atqc "select pg_current_wal_flush_lsn()")
+  # Everything received first, so that the time is replay's alone.
+  for _ in $(seq 6000); do
+    s=$(psql_ "$sport" -Atqc "select pg_wal_lsn_diff(pg_last_wal_receive_lsn(), '$lsn') >= 0" 2>/dev/null || true)
+    [ "$s" = t ] && break; sleep 0.1
+  done
+  lsn0=$(psql_ "$sport" -Atqc "select pg_last_wal_replay_lsn()")
+  t0=$(now)
+  psql_ "$sport" -Atqc "select pg_wal_replay_resume()" >/dev/null
+  s=$(wait_replayed "$sport" "$lsn" 1800) || { echo "error: $label: no catch-up within 1800 s" >&2; exit 1; }
+  s=$(awk -v a="$t0" -v b="$(now)" 'BEGIN { printf "%.2f", b - a }')
+  local mb sum_p sum_s
+  mb=$(psql_ "$pport" -Atqc "select pg_wal_lsn_diff('$lsn', '$lsn0')" | awk '{ printf "%.1f", $1 / 1e6 }')
+  sum_p=$(sum_abalance "$pport"); sum_s=$(sum_abalance "$sport")
+  echo "$label: sum(abalance) primary $sum_p, standby $sum_s" >>"$out/settings.txt"
+  [ "$sum_p" = "$sum_s" ] || echo "error: $label: primary and standby differ" | tee -a "$out/settings.txt" >&2
+  printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$label" "$tx" "$mb" "$s" \
+    "$(awk -v t="$tx" -v r="$s" 'BEGIN { printf "%.0f", t / r }')" \
+    "$(awk -v m="$mb" -v r="$s" 'BEGIN { printf "%.1f", m / r }')" >>"$out/summary.tsv"
+}
+
+# sum(abalance) on PORT; tried again after a recovery conflict cancels it (PostgreSQL's
+# standby, when the primary's vacuum removes what the query reads).
+sum_abalance() { # PORT
+  local s
+  for _ in 1 2 3 4 5; do
+    s=$(psql_ "$1" -Atqc "select sum(abalance) from pgbench_accounts" 2>/dev/null) && { echo "$s"; return; }
+    sleep 1
+  done
+  echo "error"
+}
+
+caught_up() { # PPORT SPORT
+  wait_replayed "$2" "$(psql_ "$1" -Atqc "select pg_current_wal_flush_lsn()")" 900 >/dev/null ||
+    { echo "error: the standby did not catch up" >&2; exit 1; }
+}
+
+if [ "$only" != walnut ]; then
+  echo "pg18: primary, pgbench -i -s $scale, standby" >&2
+  PG_EXTRA_CONF="shared_buffers=128MB max_wal_size=1GB checkpoint_timeout=5min max_connections=100 synchronous_commit=off shared_preload_libraries=" \
+    "$shared/bench/postgres18.sh" start "$work/pg" "$pg_pport" >/dev/null
+  pg_primary=1
+  "$PGBENCH" -h 127.0.0.1 -p "$pg_pport" -U postgres -i -q -s "$scale" postgres >"$out/pg18.init.txt" 2>&1
+  "$shared/bench/postgres18.sh" standby "$work/pg-standby" "$pg_sport" "$pg_pport" standby >"$out/pg18.backup.txt" 2>&1
+  pg_standby=1
+  caught_up "$pg_pport" "$pg_sport"
+  round pg18 "$pg_pport" "$pg_sport"
+  cp "$work/pg-standby/server.log" "$out/pg18.standby.log" 2>/dev/null || true
+  "$shared/bench/postgres18.sh" stop "$work/pg-standby" >/dev/null; pg_standby=""
+  "$shared/bench/postgres18.sh" stop "$work/pg" >/dev/null; pg_primary=""
+  rm -rf "$work/pg-standby" "$work/pg"
+fi
+if [ "$only" != pg ]; then
+  echo "walnut: primary, pgbench -i -s $scale, standby" >&2
+  "$walnut" initdb -D "$work/walnut" >/dev/null
+  "$walnut" serve -D "$work/walnut" -p "$w_pport" -c synchronous_commit=off >"$out/walnut.primary.log" 2>&1 &
+  wpid=$!
+  for _ in $(seq 300); do psql_ "$w_pport" -Atqc 'select 1' >/dev/null 2>&1 && break; sleep 0.2; done
+  "$PGBENCH" -h 127.0.0.1 -p "$w_pport" -U postgres -i -q -s "$scale" postgres >"$out/walnut.init.txt" 2>&1
+  "$walnut" basebackup -h 127.0.0.1 -p "$w_pport" -U postgres -D "$work/walnut-standby" -R -C -S standby \
+    >"$out/walnut.backup.txt" 2>&1 || { echo "error: walnut basebackup failed (walnut.backup.txt)" >&2; exit 1; }
+  for w in $recovery_workers; do
+    "$walnut" serve -D "$work/walnut-standby" -p "$w_sport" -c "recovery_workers=$w" >>"$out/walnut.standby.log" 2>&1 &
+    wspid=$!
+    for _ in $(seq 600); do [ "$(psql_ "$w_sport" -Atqc 'select pg_is_in_recovery()' 2>/dev/null)" = t ] && break; sleep 0.2; done
+    caught_up "$w_pport" "$w_sport"
+    round "walnut recovery_workers=$w" "$w_pport" "$w_sport"
+    kill -TERM "$wspid"; wait "$wspid" 2>/dev/null || true; wspid=""
+  done
+fi
+
+{
+  echo "| server | transactions | WAL replayed (MB) | catch-up (s) | tx/s applied | MB/s applied |"
+  echo "|---|---:|---:|---:|---:|---:|"
+  tail -n +2 "$out/summary.tsv" | awk -F'\t' '{ printf "| %s | %s | %s | %s | %s | %s |\n", $1, $2, $3, $4, $5, $6 }'
+} >"$out/table.md"
+cat "$out/table.md"
