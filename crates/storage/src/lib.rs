@@ -234,6 +234,7 @@ pub(crate) fn log_images(
                 rel,
                 block,
                 will_init: true,
+                image_lz4: false,
                 image: Some(img.to_vec()),
                 data: vec![],
             })
@@ -303,6 +304,7 @@ impl Storage {
             rel,
             block,
             will_init,
+            image_lz4: false,
             image,
             data,
         }

@@ -266,6 +266,8 @@ pub(crate) fn open(
     backup_end: Option<Lsn>,
 ) -> Result<Arc<Storage>> {
     let mut reader = WalReader::open(st.vfs.clone(), st.dir.join("wal"), ctl.redo_lsn)?;
+    // Images are decompressed into their buffers by whichever thread applies the block.
+    reader.defer_image_decompression();
     // The local WAL came from the primary: a torn tail (a receiver's unsynced writes) is
     // where streaming resumes, whatever flush marks the primary wrote after it.
     reader.set_limit(Lsn(u64::MAX - 1));
@@ -714,6 +716,7 @@ fn is_feedback(main_data: &[u8]) -> bool {
 /// A reader at `lsn` (a record's start) in streaming mode with `limit`.
 fn reopen(st: &Storage, lsn: Lsn, limit: Lsn) -> Result<WalReader> {
     let mut r = WalReader::open(st.vfs.clone(), st.dir.join("wal"), lsn)?;
+    r.defer_image_decompression();
     r.set_limit(limit);
     Ok(r)
 }

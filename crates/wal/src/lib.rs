@@ -30,8 +30,8 @@ pub use commit::{CommitOpts, CommitOutcome, SessionId, SynchronousCommit};
 pub use guc::GUCS;
 pub use probe::{choose_sync_method, probe, probe_flush_rate, ProbeResult, ProbeSpec};
 pub use record::{
-    align8, decode_record, encode_record, encode_record_with, record_len, BLOCK_HEADER_LEN,
-    MAX_RECORD_LEN, RECORD_ALIGN, RECORD_HEADER_LEN,
+    align8, decode_record, decode_record_with, encode_record, encode_record_with, record_len,
+    BLOCK_HEADER_LEN, MAX_RECORD_LEN, RECORD_ALIGN, RECORD_HEADER_LEN,
 };
 pub use segment::{
     find_segment, list_segments, parse_segment_file_name, segment_file_name, segment_of,
@@ -41,7 +41,7 @@ pub use wal::{Wal, WalReader, NUM_INSERT_SLOTS};
 
 use std::path::PathBuf;
 use walnut_common::guc::Settings;
-use walnut_common::{BlockNumber, Lsn, RelFileId, Xid};
+use walnut_common::{BlockNumber, Error, Lsn, RelFileId, Result, Xid};
 
 /// Resource manager ids: which redo routine understands a record.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -59,8 +59,46 @@ pub struct BlockRef {
     /// Full-page image (exactly `BLCKSZ` bytes) of the page *after* this record's change. When
     /// present, redo restores the image and does not apply `data`.
     pub image: Option<Vec<u8>>,
+    /// `image` holds the page image LZ4-compressed (an `lz4_flex` block, as in the record), not
+    /// the page: what a reader that defers decompression returns
+    /// ([`WalReader::defer_image_decompression`]), so that redo decompresses it straight into
+    /// the buffer ([`BlockRef::restore_image`]), on the thread that applies the block. False in
+    /// records to insert, which the WAL compresses itself.
+    pub image_lz4: bool,
     /// Per-block redo data (resource-manager specific).
     pub data: Vec<u8>,
+}
+
+impl BlockRef {
+    /// Writes the full-page image into `page` (`BLCKSZ` bytes), decompressing it if it is held
+    /// compressed. Returns false, leaving `page` alone, if the block has no image. Source:
+    /// PostgreSQL `xlogreader.c`, `RestoreBlockImage`.
+    ///
+    /// # Errors
+    /// Corruption if the image is not `BLCKSZ` bytes or does not decompress to exactly
+    /// `BLCKSZ` bytes ("invalid compressed image").
+    pub fn restore_image(&self, page: &mut [u8]) -> Result<bool> {
+        let Some(img) = &self.image else {
+            return Ok(false);
+        };
+        if page.len() != walnut_common::BLCKSZ {
+            return Err(Error::internal("an image is restored into a whole page"));
+        }
+        if self.image_lz4 {
+            match lz4_flex::block::decompress_into(img, page) {
+                Ok(n) if n == walnut_common::BLCKSZ => Ok(true),
+                _ => Err(Error::corruption(format!(
+                    "invalid compressed image of block {} of relation file {}",
+                    self.block.0, self.rel.0
+                ))),
+            }
+        } else if img.len() == walnut_common::BLCKSZ {
+            page.copy_from_slice(img);
+            Ok(true)
+        } else {
+            Err(Error::corruption("full-page image is not BLCKSZ bytes"))
+        }
+    }
 }
 
 /// A WAL record to insert.

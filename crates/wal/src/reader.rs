@@ -21,7 +21,10 @@
 //! wrote a durable record inserts its mark at most about two WAL-buffer lengths (2 x 16 MiB)
 //! later.
 
-use crate::record::{check_header, decode_record, MAX_RECORD_LEN, RECORD_ALIGN, RECORD_HEADER_LEN};
+use crate::record::{
+    check_header, decode_record, decode_record_with, MAX_RECORD_LEN, RECORD_ALIGN,
+    RECORD_HEADER_LEN,
+};
 use crate::segment::{
     find_segment, open_existing, parse_segment_file_name, segment_label, segment_of,
     FIRST_TIMELINE, WAL_SEGMENT_SIZE,
@@ -58,6 +61,8 @@ pub(crate) struct ReaderState {
     /// The timeline of the last segment file opened: the next is looked for under its name
     /// first ([`find_segment`]).
     tli_hint: Cell<u32>,
+    /// Decode with `keep_lz4` (`WalReader::defer_image_decompression`).
+    pub(crate) defer_images: bool,
 }
 
 impl ReaderState {
@@ -99,6 +104,7 @@ impl ReaderState {
             scratch: Vec::new(),
             limit: u64::MAX,
             tli_hint: Cell::new(FIRST_TIMELINE),
+            defer_images: false,
         })
     }
 
@@ -212,7 +218,7 @@ impl ReaderState {
         if !self.read_into(pos, total_len, scratch)? {
             return self.end_of_wal(pos, "record truncated");
         }
-        match decode_record(Lsn(pos), scratch) {
+        match decode_record_with(Lsn(pos), scratch, self.defer_images) {
             Ok(r) => Ok(Some(r)),
             Err(e) => self.end_of_wal(pos, &e.message),
         }

@@ -55,7 +55,8 @@ pub const fn align8(n: u64) -> u64 {
 ///
 /// # Panics
 /// If the record breaks the format's limits (more than 255 blocks, per-block data over
-/// 65535 bytes, an image that is not exactly `BLCKSZ`, or a total over 1 GiB): these are bugs
+/// 65535 bytes, an image that is not exactly `BLCKSZ` or, kept compressed, over 65535 bytes,
+/// or a total over 1 GiB): these are bugs
 /// in the caller, not conditions to handle.
 pub fn record_len(rec: &Record) -> usize {
     assert!(
@@ -69,13 +70,24 @@ pub fn record_len(rec: &Record) -> usize {
             "per-block WAL data is limited to 65535 bytes"
         );
         len += BLOCK_HEADER_LEN + b.data.len();
-        if let Some(img) = &b.image {
-            assert_eq!(
-                img.len(),
-                BLCKSZ,
-                "a full-page image is exactly BLCKSZ bytes"
-            );
-            len += BLCKSZ;
+        match &b.image {
+            // Kept compressed by a reader (`BlockRef::image_lz4`): its length and its bytes.
+            Some(img) if b.image_lz4 => {
+                assert!(
+                    img.len() <= u16::MAX as usize,
+                    "a compressed image fits a u16 length"
+                );
+                len += 2 + img.len();
+            }
+            Some(img) => {
+                assert_eq!(
+                    img.len(),
+                    BLCKSZ,
+                    "a full-page image is exactly BLCKSZ bytes"
+                );
+                len += BLCKSZ;
+            }
+            None => {}
         }
     }
     assert!(
@@ -119,7 +131,12 @@ pub fn encode_body(rec: &Record, out: &mut Vec<u8>, compression: WalCompression)
         out.push(flags);
         out.push(0);
         out.extend_from_slice(&(b.data.len() as u16).to_le_bytes());
-        if let Some(img) = &b.image {
+        if let (Some(img), true) = (&b.image, b.image_lz4) {
+            // Already compressed (a decoded record's, inserted again).
+            out.extend_from_slice(&(img.len() as u16).to_le_bytes());
+            out.extend_from_slice(img);
+            out[flags_at] |= BLOCK_IMAGE_LZ4;
+        } else if let Some(img) = &b.image {
             if compression == WalCompression::Off || !put_lz4_image(img, out) {
                 out.extend_from_slice(img);
             } else {
@@ -259,6 +276,16 @@ pub fn check_header(lsn: u64, hdr: &[u8]) -> Result<usize> {
 /// # Errors
 /// A corruption error for a bad CRC, a wrong LSN in the header, or malformed lengths.
 pub fn decode_record(lsn: Lsn, bytes: &[u8]) -> Result<DecodedRecord> {
+    decode_record_with(lsn, bytes, false)
+}
+
+/// [`decode_record`]; with `keep_lz4`, LZ4-compressed full-page images stay compressed
+/// (`BlockRef::image_lz4`), for redo to decompress into the page (`BlockRef::restore_image`),
+/// and an image that does not decompress is found only then.
+///
+/// # Errors
+/// As [`decode_record`].
+pub fn decode_record_with(lsn: Lsn, bytes: &[u8], keep_lz4: bool) -> Result<DecodedRecord> {
     let total_len = check_header(lsn.0, bytes)?;
     let Some(body) = bytes.get(..total_len) else {
         return Err(Error::corruption(format!(
@@ -297,7 +324,10 @@ pub fn decode_record(lsn: Lsn, bytes: &[u8]) -> Result<DecodedRecord> {
             )));
         }
         let data_len = c.u16()? as usize;
-        let image = if lz4 {
+        let image = if lz4 && keep_lz4 {
+            let len = c.u16()? as usize;
+            Some(c.take(len)?.to_vec())
+        } else if lz4 {
             let len = c.u16()? as usize;
             let mut page = vec![0u8; BLCKSZ];
             match lz4_flex::block::decompress_into(c.take(len)?, &mut page) {
@@ -321,6 +351,7 @@ pub fn decode_record(lsn: Lsn, bytes: &[u8]) -> Result<DecodedRecord> {
             block,
             will_init: bflags & BLOCK_WILL_INIT != 0,
             image,
+            image_lz4: lz4 && keep_lz4,
             data,
         });
     }

@@ -104,6 +104,7 @@ fn tagged_record(thread: u32, seq: u32, image: bool) -> Record {
             rel: RelFileId(16384 + thread),
             block: BlockNumber(seq),
             will_init: seq % 2 == 0,
+            image_lz4: false,
             image: image.then(|| {
                 // xorshift64*, seeded by the tag: bytes LZ4 cannot shrink.
                 let mut x = tag.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;

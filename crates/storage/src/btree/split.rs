@@ -361,6 +361,7 @@ fn finish_smo(
                 rel: rel.id,
                 block: *b,
                 will_init: *is_new,
+                image_lz4: false,
                 image: Some(img.to_vec()),
                 data: vec![],
             })

@@ -18,7 +18,7 @@ pub mod parallel;
 
 use crate::bufpool::ReadMode;
 use crate::control::ControlFile;
-use crate::page::{self, PageBuf};
+use crate::page;
 use crate::{
     btree, heap, Storage, RM_SMGR, RM_XACT, RM_XLOG, SMGR_CREATE, XACT_ABORT, XACT_COMMIT,
     XLOG_CHECKPOINT,
@@ -93,6 +93,8 @@ pub fn redo(st: &Arc<Storage>, ctl: &ControlFile) -> Result<RedoEnd> {
 pub fn redo_with(st: &Arc<Storage>, ctl: &ControlFile, workers: usize) -> Result<RedoEnd> {
     let started = std::time::Instant::now();
     let mut reader = WalReader::open(st.vfs.clone(), st.dir.join("wal"), ctl.redo_lsn)?;
+    // Images are decompressed into their buffers by whichever thread applies the block.
+    reader.defer_image_decompression();
     let mut saw_checkpoint = !ctl.checkpoint_lsn.is_valid();
     let workers = workers.max(1);
     let n = replay_to_end(st, &mut reader, workers, |lsn, _| {
@@ -258,12 +260,7 @@ pub fn apply_block(
     };
     let pin = st.pool.pin(&rel, b.block, mode)?;
     let mut p = pin.write();
-    if let Some(img) = &b.image {
-        let img: &PageBuf = img
-            .as_slice()
-            .try_into()
-            .map_err(|_| Error::corruption("full-page image is not BLCKSZ bytes"))?;
-        p.copy_from_slice(img);
+    if b.restore_image(&mut p[..])? {
         page::check_header(&p)?;
     } else {
         if b.will_init {

@@ -509,6 +509,7 @@ mod tests {
             rel: RelFileId(rel),
             block: BlockNumber(b),
             will_init: false,
+            image_lz4: false,
             image: None,
             data: xid.to_le_bytes().to_vec(),
         }

@@ -99,6 +99,7 @@ fn record_larger_than_wal_buffers() {
                 rel: RelFileId(1),
                 block: BlockNumber(b),
                 will_init: false,
+                image_lz4: false,
                 image: Some(vec![(b + n) as u8; BLCKSZ]),
                 data: vec![],
             })

@@ -16,6 +16,7 @@ fn arb_block() -> impl Strategy<Value = BlockRef> {
             rel: RelFileId(rel),
             block: BlockNumber(block),
             will_init,
+            image_lz4: false,
             image: img.map(|b| (0..BLCKSZ).map(|i| b.wrapping_add(i as u8)).collect()),
             data,
         })
@@ -108,6 +109,7 @@ fn one_image_record(image: Vec<u8>) -> Record {
             rel: RelFileId(3),
             block: BlockNumber(9),
             will_init: false,
+            image_lz4: false,
             image: Some(image),
             data: vec![1, 2, 3],
         }],
@@ -216,6 +218,40 @@ fn a_compressed_image_that_does_not_make_a_page_is_corruption() {
     // The right payload decodes: the test's surgery itself is sound.
     let good = with_payload(&rec, &lz4_flex::block::compress(&compressible_page(1)));
     assert_eq!(decode_record(Lsn(8), &good).unwrap().record, rec);
+}
+
+/// A reader that defers decompression gets the image compressed (`image_lz4`); restoring it
+/// gives the page, a record inserted from it encodes the same bytes again, and an image that
+/// does not make a page is corruption when restored (as `decode_record` finds it when it
+/// decompresses).
+#[test]
+fn a_deferred_image_restores_the_page_reencodes_the_same_and_refuses_a_bad_image() {
+    let rec = one_image_record(compressible_page(3));
+    let bytes = encode_record_with(Lsn(8), &rec, WalCompression::Lz4);
+    let d = crate::decode_record_with(Lsn(8), &bytes, true).unwrap();
+    let b = &d.record.blocks[0];
+    assert!(b.image_lz4);
+    assert!(b.image.as_ref().unwrap().len() < BLCKSZ / 4);
+    let mut page = vec![0u8; BLCKSZ];
+    assert!(b.restore_image(&mut page).unwrap());
+    assert_eq!(page, compressible_page(3));
+    assert_eq!(
+        encode_record_with(Lsn(8), &d.record, WalCompression::Off),
+        bytes
+    );
+    // Without an image: false, the page untouched; an image kept whole restores too.
+    let mut none = rec.clone();
+    none.blocks[0].image = None;
+    assert!(!none.blocks[0].restore_image(&mut page).unwrap());
+    let mut whole = vec![0u8; BLCKSZ];
+    assert!(rec.blocks[0].restore_image(&mut whole).unwrap());
+    assert_eq!(whole, compressible_page(3));
+    // A half page's LZ4 block passes the CRC and decodes, deferred; restoring refuses it.
+    let half = lz4_flex::block::compress(&compressible_page(2)[..BLCKSZ / 2]);
+    let d = crate::decode_record_with(Lsn(8), &with_payload(&rec, &half), true).unwrap();
+    let e = d.record.blocks[0].restore_image(&mut page).unwrap_err();
+    assert_eq!(e.kind, walnut_common::ErrorKind::Corruption, "{e}");
+    assert!(e.to_string().contains("invalid compressed image"), "{e}");
 }
 
 #[test]

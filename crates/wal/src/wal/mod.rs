@@ -1061,4 +1061,12 @@ impl WalReader {
     pub fn forget_cache(&mut self) {
         self.state.forget_cache();
     }
+
+    /// From now on, records come with their LZ4-compressed full-page images still compressed
+    /// (`BlockRef::image_lz4`): redo decompresses each straight into its buffer
+    /// (`BlockRef::restore_image`), on the thread that applies the block, instead of the
+    /// reading thread decompressing into a new allocation.
+    pub fn defer_image_decompression(&mut self) {
+        self.state.defer_images = true;
+    }
 }
