@@ -102,12 +102,8 @@ caught_up() { # PPORT SPORT
 
 if [ "$only" != walnut ]; then
   echo "pg18: primary, pgbench -i -s $scale, standby" >&2
-  PG_EXTRA_CONF="shared_buffers=128MB max_wal_size=1GB checkpoint_timeout=5min max_connections=100 synchronous_commit=off shared_preload_libraries=" \
-    "$shared/bench/postgres18.sh" start "$work/pg" "$pg_pport" >/dev/null
-  pg_primary=1
-  "$PGBENCH" -h 127.0.0.1 -p "$pg_pport" -U postgres -i -q -s "$scale" postgres >"$out/pg18.init.txt" 2>&1
-  "$shared/bench/postgres18.sh" standby "$work/pg-standby" "$pg_sport" "$pg_pport" standby >"$out/pg18.backup.txt" 2>&1
-  pg_standby=1
+  pg18_primary "$pg_pport"
+  pg18_standby "$pg_sport" "$pg_pport"
   caught_up "$pg_pport" "$pg_sport"
   round pg18 "$pg_pport" "$pg_sport"
   cp "$work/pg-standby/server.log" "$out/pg18.standby.log" 2>/dev/null || true
@@ -117,17 +113,10 @@ if [ "$only" != walnut ]; then
 fi
 if [ "$only" != pg ]; then
   echo "walnut: primary, pgbench -i -s $scale, standby" >&2
-  "$walnut" initdb -D "$work/walnut" >/dev/null
-  "$walnut" serve -D "$work/walnut" -p "$w_pport" -c synchronous_commit=off >"$out/walnut.primary.log" 2>&1 &
-  wpid=$!
-  for _ in $(seq 300); do psql_ "$w_pport" -Atqc 'select 1' >/dev/null 2>&1 && break; sleep 0.2; done
-  "$PGBENCH" -h 127.0.0.1 -p "$w_pport" -U postgres -i -q -s "$scale" postgres >"$out/walnut.init.txt" 2>&1
-  "$walnut" basebackup -h 127.0.0.1 -p "$w_pport" -U postgres -D "$work/walnut-standby" -R -C -S standby \
-    >"$out/walnut.backup.txt" 2>&1 || { echo "error: walnut basebackup failed (walnut.backup.txt)" >&2; exit 1; }
+  walnut_primary "$w_pport"
+  walnut_backup "$w_pport"
   for w in $recovery_workers; do
-    "$walnut" serve -D "$work/walnut-standby" -p "$w_sport" -c "recovery_workers=$w" >>"$out/walnut.standby.log" 2>&1 &
-    wspid=$!
-    for _ in $(seq 600); do [ "$(psql_ "$w_sport" -Atqc 'select pg_is_in_recovery()' 2>/dev/null)" = t ] && break; sleep 0.2; done
+    walnut_standby "$w_sport" -c "recovery_workers=$w"
     caught_up "$w_pport" "$w_sport"
     round "walnut recovery_workers=$w" "$w_pport" "$w_sport"
     kill -TERM "$wspid"; wait "$wspid" 2>/dev/null || true; wspid=""

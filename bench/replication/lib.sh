@@ -6,7 +6,7 @@ shared=${WALNUT_SHARED:-$root/../shared}
 # Prints the calling script's header comment (its usage) and exits 2.
 usage() { awk 'NR > 1 && /^#/ {sub(/^# ?/, ""); print; next} NR > 1 {exit}' "$0" >&2; exit 2; }
 
-# The options of the two lag scripts: --walnut --seconds --scale --clients --only --out, into
+# The options of the lag scripts: --walnut --seconds --scale --clients --only --out, into
 # the variables of those names (defaults set by the caller).
 parse_lag_options() {
   while [ $# -gt 0 ]; do
@@ -42,4 +42,44 @@ wait_replayed() { # SPORT LSN LIMIT
     sleep 0.1
   done
   awk -v a="$t0" -v b="$(now)" 'BEGIN { printf "%.1f\n", b - a }'
+}
+
+# The primary/standby pairs of standby_lag.sh and catchup.sh, in $work, logs and pgbench output
+# in $out, loaded with pgbench -i -s $scale. Each sets the variable its script's cleanup reads.
+# PostgreSQL 18 primary on PORT at its defaults plus synchronous_commit = off; sets pg_primary.
+pg18_primary() { # PORT
+  PG_EXTRA_CONF="shared_buffers=128MB max_wal_size=1GB checkpoint_timeout=5min max_connections=100 synchronous_commit=off shared_preload_libraries=" \
+    "$shared/bench/postgres18.sh" start "$work/pg" "$1" >/dev/null
+  pg_primary=1
+  "$PGBENCH" -h 127.0.0.1 -p "$1" -U postgres -i -q -s "$scale" postgres >"$out/pg18.init.txt" 2>&1
+}
+
+# Its streaming hot standby on SPORT, on a physical slot "standby"; sets pg_standby.
+pg18_standby() { # SPORT PPORT
+  "$shared/bench/postgres18.sh" standby "$work/pg-standby" "$1" "$2" standby >"$out/pg18.backup.txt" 2>&1
+  pg_standby=1
+}
+
+# walnut primary on PORT with synchronous_commit = off; sets wpid.
+walnut_primary() { # PORT
+  "$walnut" initdb -D "$work/walnut" >/dev/null
+  "$walnut" serve -D "$work/walnut" -p "$1" -c synchronous_commit=off >"$out/walnut.primary.log" 2>&1 &
+  wpid=$!
+  for _ in $(seq 300); do psql_ "$1" -Atqc 'select 1' >/dev/null 2>&1 && break; sleep 0.2; done
+  "$PGBENCH" -h 127.0.0.1 -p "$1" -U postgres -i -q -s "$scale" postgres >"$out/walnut.init.txt" 2>&1
+}
+
+# Its base backup (walnut basebackup -R -C -S standby) into $work/walnut-standby.
+walnut_backup() { # PPORT
+  "$walnut" basebackup -h 127.0.0.1 -p "$1" -U postgres -D "$work/walnut-standby" -R -C -S standby \
+    >"$out/walnut.backup.txt" 2>&1 || { echo "error: walnut basebackup failed (walnut.backup.txt)" >&2; exit 1; }
+}
+
+# walnut serve on the backup at SPORT, with the serve options given (-c name=value ...), until
+# it answers as a standby; sets wspid.
+walnut_standby() { # SPORT [OPTION...]
+  local port=$1; shift
+  "$walnut" serve -D "$work/walnut-standby" -p "$port" "$@" >>"$out/walnut.standby.log" 2>&1 &
+  wspid=$!
+  for _ in $(seq 600); do [ "$(psql_ "$port" -Atqc 'select pg_is_in_recovery()' 2>/dev/null)" = t ] && break; sleep 0.2; done
 }

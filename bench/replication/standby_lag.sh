@@ -159,13 +159,9 @@ printf 'server\tprimary_tps\tprimary_tps_worst_second\tlag_ms_p50\tlag_ms_p99\tl
 : >"$out/settings.txt"
 if [ "$only" != walnut ]; then
   echo "pg18: primary, pgbench -i -s $scale, standby" >&2
-  PG_EXTRA_CONF="shared_buffers=128MB max_wal_size=1GB checkpoint_timeout=5min max_connections=100 synchronous_commit=off shared_preload_libraries=" \
-    "$shared/bench/postgres18.sh" start "$work/pg" "$pg_pport" >/dev/null
-  pg_primary=1
-  "$PGBENCH" -h 127.0.0.1 -p "$pg_pport" -U postgres -i -q -s "$scale" postgres >"$out/pg18.init.txt" 2>&1
+  pg18_primary "$pg_pport"
   t0=$(now)
-  "$shared/bench/postgres18.sh" standby "$work/pg-standby" "$pg_sport" "$pg_pport" standby >"$out/pg18.backup.txt" 2>&1
-  pg_standby=1
+  pg18_standby "$pg_sport" "$pg_pport"
   echo "pg18: backup and standby start $(awk -v a="$t0" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }') s" >>"$out/settings.txt"
   w=$(wait_replayed "$pg_sport" "$(psql_ "$pg_pport" -Atqc "select pg_current_wal_flush_lsn()")" 600) ||
     echo "warning: pg18: the standby did not catch up before the run" | tee -a "$out/settings.txt" >&2
@@ -178,17 +174,10 @@ if [ "$only" != walnut ]; then
 fi
 if [ "$only" != pg ]; then
   echo "walnut: primary, pgbench -i -s $scale, standby" >&2
-  "$walnut" initdb -D "$work/walnut" >/dev/null
-  "$walnut" serve -D "$work/walnut" -p "$w_pport" -c synchronous_commit=off >"$out/walnut.primary.log" 2>&1 &
-  wpid=$!
-  for _ in $(seq 300); do psql_ "$w_pport" -Atqc 'select 1' >/dev/null 2>&1 && break; sleep 0.2; done
-  "$PGBENCH" -h 127.0.0.1 -p "$w_pport" -U postgres -i -q -s "$scale" postgres >"$out/walnut.init.txt" 2>&1
+  walnut_primary "$w_pport"
   t0=$(now)
-  "$walnut" basebackup -h 127.0.0.1 -p "$w_pport" -U postgres -D "$work/walnut-standby" -R -C -S standby \
-    >"$out/walnut.backup.txt" 2>&1 || { echo "error: walnut basebackup failed (walnut.backup.txt)" >&2; exit 1; }
-  "$walnut" serve -D "$work/walnut-standby" -p "$w_sport" >"$out/walnut.standby.log" 2>&1 &
-  wspid=$!
-  for _ in $(seq 600); do [ "$(psql_ "$w_sport" -Atqc 'select pg_is_in_recovery()' 2>/dev/null)" = t ] && break; sleep 0.2; done
+  walnut_backup "$w_pport"
+  walnut_standby "$w_sport"
   echo "walnut: backup and standby start $(awk -v a="$t0" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }') s" >>"$out/settings.txt"
   w=$(wait_replayed "$w_sport" "$(psql_ "$w_pport" -Atqc "select pg_current_wal_flush_lsn()")" 600) ||
     echo "warning: walnut: the standby did not catch up before the run" | tee -a "$out/settings.txt" >&2

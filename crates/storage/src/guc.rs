@@ -521,16 +521,16 @@ pub static MAX_PARALLEL_MAINTENANCE_WORKERS: GucDef = GucDef {
 };
 
 /// `recovery_workers` (walnut's; PostgreSQL redoes on one process): threads that apply WAL
-/// records' block changes in crash recovery, each owning the blocks that hash to it
-/// ([`crate::recovery::parallel`]). 1 is the serial redo; -1 (the default) is the number of
-/// cores ([`crate::StorageConfig::recovery_workers`]).
+/// records' block changes in crash recovery and in a standby's replay, each owning the blocks
+/// that hash to it ([`crate::recovery::parallel`]). 1 is the serial redo; -1 (the default) is
+/// the number of cores ([`crate::StorageConfig::recovery_workers`]).
 pub static RECOVERY_WORKERS: GucDef = GucDef {
     name: "recovery_workers",
     kind: int(-1, 64, Unit::None),
     default: "-1",
     context: Context::Postmaster,
     category: "Write-Ahead Log / Recovery",
-    description: "Sets the number of threads that apply WAL in recovery (-1: one per core).",
+    description: "Sets the number of threads that apply WAL in recovery and standby replay (-1: one per core).",
     check: Some(check_recovery_workers),
 };
 

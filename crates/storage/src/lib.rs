@@ -93,7 +93,7 @@ pub struct StorageConfig {
     /// `max_parallel_maintenance_workers`: helper threads of an index build's heap scan
     /// (`sighup`).
     pub max_parallel_maintenance_workers: u32,
-    /// `recovery_workers`, resolved: threads applying blocks in crash recovery (1: serial;
+    /// `recovery_workers`, resolved: threads applying blocks in redo and standby replay (1: serial;
     /// `-1` in the settings gives the number of cores).
     pub recovery_workers: usize,
     /// The WAL's configuration (`wal_sync_method`, `wal_buffers`, `group_commit`, ...); its

@@ -382,8 +382,13 @@ fn startup(weak: Weak<Storage>, rec: Arc<Recovery>, mut reader: WalReader) {
             Ok(r) => r,
             Err(e) => {
                 // What the receiver wrote does not decode: log it and read it again later
-                // (PostgreSQL's standby likewise retries rather than end recovery).
+                // (PostgreSQL's standby likewise retries rather than end recovery). What was
+                // read before it is applied and published meanwhile.
                 tracing::error!("{e}");
+                if let Some(p) = par.as_mut() {
+                    p.drain(&st, &rec, &mut notified)
+                        .unwrap_or_else(|e| fatal(e));
+                }
                 reader.forget_cache();
                 let mut g = rec.lock.lock();
                 rec.wake.wait_for(&mut g, Duration::from_secs(1));
@@ -646,10 +651,13 @@ impl ParallelReplay {
     /// # Errors
     /// A worker's failure: nothing is published after it.
     fn publish(&mut self, st: &Arc<Storage>, rec: &Recovery, notified: &mut Lsn) -> Result<()> {
+        // The watermark first: a worker that fails sets the flag before it reports its round
+        // (which it then skipped), so a watermark that includes that round comes with the
+        // flag set.
+        let mark = self.pipe.watermark();
         if self.pipe.failed() {
             return Err(self.failure());
         }
-        let mark = self.pipe.watermark();
         while self
             .waiting
             .front()

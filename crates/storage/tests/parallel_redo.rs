@@ -23,7 +23,7 @@ use std::sync::Arc;
 use std::sync::Mutex;
 use support::{hook_vfs, Hook, Io};
 use walnut_common::{ColumnDef, DataType, TableDef, Tid, Value};
-use walnut_io::fault::{CrashKind, FaultConfig, FaultVfs};
+use walnut_io::fault::{CrashKind, FaultConfig, FaultVfs, Rng};
 use walnut_io::Vfs;
 use walnut_storage::control::DbState;
 use walnut_storage::txn::{RowWrite, Txn};
@@ -32,21 +32,6 @@ use walnut_wal::{CommitOpts, SessionId};
 
 const DIR: &str = "/data";
 const TABLES: usize = 3;
-
-/// splitmix64, for the workload's choices.
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
 
 fn config(workers: usize, full_page_writes: bool) -> StorageConfig {
     StorageConfig {

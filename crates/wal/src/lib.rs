@@ -61,9 +61,9 @@ pub struct BlockRef {
     pub image: Option<Vec<u8>>,
     /// `image` holds the page image LZ4-compressed (an `lz4_flex` block, as in the record), not
     /// the page: what a reader that defers decompression returns
-    /// ([`WalReader::defer_image_decompression`]), so that redo decompresses it straight into
-    /// the buffer ([`BlockRef::restore_image`]), on the thread that applies the block. False in
-    /// records to insert, which the WAL compresses itself.
+    /// ([`WalReader::defer_image_decompression`]), so that redo decompresses it
+    /// ([`BlockRef::restore_image`]) on the thread that applies the block. False in records to
+    /// insert, which the WAL compresses itself.
     pub image_lz4: bool,
     /// Per-block redo data (resource-manager specific).
     pub data: Vec<u8>,
@@ -71,7 +71,8 @@ pub struct BlockRef {
 
 impl BlockRef {
     /// Writes the full-page image into `page` (`BLCKSZ` bytes), decompressing it if it is held
-    /// compressed. Returns false, leaving `page` alone, if the block has no image. Source:
+    /// compressed (into a scratch page, copied once whole). Returns false, leaving `page`
+    /// alone, if the block has no image; on an error `page` is left alone too. Source:
     /// PostgreSQL `xlogreader.c`, `RestoreBlockImage`.
     ///
     /// # Errors
@@ -85,8 +86,14 @@ impl BlockRef {
             return Err(Error::internal("an image is restored into a whole page"));
         }
         if self.image_lz4 {
-            match lz4_flex::block::decompress_into(img, page) {
-                Ok(n) if n == walnut_common::BLCKSZ => Ok(true),
+            // Into a scratch page first: a failure part-way must not leave the buffer half
+            // overwritten.
+            let mut scratch = [0u8; walnut_common::BLCKSZ];
+            match lz4_flex::block::decompress_into(img, &mut scratch) {
+                Ok(n) if n == walnut_common::BLCKSZ => {
+                    page.copy_from_slice(&scratch);
+                    Ok(true)
+                }
                 _ => Err(Error::corruption(format!(
                     "invalid compressed image of block {} of relation file {}",
                     self.block.0, self.rel.0

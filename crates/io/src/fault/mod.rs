@@ -127,12 +127,14 @@ impl FaultConfig {
     }
 }
 
-/// splitmix64: small, fast, and good enough to drive test choices.
+/// splitmix64: small, fast, and good enough to drive test choices (the fault layer's, and
+/// tests' workloads: `Rng(seed)`).
 #[derive(Clone, Debug)]
-struct Rng(u64);
+pub struct Rng(pub u64);
 
 impl Rng {
-    fn next(&mut self) -> u64 {
+    /// The next 64 random bits.
+    pub fn next(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
         let mut z = self.0;
         z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
@@ -141,12 +143,12 @@ impl Rng {
     }
 
     /// True with probability `p`.
-    fn chance(&mut self, p: f64) -> bool {
+    pub fn chance(&mut self, p: f64) -> bool {
         p > 0.0 && (self.next() >> 11) as f64 / (1u64 << 53) as f64 <= p
     }
 
     /// Uniform in `0..n` (`n > 0`).
-    fn below(&mut self, n: u64) -> u64 {
+    pub fn below(&mut self, n: u64) -> u64 {
         self.next() % n
     }
 }

@@ -235,11 +235,17 @@ impl Pipeline {
         self.pending = 0;
         for (w, tx) in self.senders.iter().enumerate() {
             let work = std::mem::replace(&mut self.batches[w], Vec::with_capacity(BATCH));
-            tx.send(Batch {
-                round: self.round,
-                work,
-            })
-            .map_err(|_| Error::internal("a redo worker exited early"))?;
+            if tx
+                .send(Batch {
+                    round: self.round,
+                    work,
+                })
+                .is_err()
+            {
+                return Err(self
+                    .take_failure()
+                    .unwrap_or_else(|| Error::internal("a redo worker exited early")));
+            }
         }
         Ok(self.round)
     }
@@ -306,13 +312,13 @@ impl Pipeline {
     pub fn finish(mut self) -> Result<()> {
         self.barrier()?;
         self.senders.clear();
+        let mut panicked = false;
         for t in std::mem::take(&mut self.threads) {
-            if t.join().is_err() {
-                return Err(Error::internal("a redo worker panicked"));
-            }
+            panicked |= t.join().is_err();
         }
         match self.take_failure() {
             Some(e) => Err(e),
+            None if panicked => Err(Error::internal("a redo worker panicked")),
             None => Ok(()),
         }
     }
@@ -412,15 +418,17 @@ fn notify(shared: &Shared) {
     shared.progress.notify_all();
 }
 
-/// Waits until every worker has finished the heap phase of `round` (or stopped applying).
-/// Each gets there without waiting for anyone (its heap phase of `round` follows only its
-/// own earlier rounds), so this cannot deadlock.
+/// Waits until every worker has finished the heap phase of `round` (or stopped applying),
+/// or the pipeline fails or is dropped. Each gets there without waiting for anyone (its heap
+/// phase of `round` follows only its own earlier rounds), so this cannot deadlock.
 fn wait_heap_phase(shared: &Shared, round: u64) {
     let reached = || {
-        shared
-            .heap_done
-            .iter()
-            .all(|d| d.load(Ordering::Acquire) >= round)
+        shared.failed.load(Ordering::Acquire)
+            || shared.cancel.load(Ordering::Acquire)
+            || shared
+                .heap_done
+                .iter()
+                .all(|d| d.load(Ordering::Acquire) >= round)
     };
     if reached() {
         return;
@@ -475,6 +483,7 @@ mod tests {
     use crate::heap;
     use std::collections::{HashMap, HashSet};
     use walnut_common::Xid;
+    use walnut_io::fault::Rng;
 
     /// What the model applier saw: every (record LSN, block index) applied, and per block
     /// the LSNs in the order applied.
@@ -484,21 +493,6 @@ mod tests {
         per_block: HashMap<(u32, u32), Vec<u64>>,
         /// Violations found while applying.
         errors: Vec<String>,
-    }
-
-    /// splitmix64.
-    struct Rng(u64);
-    impl Rng {
-        fn next(&mut self) -> u64 {
-            self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-            let mut z = self.0;
-            z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-            z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-            z ^ (z >> 31)
-        }
-        fn below(&mut self, n: u64) -> u64 {
-            self.next() % n
-        }
     }
 
     /// Heap records by xid: (LSN, block count).
