@@ -42,13 +42,7 @@ mkdir -p "$out"; out=$(cd "$out" && pwd)
 work=$(mktemp -d /var/tmp/walnut-catchup.XXXXXX); chmod 755 "$work"   # pgref must reach pg*/
 pg_pport=5476; pg_sport=5477; w_pport=5478; w_sport=5479
 pg_primary=""; pg_standby=""; wpid=""; wspid=""
-cleanup() {
-  for p in $wspid $wpid; do kill -TERM "$p" 2>/dev/null || true; wait "$p" 2>/dev/null || true; done
-  if [ -n "$pg_standby" ]; then "$shared/bench/postgres18.sh" stop "$work/pg-standby" >/dev/null 2>&1 || true; fi
-  if [ -n "$pg_primary" ]; then "$shared/bench/postgres18.sh" stop "$work/pg" >/dev/null 2>&1 || true; fi
-  rm -rf "$work"
-}
-trap cleanup EXIT
+trap cleanup_pairs EXIT
 trap 'exit 130' INT TERM
 printf 'server\ttransactions\twal_mb\tcatchup_s\ttx_per_s\twal_mb_per_s\n' >"$out/summary.tsv"
 echo "seconds $seconds, scale $scale, clients $clients" >"$out/settings.txt"
@@ -106,10 +100,7 @@ if [ "$only" != walnut ]; then
   pg18_standby "$pg_sport" "$pg_pport"
   caught_up "$pg_pport" "$pg_sport"
   round pg18 "$pg_pport" "$pg_sport"
-  cp "$work/pg-standby/server.log" "$out/pg18.standby.log" 2>/dev/null || true
-  "$shared/bench/postgres18.sh" stop "$work/pg-standby" >/dev/null; pg_standby=""
-  "$shared/bench/postgres18.sh" stop "$work/pg" >/dev/null; pg_primary=""
-  rm -rf "$work/pg-standby" "$work/pg"
+  pg18_drop_pair
 fi
 if [ "$only" != pg ]; then
   echo "walnut: primary, pgbench -i -s $scale, standby" >&2

@@ -83,3 +83,21 @@ walnut_standby() { # SPORT [OPTION...]
   wspid=$!
   for _ in $(seq 600); do [ "$(psql_ "$port" -Atqc 'select pg_is_in_recovery()' 2>/dev/null)" = t ] && break; sleep 0.2; done
 }
+
+# Stops the PostgreSQL pair (its standby's log kept as $out/pg18.standby.log) and removes it.
+pg18_drop_pair() {
+  cp "$work/pg-standby/server.log" "$out/pg18.standby.log" 2>/dev/null || true
+  "$shared/bench/postgres18.sh" stop "$work/pg-standby" >/dev/null; pg_standby=""
+  "$shared/bench/postgres18.sh" stop "$work/pg" >/dev/null; pg_primary=""
+  rm -rf "$work/pg-standby" "$work/pg"
+}
+
+# The EXIT trap of the pair scripts: stops what still runs (the background jobs in $bg, the
+# walnut standby and primary, the PostgreSQL pair) and removes $work.
+cleanup_pairs() {
+  for p in ${bg:-}; do kill "$p" 2>/dev/null || true; done
+  for p in ${wspid:-} ${wpid:-}; do kill -TERM "$p" 2>/dev/null || true; wait "$p" 2>/dev/null || true; done
+  if [ -n "${pg_standby:-}" ]; then "$shared/bench/postgres18.sh" stop "$work/pg-standby" >/dev/null 2>&1 || true; fi
+  if [ -n "${pg_primary:-}" ]; then "$shared/bench/postgres18.sh" stop "$work/pg" >/dev/null 2>&1 || true; fi
+  rm -rf "$work"
+}

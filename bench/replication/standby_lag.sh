@@ -44,14 +44,7 @@ mkdir -p "$out"; out=$(cd "$out" && pwd)
 work=$(mktemp -d /var/tmp/walnut-standby.XXXXXX); chmod 755 "$work"   # pgref must reach pg*/
 pg_pport=5472; pg_sport=5473; w_pport=5474; w_sport=5475
 pg_primary=""; pg_standby=""; wpid=""; wspid=""; bg=""
-cleanup() {
-  for p in $bg; do kill "$p" 2>/dev/null || true; done
-  for p in $wspid $wpid; do kill -TERM "$p" 2>/dev/null || true; wait "$p" 2>/dev/null || true; done
-  if [ -n "$pg_standby" ]; then "$shared/bench/postgres18.sh" stop "$work/pg-standby" >/dev/null 2>&1 || true; fi
-  if [ -n "$pg_primary" ]; then "$shared/bench/postgres18.sh" stop "$work/pg" >/dev/null 2>&1 || true; fi
-  rm -rf "$work"
-}
-trap cleanup EXIT
+trap cleanup_pairs EXIT
 trap 'exit 130' INT TERM
 
 
@@ -167,10 +160,7 @@ if [ "$only" != walnut ]; then
     echo "warning: pg18: the standby did not catch up before the run" | tee -a "$out/settings.txt" >&2
   echo "pg18: initial catch-up ${w} s" >>"$out/settings.txt"
   measure pg18 "$pg_pport" "$pg_sport"
-  cp "$work/pg-standby/server.log" "$out/pg18.standby.log" 2>/dev/null || true
-  "$shared/bench/postgres18.sh" stop "$work/pg-standby" >/dev/null; pg_standby=""
-  "$shared/bench/postgres18.sh" stop "$work/pg" >/dev/null; pg_primary=""
-  rm -rf "$work/pg-standby" "$work/pg"
+  pg18_drop_pair
 fi
 if [ "$only" != pg ]; then
   echo "walnut: primary, pgbench -i -s $scale, standby" >&2
