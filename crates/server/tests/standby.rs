@@ -1,7 +1,8 @@
 //! End-to-end tests of standby mode against the built `walnut` binary: a standby made with
 //! `walnut basebackup -R` streams and replays a primary's WAL under pgbench, serves
-//! consistent read-only queries while it replays, survives kill -9 at any moment of replay,
-//! and is promoted without losing an acknowledged commit.
+//! consistent read-only queries while it replays (in parallel: `recovery_workers = 3`),
+//! survives kill -9 at any moment of replay, and is promoted without losing an acknowledged
+//! commit.
 
 mod support;
 
@@ -208,12 +209,15 @@ fn check_consistent(s: &Server) -> Result<(), String> {
     Ok(())
 }
 
+/// The standby's replay in parallel on any machine (the default is one worker per core).
+const PARALLEL: &[&str] = &["recovery_workers=3"];
+
 #[test]
 fn hot_standby_reads_are_consistent_under_replay_and_kill9_of_the_standby() {
     let p = Server::new(&[]);
     let out = p.pgbench(&["-i", "-s", "1", "-q"]);
     assert!(out.status.success(), "{}", stderr(&out));
-    let (mut s, tmp) = standby_of(&p, "s1", &[]);
+    let (mut s, tmp) = standby_of(&p, "s1", PARALLEL);
     let script: PathBuf = tmp.path().join("transfer.sql");
     std::fs::write(&script, TRANSFER).unwrap();
     let load = Command::new(support::pg_bin("pgbench"))
@@ -245,7 +249,7 @@ fn hot_standby_reads_are_consistent_under_replay_and_kill9_of_the_standby() {
             std::thread::sleep(Duration::from_millis((rng >> 40) % 500));
             s.kill9();
             kills += 1;
-            s.start(&[]);
+            s.start(PARALLEL);
         }
     }
     let out = load.wait_with_output().unwrap();
