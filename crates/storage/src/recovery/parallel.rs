@@ -28,7 +28,8 @@
 //!   apply its B-tree blocks of the round. A block is a heap or an index block, never both, so
 //!   no block's order changes; a B-tree record comes after the heap records it points at, so
 //!   they are in its round or an earlier one. Heap pages may run ahead of the index, which
-//!   readers cannot see: a version is reached only through the index or older versions.
+//!   readers cannot see: a version is reached only through the index or a newer version's
+//!   `prev`.
 //! - A round goes out once [`BATCH`] block references wait, or when the caller flushes; each
 //!   worker's channel holds [`QUEUE`] rounds, so the work ahead of the workers is bounded and
 //!   the startup thread blocks when a worker is that far behind.
