@@ -265,9 +265,7 @@ pub(crate) fn open(
     ctl: &ControlFile,
     backup_end: Option<Lsn>,
 ) -> Result<Arc<Storage>> {
-    let mut reader = WalReader::open(st.vfs.clone(), st.dir.join("wal"), ctl.redo_lsn)?;
-    // Images are decompressed into their buffers by whichever thread applies the block.
-    reader.defer_image_decompression();
+    let mut reader = recovery::redo_reader(&st, ctl.redo_lsn)?;
     // The local WAL came from the primary: a torn tail (a receiver's unsynced writes) is
     // where streaming resumes, whatever flush marks the primary wrote after it.
     reader.set_limit(Lsn(u64::MAX - 1));
@@ -474,10 +472,7 @@ fn startup(weak: Weak<Storage>, rec: Arc<Recovery>, mut reader: WalReader) {
         catalog_changed |= applied.catalog;
         if applied.commit && catalog_changed {
             catalog_changed = false;
-            if let Err(e) = st.catalog.reload(&st) {
-                tracing::error!("could not reload the catalog after replay: {e}");
-                st.catalog.invalidate();
-            }
+            reload_catalog(&st);
         }
         if let Some(c) = applied.checkpoint {
             *rec.restart_candidate.lock() = Some(c);
@@ -490,9 +485,7 @@ fn startup(weak: Weak<Storage>, rec: Arc<Recovery>, mut reader: WalReader) {
         // in: one reply for the commits of a group, not one each. Should replay stay behind,
         // it goes FEEDBACK_BATCH records later. Other progress is reported with the next
         // flush, or when replay catches up.
-        if applied.commit
-            && recovery::commit_flags(&r.record.main_data) & recovery::COMMIT_APPLY_FEEDBACK != 0
-        {
+        if applied.commit && is_feedback(&r.record.main_data) {
             feedback_pending.get_or_insert(0);
         }
         let feedback = match feedback_pending.as_mut() {
@@ -524,8 +517,9 @@ fn startup(weak: Weak<Storage>, rec: Arc<Recovery>, mut reader: WalReader) {
 enum Effect {
     /// Records up to this LSN are applied (`pg_last_wal_replay_lsn`).
     Replayed(Lsn),
-    /// A commit record: its transaction becomes visible, with this commit time; `feedback`:
-    /// its committer waits for `remote_apply`; `catalog`: the catalog changed since the last
+    /// A commit record: its transaction becomes visible, with this commit time (`xid` invalid:
+    /// a commit that removed files, applied whole and so already visible); `feedback`: its
+    /// committer waits for `remote_apply`; `catalog`: the catalog changed since the last
     /// published commit.
     Commit {
         xid: Xid,
@@ -687,10 +681,7 @@ impl ParallelReplay {
                     rec.last_commit_ts.store(ts, Ordering::Release);
                 }
                 if catalog {
-                    if let Err(e) = st.catalog.reload(st) {
-                        tracing::error!("could not reload the catalog after replay: {e}");
-                        st.catalog.invalidate();
-                    }
+                    reload_catalog(st);
                 }
                 rec.replayed.store(end.0, Ordering::Release);
                 if feedback {
@@ -716,6 +707,15 @@ impl ParallelReplay {
     }
 }
 
+/// Reloads the catalog cache after a replayed commit that changed the catalog; on failure it
+/// is marked stale, and the next transaction reloads it.
+fn reload_catalog(st: &Storage) {
+    if let Err(e) = st.catalog.reload(st) {
+        tracing::error!("could not reload the catalog after replay: {e}");
+        st.catalog.invalidate();
+    }
+}
+
 /// Whether a commit record's committer waits for `remote_apply`.
 fn is_feedback(main_data: &[u8]) -> bool {
     recovery::commit_flags(main_data) & recovery::COMMIT_APPLY_FEEDBACK != 0
@@ -723,8 +723,7 @@ fn is_feedback(main_data: &[u8]) -> bool {
 
 /// A reader at `lsn` (a record's start) in streaming mode with `limit`.
 fn reopen(st: &Storage, lsn: Lsn, limit: Lsn) -> Result<WalReader> {
-    let mut r = WalReader::open(st.vfs.clone(), st.dir.join("wal"), lsn)?;
-    r.defer_image_decompression();
+    let mut r = recovery::redo_reader(st, lsn)?;
     r.set_limit(limit);
     Ok(r)
 }

@@ -83,20 +83,10 @@ pub fn encode_rel_list(rels: &[RelFileId]) -> Vec<u8> {
 /// Corruption (including a missing checkpoint record) and I/O errors; an error applying a
 /// record names the record's LSN.
 pub fn redo(st: &Arc<Storage>, ctl: &ControlFile) -> Result<RedoEnd> {
-    redo_with(st, ctl, st.config().recovery_workers)
-}
-
-/// [`redo`] with `workers` threads applying blocks (1: serially, on the calling thread).
-///
-/// # Errors
-/// As [`redo`].
-pub fn redo_with(st: &Arc<Storage>, ctl: &ControlFile, workers: usize) -> Result<RedoEnd> {
     let started = std::time::Instant::now();
-    let mut reader = WalReader::open(st.vfs.clone(), st.dir.join("wal"), ctl.redo_lsn)?;
-    // Images are decompressed into their buffers by whichever thread applies the block.
-    reader.defer_image_decompression();
+    let mut reader = redo_reader(st, ctl.redo_lsn)?;
     let mut saw_checkpoint = !ctl.checkpoint_lsn.is_valid();
-    let workers = workers.max(1);
+    let workers = st.config().recovery_workers.max(1);
     let n = replay_to_end(st, &mut reader, workers, |lsn, _| {
         saw_checkpoint |= lsn == ctl.checkpoint_lsn;
     })?;
@@ -112,6 +102,18 @@ pub fn redo_with(st: &Arc<Storage>, ctl: &ControlFile, workers: usize) -> Result
         workers,
         elapsed: started.elapsed(),
     })
+}
+
+/// A reader of the data directory's WAL from `start` (a record's start) for redo: LZ4 images
+/// stay compressed, for the thread that applies each block to decompress into its buffer
+/// ([`apply_block`]).
+///
+/// # Errors
+/// As [`WalReader::open`].
+pub fn redo_reader(st: &Storage, start: Lsn) -> Result<WalReader> {
+    let mut reader = WalReader::open(st.vfs.clone(), st.dir.join("wal"), start)?;
+    reader.defer_image_decompression();
+    Ok(reader)
 }
 
 /// Applies every record `reader` returns, with `workers` threads applying blocks (1: on the

@@ -355,8 +355,7 @@ impl Drop for RoundGuard<'_> {
             self.shared.heap_done[self.me].store(u64::MAX, Ordering::Release);
         }
         self.shared.done[self.me].store(self.round, Ordering::Release);
-        let _g = self.shared.lock.lock();
-        self.shared.progress.notify_all();
+        notify(self.shared);
     }
 }
 
