@@ -1,6 +1,7 @@
 //! End-to-end tests of standby mode against the built `walnut` binary: a standby made with
 //! `walnut basebackup -R` streams and replays a primary's WAL under pgbench, serves
-//! consistent read-only queries while it replays (in parallel: `recovery_workers = 3`),
+//! consistent read-only queries while it replays (in parallel, and alternately serial and
+//! parallel: `recovery_workers = 3`, `recovery_parallel_backlog` 0 and 8 kB),
 //! survives kill -9 at any moment of replay, and is promoted without losing an acknowledged
 //! commit.
 
@@ -209,8 +210,12 @@ fn check_consistent(s: &Server) -> Result<(), String> {
     Ok(())
 }
 
-/// The standby's replay in parallel on any machine (the default is one worker per core).
-const PARALLEL: &[&str] = &["recovery_workers=3"];
+/// The standby's replay in parallel on any machine (the default is one worker per core),
+/// whenever there is WAL to replay (by default only while it is 16 MB behind): each time
+/// replay catches up it goes serial, and the next record starts a parallel stretch again.
+const PARALLEL: &[&str] = &["recovery_workers=3", "recovery_parallel_backlog=0"];
+/// Parallel only 8 kB behind: stretches of serial and of parallel replay alternate.
+const MIXED: &[&str] = &["recovery_workers=3", "recovery_parallel_backlog=8kB"];
 
 #[test]
 fn hot_standby_reads_are_consistent_under_replay_and_kill9_of_the_standby() {
@@ -249,7 +254,7 @@ fn hot_standby_reads_are_consistent_under_replay_and_kill9_of_the_standby() {
             std::thread::sleep(Duration::from_millis((rng >> 40) % 500));
             s.kill9();
             kills += 1;
-            s.start(PARALLEL);
+            s.start(if kills % 2 == 1 { MIXED } else { PARALLEL });
         }
     }
     let out = load.wait_with_output().unwrap();

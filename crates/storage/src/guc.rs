@@ -250,6 +250,7 @@ pub static GUCS: &[&GucDef] = &[
     &MAINTENANCE_IO_CONCURRENCY,
     &MAX_PARALLEL_MAINTENANCE_WORKERS,
     &RECOVERY_WORKERS,
+    &RECOVERY_PARALLEL_BACKLOG,
 ];
 
 fn check_fsync(v: Val) -> Result<Val> {
@@ -406,6 +407,20 @@ mod tests {
     }
 
     #[test]
+    fn recovery_parallel_backlog_is_kb_default_16mb() {
+        assert_eq!(
+            RECOVERY_PARALLEL_BACKLOG.default_value(),
+            Val::Int(16 * 1024)
+        );
+        assert_eq!(RECOVERY_PARALLEL_BACKLOG.parse("0").unwrap(), Val::Int(0));
+        assert!(RECOVERY_PARALLEL_BACKLOG.parse("-1").is_err());
+        assert_eq!(
+            crate::StorageConfig::default().recovery_parallel_backlog_bytes,
+            16 << 20
+        );
+    }
+
+    #[test]
     fn maintenance_io_concurrency_is_0_to_1000_default_16() {
         assert_eq!(MAINTENANCE_IO_CONCURRENCY.default_value(), Val::Int(16));
         assert_eq!(MAINTENANCE_IO_CONCURRENCY.parse("0").unwrap(), Val::Int(0));
@@ -532,6 +547,23 @@ pub static RECOVERY_WORKERS: GucDef = GucDef {
     category: "Write-Ahead Log / Recovery",
     description: "Sets the number of threads that apply WAL in recovery and standby replay (-1: one per core).",
     check: Some(check_recovery_workers),
+};
+
+/// `recovery_parallel_backlog` (walnut's), kB: a standby's replay hands blocks to the
+/// `recovery_workers` only while it is at least this far behind the WAL its walreceiver has
+/// flushed, and applies serially on the startup thread from the moment it catches up
+/// (storage DESIGN.md, "Parallel redo": handing each record over costs latency that only a
+/// backlog repays). 0: parallel whenever there is WAL to replay. Crash recovery, and the
+/// standby's replay of its own WAL at start, always use the workers.
+pub static RECOVERY_PARALLEL_BACKLOG: GucDef = GucDef {
+    name: "recovery_parallel_backlog",
+    kind: int(0, INT_MAX, Unit::Kb),
+    default: "16MB",
+    context: Context::Postmaster,
+    category: "Write-Ahead Log / Recovery",
+    description:
+        "Sets how far behind a standby's replay must be before it applies WAL in parallel.",
+    check: None,
 };
 
 fn check_recovery_workers(v: Val) -> Result<Val> {

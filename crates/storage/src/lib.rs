@@ -96,6 +96,9 @@ pub struct StorageConfig {
     /// `recovery_workers`, resolved: threads applying blocks in redo and standby replay (1: serial;
     /// `-1` in the settings gives the number of cores).
     pub recovery_workers: usize,
+    /// `recovery_parallel_backlog`, bytes: a standby replays in parallel only while at least
+    /// this much received WAL waits for replay (0: always).
+    pub recovery_parallel_backlog_bytes: u64,
     /// The WAL's configuration (`wal_sync_method`, `wal_buffers`, `group_commit`, ...); its
     /// `dir` is replaced by the data directory's `wal` at open.
     pub wal: WalConfig,
@@ -130,6 +133,7 @@ impl StorageConfig {
                 n if n >= 1 => n as usize,
                 _ => std::thread::available_parallelism().map_or(1, |n| n.get()),
             },
+            recovery_parallel_backlog_bytes: s.int(&guc::RECOVERY_PARALLEL_BACKLOG) as u64 * 1024,
             wal,
         }
     }

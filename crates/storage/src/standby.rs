@@ -6,9 +6,10 @@
 //! The walreceiver (the server crate's, which speaks the replication protocol) writes WAL with
 //! [`walnut_wal::receive::ReceivedWal`] and publishes its flush position here
 //! ([`Recovery::set_received`]); the startup thread reads records up to that position and
-//! applies them ([`crate::recovery::apply`]), or with `recovery_workers` > 1 hands their
-//! blocks to the redo workers and publishes commits at the watermark (`ParallelReplay`,
-//! [`crate::recovery::parallel`]); the restartpointer thread makes restartpoints at replayed
+//! applies them ([`crate::recovery::apply`]), or, with `recovery_workers` > 1 and while it is
+//! at least `recovery_parallel_backlog` behind, hands their blocks to the redo workers and
+//! publishes commits at the watermark (`ParallelReplay`, [`crate::recovery::parallel`]);
+//! the restartpointer thread makes restartpoints at replayed
 //! (published) checkpoint records.
 
 use crate::control::{self, ControlFile, DbState};
@@ -330,13 +331,16 @@ pub(crate) fn open(
 /// received WAL is replayed, when it opens the storage for writes.
 fn startup(weak: Weak<Storage>, rec: Arc<Recovery>, mut reader: WalReader) {
     stats::set_backend_type(BackendType::Startup);
-    // recovery_workers > 1: blocks apply in the redo workers, commits publish at the
-    // watermark ("Parallel redo" in DESIGN.md).
+    // recovery_workers > 1: while replay is recovery_parallel_backlog behind, blocks apply
+    // in the redo workers and commits publish at the watermark ("Parallel redo" in
+    // DESIGN.md); caught up, the startup thread applies alone again.
     let mut par = match weak.upgrade() {
         Some(st) if st.config().recovery_workers > 1 => {
             match Pipeline::start(&st, st.config().recovery_workers, true) {
                 Ok(pipe) => Some(ParallelReplay {
                     pipe,
+                    active: false,
+                    backlog: st.config().recovery_parallel_backlog_bytes,
                     waiting: VecDeque::new(),
                     catalog_changed: false,
                 }),
@@ -365,7 +369,8 @@ fn startup(weak: Weak<Storage>, rec: Arc<Recovery>, mut reader: WalReader) {
         if rec.is_paused() {
             if let Some(p) = par.as_mut() {
                 // What was read is applied and visible before replay pauses.
-                p.drain(&st, &rec, &mut notified)
+                catalog_changed |= p
+                    .settle(&st, &rec, &mut notified)
                     .unwrap_or_else(|e| fatal(e));
             }
             let mut g = rec.lock.lock();
@@ -384,7 +389,8 @@ fn startup(weak: Weak<Storage>, rec: Arc<Recovery>, mut reader: WalReader) {
                 // read before it is applied and published meanwhile.
                 tracing::error!("{e}");
                 if let Some(p) = par.as_mut() {
-                    p.drain(&st, &rec, &mut notified)
+                    catalog_changed |= p
+                        .settle(&st, &rec, &mut notified)
                         .unwrap_or_else(|e| fatal(e));
                 }
                 reader.forget_cache();
@@ -395,7 +401,8 @@ fn startup(weak: Weak<Storage>, rec: Arc<Recovery>, mut reader: WalReader) {
         };
         let Some(r) = next else {
             if let Some(p) = par.as_mut() {
-                p.drain(&st, &rec, &mut notified)
+                catalog_changed |= p
+                    .settle(&st, &rec, &mut notified)
                     .unwrap_or_else(|e| fatal(e));
             }
             // Caught up. Flush marks after the last record were read past: replay is there
@@ -435,11 +442,30 @@ fn startup(weak: Weak<Storage>, rec: Arc<Recovery>, mut reader: WalReader) {
             }
             continue;
         };
+        if let Some(p) = par.as_mut() {
+            if !p.active && flush.0.saturating_sub(r.lsn.0) >= p.backlog {
+                // Far enough behind for the workers to pay: a parallel stretch starts, and
+                // lasts until replay catches up (`settle`).
+                tracing::debug!(
+                    behind = flush.0.saturating_sub(r.lsn.0),
+                    "replaying in parallel"
+                );
+                p.active = true;
+                p.catalog_changed = std::mem::take(&mut catalog_changed);
+                if feedback_pending.take().is_some() {
+                    // Serial replay owed a `remote_apply` reply for what it applied.
+                    let _g = rec.lock.lock();
+                    notified = rec.replay_lsn();
+                    rec.applied.notify_all();
+                }
+            }
+        }
+        let parallel = par.as_ref().is_some_and(|p| p.active);
         if r.record.rmgr == crate::RM_XACT && r.record.info == crate::XACT_COMMIT {
             if let Some(ts) = recovery::commit_timestamp(&r.record.main_data) {
                 if let Some(p) = par
                     .as_mut()
-                    .filter(|_| rec.min_apply_delay_ms.load(Ordering::Relaxed) > 0)
+                    .filter(|p| p.active && rec.min_apply_delay_ms.load(Ordering::Relaxed) > 0)
                 {
                     // The workers go on with what came before while the commit waits.
                     p.pipe.flush().unwrap_or_else(|e| fatal(e));
@@ -452,12 +478,12 @@ fn startup(weak: Weak<Storage>, rec: Arc<Recovery>, mut reader: WalReader) {
                     };
                     continue;
                 }
-                if par.is_none() {
+                if !parallel {
                     rec.last_commit_ts.store(ts, Ordering::Release);
                 }
             }
         }
-        if let Some(p) = par.as_mut() {
+        if let Some(p) = par.as_mut().filter(|p| p.active) {
             p.replay(&st, &rec, r, &mut notified)
                 .unwrap_or_else(|e| fatal(e));
             continue;
@@ -532,14 +558,21 @@ enum Effect {
     Checkpoint { lsn: Lsn, redo: Lsn, end: Lsn },
 }
 
-/// A standby's replay with `recovery_workers` > 1: the startup thread reads, hands blocks
-/// to the pipeline and applies what is not a block's change; commits, restartpoint
-/// candidates and the replay position wait in `waiting` until the watermark passes them.
+/// A standby's replay with `recovery_workers` > 1, during a parallel stretch (from a record
+/// read at least `backlog` bytes behind the received WAL until replay catches up): the
+/// startup thread reads, hands blocks to the pipeline and applies what is not a block's
+/// change; commits, restartpoint candidates and the replay position wait in `waiting` until
+/// the watermark passes them. Between stretches the pipeline is idle and empty, and the
+/// startup thread applies serially.
 /// A record that must be seen whole (a B-tree split: `RECORD_MULTI_BLOCK_ATOMIC`) or that
 /// removes files waits until everything before it is applied and published, then applies on
 /// the startup thread as in serial replay (the split under the index's `tree_lock`).
 struct ParallelReplay {
     pipe: Pipeline,
+    /// A parallel stretch is under way: records go to `replay`, not to the serial apply.
+    active: bool,
+    /// `recovery_parallel_backlog`, bytes.
+    backlog: u64,
     /// (round, effect), in WAL order.
     waiting: VecDeque<(u64, Effect)>,
     /// A record changed the catalog since the last commit record.
@@ -627,6 +660,20 @@ impl ParallelReplay {
             (_, effect) => self.waiting.push_back((round, effect)),
         }
         self.publish(st, rec, notified)
+    }
+
+    /// Ends a parallel stretch, if one is under way: what was read is applied and published
+    /// (`drain`), and replay goes on serially. Returns whether a record changed the catalog
+    /// since the last published commit, for serial replay to carry on.
+    ///
+    /// # Errors
+    /// A worker's failure.
+    fn settle(&mut self, st: &Arc<Storage>, rec: &Recovery, notified: &mut Lsn) -> Result<bool> {
+        if self.active {
+            self.drain(st, rec, notified)?;
+            self.active = false;
+        }
+        Ok(std::mem::take(&mut self.catalog_changed))
     }
 
     /// Sends what was read, waits until all of it is applied, and publishes it.
