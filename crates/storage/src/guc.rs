@@ -158,6 +158,20 @@ pub static LOG_CHECKPOINTS: GucDef = GucDef {
     check: None,
 };
 
+/// `log_startup_progress_interval`, ms (PostgreSQL 15's): while crash recovery's redo runs,
+/// a line with its elapsed time, current LSN and rate every this often
+/// ([`crate::recovery::Progress`]); 0 turns it off. Read at start, which is when it is used
+/// (PostgreSQL's is `sighup`, and it too only matters at start-up).
+pub static LOG_STARTUP_PROGRESS_INTERVAL: GucDef = GucDef {
+    name: "log_startup_progress_interval",
+    kind: int(0, INT_MAX, Unit::Ms),
+    default: "10s",
+    context: Context::Sighup,
+    category: "Reporting and Logging / When to Log",
+    description: "Time between progress updates for long-running startup operations.",
+    check: None,
+};
+
 /// `bgwriter_delay`, ms: the background writer's sleep between rounds.
 pub static BGWRITER_DELAY: GucDef = GucDef {
     name: "bgwriter_delay",
@@ -238,6 +252,7 @@ pub static GUCS: &[&GucDef] = &[
     &FULL_PAGE_WRITES,
     &IO_DIRECT,
     &LOG_CHECKPOINTS,
+    &LOG_STARTUP_PROGRESS_INTERVAL,
     &MAX_SLOT_WAL_KEEP_SIZE,
     &MAX_WAL_SIZE,
     &MIN_WAL_SIZE,

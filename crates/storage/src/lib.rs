@@ -99,6 +99,8 @@ pub struct StorageConfig {
     /// `recovery_parallel_backlog`, bytes: a standby replays in parallel only while at least
     /// this much received WAL waits for replay (0: always).
     pub recovery_parallel_backlog_bytes: u64,
+    /// `log_startup_progress_interval`, ms (0: no progress lines).
+    pub log_startup_progress_interval_ms: u64,
     /// The WAL's configuration (`wal_sync_method`, `wal_buffers`, `group_commit`, ...); its
     /// `dir` is replaced by the data directory's `wal` at open.
     pub wal: WalConfig,
@@ -134,6 +136,7 @@ impl StorageConfig {
                 _ => std::thread::available_parallelism().map_or(1, |n| n.get()),
             },
             recovery_parallel_backlog_bytes: s.int(&guc::RECOVERY_PARALLEL_BACKLOG) as u64 * 1024,
+            log_startup_progress_interval_ms: s.int(&guc::LOG_STARTUP_PROGRESS_INTERVAL) as u64,
             wal,
         }
     }

@@ -87,8 +87,13 @@ pub fn redo(st: &Arc<Storage>, ctl: &ControlFile) -> Result<RedoEnd> {
     let mut reader = redo_reader(st, ctl.redo_lsn)?;
     let mut saw_checkpoint = !ctl.checkpoint_lsn.is_valid();
     let workers = st.config().recovery_workers.max(1);
+    let interval = std::time::Duration::from_millis(st.config().log_startup_progress_interval_ms);
+    let mut progress = Progress::new(started, ctl.redo_lsn, interval);
     let n = replay_to_end(st, &mut reader, workers, |lsn, _| {
         saw_checkpoint |= lsn == ctl.checkpoint_lsn;
+        if let Some(line) = progress.record(lsn) {
+            tracing::info!("{line}");
+        }
     })?;
     if !saw_checkpoint {
         return Err(Error::corruption(format!(
@@ -102,6 +107,60 @@ pub fn redo(st: &Arc<Storage>, ctl: &ControlFile) -> Result<RedoEnd> {
         workers,
         elapsed: started.elapsed(),
     })
+}
+
+/// Crash recovery's progress lines (PostgreSQL 15's `ereport_startup_progress` "redo in
+/// progress, elapsed time: S s, current LSN: X", with walnut's rates added): one each
+/// `log_startup_progress_interval`.
+pub struct Progress {
+    started: std::time::Instant,
+    redo: Lsn,
+    /// Zero: no lines.
+    interval: std::time::Duration,
+    next: std::time::Instant,
+    records: u64,
+}
+
+impl Progress {
+    /// Progress of a redo that started at `started` from the redo point `redo`, reported
+    /// every `interval` (zero: never).
+    pub fn new(started: std::time::Instant, redo: Lsn, interval: std::time::Duration) -> Progress {
+        Progress {
+            started,
+            redo,
+            interval,
+            next: started + interval,
+            records: 0,
+        }
+    }
+
+    /// Counts the record at `lsn` (read in WAL order); returns the line to log if an
+    /// interval has passed since the last one. Looks at the clock once per 256 records.
+    pub fn record(&mut self, lsn: Lsn) -> Option<String> {
+        self.records += 1;
+        if self.interval.is_zero() || !self.records.is_multiple_of(256) {
+            return None;
+        }
+        self.at(std::time::Instant::now(), lsn)
+    }
+
+    /// The line for the record at `lsn` read at `now`, if `now` is past the next report.
+    pub fn at(&mut self, now: std::time::Instant, lsn: Lsn) -> Option<String> {
+        if self.interval.is_zero() || now < self.next {
+            return None;
+        }
+        while self.next <= now {
+            self.next += self.interval;
+        }
+        let s = now.duration_since(self.started).as_secs_f64();
+        let mb = lsn.0.saturating_sub(self.redo.0) as f64 / (1u64 << 20) as f64;
+        Some(format!(
+            "redo in progress, elapsed time: {s:.2} s, current LSN: {lsn}, {} records ({:.0}/s), {mb:.0} MB of WAL ({:.1} MB/s)",
+            self.records,
+            self.records as f64 / s.max(1e-9),
+            mb / s.max(1e-9),
+        ))
+    }
 }
 
 /// A reader of the data directory's WAL from `start` (a record's start) for redo: LZ4 images
@@ -375,5 +434,33 @@ mod tests {
         old.extend_from_slice(&9i64.to_le_bytes());
         assert_eq!((commit_timestamp(&old), commit_flags(&old)), (Some(9), 0));
         assert_eq!((commit_timestamp(&[1]), commit_flags(&[])), (None, 0));
+    }
+
+    #[test]
+    fn progress_lines_come_once_per_interval_with_lsn_and_rates() {
+        let t0 = std::time::Instant::now();
+        let s = std::time::Duration::from_secs;
+        let mut p = Progress::new(t0, Lsn(1 << 20), s(10));
+        p.records = 99_999;
+        assert_eq!(p.at(t0 + s(9), Lsn(2 << 20)), None);
+        p.records += 1;
+        let line = p.at(t0 + s(10), Lsn(21 << 20)).expect("a line at 10 s");
+        assert_eq!(
+            line,
+            format!(
+                "redo in progress, elapsed time: 10.00 s, current LSN: {}, 100000 records \
+                 (10000/s), 20 MB of WAL (2.0 MB/s)",
+                Lsn(21 << 20)
+            )
+        );
+        // Not again before the next interval; a late tick skips the intervals it missed.
+        assert_eq!(p.at(t0 + s(19), Lsn(22 << 20)), None);
+        assert!(p.at(t0 + s(35), Lsn(23 << 20)).is_some());
+        assert_eq!(p.at(t0 + s(39), Lsn(23 << 20)), None);
+        assert!(p.at(t0 + s(40), Lsn(23 << 20)).is_some());
+        // Off.
+        let mut off = Progress::new(t0, Lsn(0), s(0));
+        assert_eq!(off.at(t0 + s(100), Lsn(1)), None);
+        assert!((0..1000).all(|i| off.record(Lsn(i)).is_none()));
     }
 }
