@@ -12,7 +12,11 @@
 #   5. check the TPC-B invariant sum(abalance) = sum(delta) of pgbench_history, then stop.
 # walnut recovers the same crashed directory once per value of --recovery-workers (default
 # "1 -1": the serial redo, then the default, one worker per core), each from a fresh copy
-# made before the first start and with the page cache dropped again.
+# made before the first start and with the page cache dropped again. --walnut-settings
+# "SPEC ..." replaces that list: each SPEC is one recovery with those settings, given as
+# name=value[,name=value...] (e.g. "recovery_prefetch=off recovery_prefetch=try"), and
+# --pg-settings "SPEC ..." does the same for PostgreSQL (default: one recovery, as set up;
+# e.g. "recovery_prefetch=off recovery_prefetch=try" for the cold-cache comparison).
 # Reports, per server: transactions, WAL from the checkpoint to the kill (MB), start to ready
 # (s), and transactions and MB of WAL per second of it, with PostgreSQL's own redo-loop time
 # from its log ("redo done at ... elapsed: N s") and walnut's ("redo done ... elapsed_s=N"),
@@ -20,7 +24,8 @@
 #
 #   bench/replication/recovery.sh --walnut BIN [--seconds 60] [--scale 100] [--clients 10]
 #                                 [--only both|pg|walnut] [--keep-cache yes] [--out DIR]
-#                                 [--recovery-workers "1 -1"]
+#                                 [--recovery-workers "1 -1"] [--walnut-settings "SPEC ..."]
+#                                 [--pg-settings "SPEC ..."]
 #
 # Port 5468 for both, data under /var/tmp. Writes OUT (default
 # bench/replication/results/recovery-DATE-TIME): table.md, summary.tsv, SERVER.pgbench.txt,
@@ -29,13 +34,16 @@
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 walnut=""; seconds=60; scale=100; clients=10; only=both; keep_cache=no; out=""
-recovery_workers="1 -1"
-# --keep-cache and --recovery-workers are this script's own; the rest are the lag scripts'.
+recovery_workers="1 -1"; walnut_settings=""; pg_settings=""
+# --keep-cache, --recovery-workers, --walnut-settings and --pg-settings are this script's own;
+# the rest are the lag scripts'.
 args=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --keep-cache) keep_cache=${2:-}; shift 2 ;;
     --recovery-workers) recovery_workers=${2:-}; shift 2 ;;
+    --walnut-settings) walnut_settings=${2:-}; shift 2 ;;
+    --pg-settings) pg_settings=${2:-}; shift 2 ;;
     *) args+=("$1"); shift ;;
   esac
 done
@@ -58,7 +66,7 @@ echo "seconds $seconds, scale $scale, clients $clients, page cache dropped: $([ 
 
 start() { # SERVER
   if [ "$1" = pg18 ]; then
-    PG_EXTRA_CONF="synchronous_commit=off" "$shared/bench/postgres18.sh" start "$work/pg" "$port" >>"$out/pg18.start.txt" 2>&1 &
+    PG_EXTRA_CONF="synchronous_commit=off ${pgextra:-}" "$shared/bench/postgres18.sh" start "$work/pg" "$port" >>"$out/pg18.start.txt" 2>&1 &
     pgstart=$!; pg_up=1
   else
     [ -d "$wdir" ] || "$walnut" initdb -D "$wdir" >>"$out/walnut.log" 2>&1
@@ -109,14 +117,26 @@ run() { # SERVER
   kill9 "$s"
   sync
   if [ "$s" = pg18 ]; then
-    recover pg18 "$tx" "$wal_mb"
+    if [ -z "$pg_settings" ]; then
+      recover pg18 "$tx" "$wal_mb"
+    else
+      mv "$work/pg" "$work/pg-crashed"
+      for spec in $pg_settings; do
+        rm -rf "$work/pg"; cp -a "$work/pg-crashed" "$work/pg"; sync
+        pgextra=${spec//,/ }
+        recover "pg18 $spec" "$tx" "$wal_mb"
+      done
+      pgextra=""
+    fi
   else
     # Each recovery from a copy of the crashed directory, so that all replay the same WAL.
     mv "$work/walnut" "$work/walnut-crashed"
-    for w in $recovery_workers; do
+    local specs=$walnut_settings
+    [ -n "$specs" ] || for w in $recovery_workers; do specs="$specs recovery_workers=$w"; done
+    for spec in $specs; do
       rm -rf "$work/walnut"; cp -a "$work/walnut-crashed" "$work/walnut"; sync
-      wextra=(-c "recovery_workers=$w")
-      recover "walnut recovery_workers=$w" "$tx" "$wal_mb"
+      wextra=(); for kv in ${spec//,/ }; do wextra+=(-c "$kv"); done
+      recover "walnut $spec" "$tx" "$wal_mb"
     done
     wextra=()
   fi
@@ -124,7 +144,7 @@ run() { # SERVER
 
 recover() { # LABEL TRANSACTIONS WAL_MB: starts the crashed server, times it, checks, stops
   local label=$1 tx=$2 wal_mb=$3 s=walnut t0 t1 ready_s redo_s inv workers
-  [ "$label" = pg18 ] && s=pg18
+  case $label in pg18*) s=pg18;; esac
   [ "$keep_cache" = yes ] || echo 3 >/proc/sys/vm/drop_caches
   t0=$(now); start "$s"; ready; t1=$(now)
   ready_s=$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.2f", b - a }')

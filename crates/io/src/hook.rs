@@ -381,6 +381,11 @@ impl FileIo for HookFile {
         self.hooks.raw_fd(self.at())
     }
 
+    /// A hint with no effect on what the file holds: passed to the inner file, not hooked.
+    fn will_need(&self, offset: u64, len: u64) -> io::Result<()> {
+        self.io.will_need(offset, len)
+    }
+
     fn allocated_bytes(&self) -> io::Result<u64> {
         self.hooks.allocated_bytes(self.at())
     }

@@ -178,6 +178,19 @@ pub trait FileIo: Send + Sync {
         Ok(0)
     }
 
+    /// Tells the kernel that the bytes `[offset, offset + len)` will be read soon, so that it
+    /// starts reading them into its page cache without waiting (a hint: it may do nothing).
+    /// Linux: `posix_fadvise(2)` with `POSIX_FADV_WILLNEED`, as PostgreSQL's `FilePrefetch`
+    /// (`smgrprefetch`, used by `recovery_prefetch`). Pointless for a file opened with
+    /// O_DIRECT, whose reads bypass the page cache. The default does nothing.
+    ///
+    /// # Errors
+    /// The OS error (EBADF, EINVAL, ESPIPE); callers may ignore it, the read will come anyway.
+    fn will_need(&self, offset: u64, len: u64) -> io::Result<()> {
+        let _ = (offset, len);
+        Ok(())
+    }
+
     /// The file's descriptor, for reads submitted through io_uring ([`crate::uring`]); `None`
     /// (the default) for a file that has none (the in-memory test file systems), whose reads
     /// then go through [`FileIo::read_at`].
@@ -444,6 +457,12 @@ impl FileIo for RealFile {
     fn raw_fd(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
         use std::os::fd::AsFd;
         Some(self.file.as_fd())
+    }
+
+    fn will_need(&self, offset: u64, len: u64) -> io::Result<()> {
+        let len = std::num::NonZeroU64::new(len);
+        rustix::fs::fadvise(&self.file, offset, len, rustix::fs::Advice::WillNeed)
+            .map_err(io::Error::from)
     }
 
     fn allocate(&self, offset: u64, len: u64) -> io::Result<()> {

@@ -238,6 +238,46 @@ fn crash_round_ending(
     }
     s.start(restart);
     check_tpcb_invariants_strict(s);
+    // Recovery prefetch (`recovery_prefetch = try`) looked at the block references redo met:
+    // when this start replayed a pgbench-sized stretch of WAL, its counters show it (not
+    // over O_DIRECT data files, where crash recovery does not prefetch: storage DESIGN.md).
+    let direct = s.query("show io_direct").contains("data");
+    let log = s.log();
+    let replayed: u64 = log
+        .lines()
+        .filter(|l| l.contains("redo done"))
+        .last()
+        .and_then(|l| l.split("records=").nth(1))
+        .and_then(|r| r.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0);
+    let looked = s.query(
+        "select prefetch + hit + skip_init + skip_new + skip_fpw + skip_rep \
+         from pg_stat_recovery_prefetch",
+    );
+    let looked: u64 = looked.trim().parse().unwrap_or(0);
+    assert!(
+        replayed < 100 || looked > 0 || direct,
+        "redo replayed {replayed} records, pg_stat_recovery_prefetch counted {looked} blocks"
+    );
+    // The parallel redo's view: one row per worker the server has run, and every block the
+    // startup thread handed out applied by one of them.
+    let rows = s.query("select thread, blocks from walnut_stat_recovery_workers");
+    let (mut sent, mut applied, mut workers) = (None, 0u64, 0);
+    for l in rows.lines() {
+        let (thread, blocks) = l.split_once('|').expect("thread|blocks");
+        let blocks: u64 = blocks.trim().parse().expect("blocks");
+        if thread == "startup" {
+            sent = Some(blocks);
+        } else {
+            workers += 1;
+            applied += blocks;
+        }
+    }
+    assert!(
+        sent == Some(applied) && workers != 1,
+        "walnut_stat_recovery_workers:\n{rows}"
+    );
     let total: i64 = committed.values().sum();
     assert!(
         total > 0,

@@ -118,6 +118,82 @@ impl Engine for StorageEngine {
                 }),
             ));
         }
+        if name == "pg_stat_recovery_prefetch" {
+            let s = &self.storage.recovery_prefetch;
+            let reset = s.reset_us.load(std::sync::atomic::Ordering::Relaxed);
+            let mut cols = vec![col("stats_reset", DataType::Timestamp)];
+            let names = [
+                "prefetch",
+                "hit",
+                "skip_init",
+                "skip_new",
+                "skip_fpw",
+                "skip_rep",
+            ];
+            cols.extend(names.iter().map(|n| col(n, DataType::Int8)));
+            cols.extend(
+                ["wal_distance", "block_distance", "io_depth"]
+                    .iter()
+                    .map(|n| col(n, DataType::Int4)),
+            );
+            let v = s.snapshot();
+            let mut row = vec![if reset == 0 {
+                Value::Null
+            } else {
+                Value::Timestamp(reset)
+            }];
+            row.extend(v[..6].iter().map(|&n| Value::Int8(n as i64)));
+            row.extend(
+                v[6..]
+                    .iter()
+                    .map(|&n| Value::Int4(n.min(i32::MAX as u64) as i32)),
+            );
+            return Some((cols, vec![row]));
+        }
+        if name == "walnut_stat_recovery_workers" {
+            // The parallel redo's threads since the server started: the startup thread's
+            // row counts what it handed out and its waits for the workers; each worker's,
+            // what it applied, and its waits for work and (hot standby) for the other
+            // workers' heap phase. Times in ms.
+            use std::sync::atomic::Ordering::Relaxed;
+            let r = &self.storage.redo_stats;
+            let ms =
+                |us: &std::sync::atomic::AtomicU64| Value::Float8(us.load(Relaxed) as f64 / 1000.0);
+            let n = |c: &std::sync::atomic::AtomicU64| Value::Int8(c.load(Relaxed) as i64);
+            let cols = vec![
+                col("thread", DataType::Text),
+                col("blocks", DataType::Int8),
+                col("rounds", DataType::Int8),
+                col("busy_time", DataType::Float8),
+                col("wait_work_time", DataType::Float8),
+                col("wait_phase_time", DataType::Float8),
+                col("wait_workers_time", DataType::Float8),
+            ];
+            let mut rows = vec![vec![
+                Value::Text("startup".into()),
+                n(&r.blocks_sent),
+                n(&r.rounds_sent),
+                Value::Null,
+                Value::Null,
+                Value::Null,
+                Value::Float8(
+                    (r.wait_send_us.load(Relaxed) + r.wait_barrier_us.load(Relaxed)) as f64
+                        / 1000.0,
+                ),
+            ]];
+            for (i, w) in r.snapshot().iter().enumerate() {
+                rows.push(vec![
+                    Value::Text(format!("redo worker {i}")),
+                    n(&w.blocks),
+                    n(&w.rounds),
+                    ms(&w.busy_us),
+                    ms(&w.wait_work_us),
+                    ms(&w.wait_phase_us),
+                    Value::Null,
+                ]);
+            }
+            return Some((cols, rows));
+        }
         // A standby in recovery has no WAL open: its WAL views show zeros and no senders.
         let wal = self.storage.wal_if_open();
         let s = wal.map(|w| w.stats()).unwrap_or_default();

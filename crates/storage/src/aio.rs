@@ -548,6 +548,60 @@ impl IndexReadAhead {
     }
 }
 
+/// Read-ahead of blocks in no order, one at a time, over O_DIRECT data files: recovery
+/// prefetch's (`recovery::prefetch`, `recovery_prefetch`) for blocks that redo will read
+/// soon. Each block goes to the I/O workers, which read it into the buffer pool and leave it
+/// unpinned, so the redo that pins it finds it cached or waits for the read in progress.
+/// Dropping it marks what is still queued stale.
+pub struct BlockReadAhead {
+    workers: Arc<IoWorkers>,
+    scan: Arc<ScanState>,
+}
+
+impl BlockReadAhead {
+    /// Read-ahead through `st`'s I/O workers, or `None` if there are none (`io_method = sync`,
+    /// or before they start: crash recovery runs first) or the data files are buffered
+    /// (where `posix_fadvise` does the job without a thread hop).
+    pub fn new(st: &Storage) -> Option<BlockReadAhead> {
+        let workers = st.io_workers().filter(|_| st.smgr.direct_io())?.clone();
+        Some(BlockReadAhead {
+            workers,
+            scan: Arc::new(ScanState {
+                unordered: true,
+                ..Default::default()
+            }),
+        })
+    }
+
+    /// Queues block `block` of `rel`; false if the queue is full (or closed): the block is
+    /// then read by redo when it needs it.
+    pub fn send(&self, rel: Arc<Relation>, block: BlockNumber) -> bool {
+        let p = Prefetch {
+            rel,
+            block,
+            nblocks: 1,
+            scan: self.scan.clone(),
+        };
+        self.scan.in_flight.fetch_add(1, Ordering::AcqRel);
+        if self.workers.queue.try_send(p).is_ok() {
+            return true;
+        }
+        self.scan.in_flight.fetch_sub(1, Ordering::AcqRel);
+        false
+    }
+
+    /// Blocks queued and not yet read.
+    pub fn in_flight(&self) -> u32 {
+        self.scan.in_flight.load(Ordering::Acquire)
+    }
+}
+
+impl Drop for BlockReadAhead {
+    fn drop(&mut self) {
+        self.scan.current.store(u32::MAX, Ordering::Release);
+    }
+}
+
 /// Runs of equal adjacent blocks in `blocks` (the distinct blocks a scan in that order reads).
 fn block_runs(blocks: &[u32]) -> u32 {
     let changes = blocks.windows(2).filter(|w| w[0] != w[1]).count();

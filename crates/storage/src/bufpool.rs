@@ -256,6 +256,14 @@ impl BufferPool {
         &self.shards[h % SHARDS]
     }
 
+    /// Whether the pool holds (or is reading) `block` of `rel` now: one look at the buffer
+    /// mapping, for recovery prefetch to skip cached blocks (PostgreSQL's
+    /// `PrefetchSharedBuffer` finding the buffer in the mapping table). Stale at once.
+    pub fn contains(&self, rel: RelFileId, block: BlockNumber) -> bool {
+        let tag = BufTag { rel, block };
+        self.shard(tag).lock().contains_key(&tag)
+    }
+
     /// Pins page `block` of `rel`, reading it if needed.
     ///
     /// # Errors

@@ -266,6 +266,8 @@ pub static GUCS: &[&GucDef] = &[
     &MAX_PARALLEL_MAINTENANCE_WORKERS,
     &RECOVERY_WORKERS,
     &RECOVERY_PARALLEL_BACKLOG,
+    &RECOVERY_PREFETCH,
+    &WAL_DECODE_BUFFER_SIZE,
 ];
 
 fn check_fsync(v: Val) -> Result<Val> {
@@ -419,6 +421,17 @@ mod tests {
         assert!(check_recovery_workers(Val::Int(0)).is_err());
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
         assert_eq!(crate::StorageConfig::default().recovery_workers, cores);
+    }
+
+    #[test]
+    fn recovery_prefetch_defaults_to_try_and_decode_buffer_to_512kb() {
+        assert_eq!(RECOVERY_PREFETCH.default_value(), Val::Enum("try"));
+        assert!(RECOVERY_PREFETCH.parse("maybe").is_err());
+        assert_eq!(WAL_DECODE_BUFFER_SIZE.default_value(), Val::Int(512));
+        assert!(WAL_DECODE_BUFFER_SIZE.parse("32kB").is_err());
+        let c = crate::StorageConfig::default();
+        assert!(c.recovery_prefetch);
+        assert_eq!(c.wal_decode_buffer_bytes, 512 << 10);
     }
 
     #[test]
@@ -578,6 +591,34 @@ pub static RECOVERY_PARALLEL_BACKLOG: GucDef = GucDef {
     category: "Write-Ahead Log / Recovery",
     description:
         "Sets how far behind a standby's replay must be before it applies WAL in parallel.",
+    check: None,
+};
+
+/// `recovery_prefetch` (PostgreSQL 15's): redo asks for the blocks of records it has decoded
+/// but not applied yet, so their reads overlap ([`crate::recovery::prefetch`]). `try` (the
+/// default) and `on` prefetch where the data files allow it (`posix_fadvise` for buffered
+/// files; the I/O workers for O_DIRECT files once they run); `off` never. Read at start
+/// (PostgreSQL's is `sighup`).
+pub static RECOVERY_PREFETCH: GucDef = GucDef {
+    name: "recovery_prefetch",
+    kind: Kind::Enum(&["off", "on", "try"]),
+    default: "try",
+    context: Context::Postmaster,
+    category: "Write-Ahead Log / Recovery",
+    description: "Prefetch referenced blocks during recovery.",
+    check: None,
+};
+
+/// `wal_decode_buffer_size` (PostgreSQL 15's), kB: how far ahead of the record being
+/// applied redo decodes WAL to find blocks to prefetch. PostgreSQL's range and default (64 kB
+/// ..= 1 GB, 512 kB).
+pub static WAL_DECODE_BUFFER_SIZE: GucDef = GucDef {
+    name: "wal_decode_buffer_size",
+    kind: int(64, 1024 * 1024, Unit::Kb),
+    default: "512kB",
+    context: Context::Postmaster,
+    category: "Write-Ahead Log / Recovery",
+    description: "Buffer size for reading ahead in the WAL during recovery.",
     check: None,
 };
 

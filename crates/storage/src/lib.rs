@@ -99,6 +99,10 @@ pub struct StorageConfig {
     /// `recovery_parallel_backlog`, bytes: a standby replays in parallel only while at least
     /// this much received WAL waits for replay (0: always).
     pub recovery_parallel_backlog_bytes: u64,
+    /// `recovery_prefetch` is not `off`.
+    pub recovery_prefetch: bool,
+    /// `wal_decode_buffer_size`, bytes: how far redo decodes ahead to prefetch.
+    pub wal_decode_buffer_bytes: u64,
     /// `log_startup_progress_interval`, ms (0: no progress lines).
     pub log_startup_progress_interval_ms: u64,
     /// The WAL's configuration (`wal_sync_method`, `wal_buffers`, `group_commit`, ...); its
@@ -136,6 +140,8 @@ impl StorageConfig {
                 _ => std::thread::available_parallelism().map_or(1, |n| n.get()),
             },
             recovery_parallel_backlog_bytes: s.int(&guc::RECOVERY_PARALLEL_BACKLOG) as u64 * 1024,
+            recovery_prefetch: s.text(&guc::RECOVERY_PREFETCH) != "off",
+            wal_decode_buffer_bytes: s.int(&guc::WAL_DECODE_BUFFER_SIZE) as u64 * 1024,
             log_startup_progress_interval_ms: s.int(&guc::LOG_STARTUP_PROGRESS_INTERVAL) as u64,
             wal,
         }
@@ -209,6 +215,10 @@ pub struct Storage {
     max_parallel_maintenance_workers: AtomicU32,
     /// A standby's recovery state (set when opened as one; see `standby`).
     recovery: OnceLock<Arc<standby::Recovery>>,
+    /// Recovery prefetch's counters (`pg_stat_recovery_prefetch`).
+    pub recovery_prefetch: recovery::prefetch::PrefetchStats,
+    /// The parallel redo's counters (`walnut_stat_recovery_workers`).
+    pub redo_stats: Arc<recovery::parallel::RedoStats>,
 }
 
 /// Inserts one WAL record (`rmgr`, `info`) for `xid` carrying `images[i]` as the whole new
@@ -452,6 +462,8 @@ impl Storage {
                 config.max_parallel_maintenance_workers,
             ),
             recovery: OnceLock::new(),
+            recovery_prefetch: Default::default(),
+            redo_stats: Default::default(),
         }
     }
 

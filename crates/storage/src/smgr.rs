@@ -527,6 +527,18 @@ impl Smgr {
         Ok(())
     }
 
+    /// Tells the kernel that block `block` of `rel` will be read soon
+    /// ([`walnut_io::FileIo::will_need`]: `posix_fadvise(POSIX_FADV_WILLNEED)`, PostgreSQL's
+    /// `mdprefetch`). Does nothing for O_DIRECT files, whose reads bypass the page cache; a
+    /// failure is ignored (the read comes anyway).
+    pub fn will_need(&self, rel: &Relation, block: BlockNumber) {
+        if !self.direct {
+            let _ = rel
+                .file
+                .will_need(block.0 as u64 * BLCKSZ as u64, BLCKSZ as u64);
+        }
+    }
+
     /// Asks the kernel to write the cached writes of blocks `first .. first + nblocks` of
     /// `rel` to the device now, and waits for it ([`walnut_io::FileIo::flush_range`]); with
     /// `nblocks` 0, from `first` to the end of the file. A pacing hint, not durability: the

@@ -341,6 +341,10 @@ fn startup(weak: Weak<Storage>, rec: Arc<Recovery>, mut reader: WalReader) {
                     pipe,
                     active: false,
                     backlog: st.config().recovery_parallel_backlog_bytes,
+                    prefetcher: recovery::prefetch::Prefetcher::with_window(
+                        &st,
+                        recovery::parallel::BATCH * recovery::parallel::QUEUE,
+                    ),
                     waiting: VecDeque::new(),
                     catalog_changed: false,
                 }),
@@ -573,6 +577,9 @@ struct ParallelReplay {
     active: bool,
     /// `recovery_parallel_backlog`, bytes.
     backlog: u64,
+    /// Recovery prefetch of the blocks handed to the workers: the pipeline's queue is the
+    /// distance ahead.
+    prefetcher: recovery::prefetch::Prefetcher,
     /// (round, effect), in WAL order.
     waiting: VecDeque<(u64, Effect)>,
     /// A record changed the catalog since the last commit record.
@@ -626,6 +633,7 @@ impl ParallelReplay {
         if r.xid.is_valid() {
             st.xact.observe_xid(r.xid);
         }
+        self.prefetcher.record(st, &r);
         if !self.pipe.add(lsn, end_lsn, &mut r)? {
             return Err(self.failure());
         }

@@ -2,7 +2,9 @@
 //! stay on their page or move, deletes, rollbacks, B-tree splits from long keys, CREATE,
 //! TRUNCATE and DROP, checkpoints), a process-kill image of the data directory is recovered
 //! with `recovery_workers` = 1, 2, 4 and 7, and after a clean shutdown every data file comes
-//! out byte-identical to the serial redo's.
+//! out byte-identical to the serial redo's. The serial reference recovers without recovery
+//! prefetch, the parallel runs with it and a 4 kB look-ahead (`wal_decode_buffer_size`, so
+//! that the look-ahead queue fills and drains many times): prefetch must change no page.
 //!
 //! A proptest over seeds (the workload follows from the seed; proptest saves failing seeds
 //! and replays them first); `WALNUT_REDO_SEED` runs one seed, `WALNUT_REDO_CASES` sets the
@@ -41,6 +43,8 @@ fn config(workers: usize, full_page_writes: bool) -> StorageConfig {
         max_wal_size_mb: 10_000,
         full_page_writes,
         recovery_workers: workers,
+        recovery_prefetch: workers > 1,
+        wal_decode_buffer_bytes: 4096,
         ..Default::default()
     }
 }

@@ -15,6 +15,7 @@
 //! by the control file must be among the records read, or start-up fails.
 
 pub mod parallel;
+pub mod prefetch;
 
 use crate::bufpool::ReadMode;
 use crate::control::ControlFile;
@@ -188,11 +189,12 @@ pub fn replay_to_end(
     workers: usize,
     mut note: impl FnMut(Lsn, &Applied),
 ) -> Result<u64> {
+    let mut reader = prefetch::LookAhead::new(st, reader);
     if workers > 1 {
-        return parallel::redo(st, reader, workers, note);
+        return parallel::redo(st, &mut reader, workers, note);
     }
     let mut n = 0u64;
-    while let Some(rec) = reader.next_record()? {
+    while let Some(rec) = reader.next_record(st)? {
         let a = apply(st, &rec).map_err(|e| at_record(rec.lsn, e))?;
         note(rec.lsn, &a);
         n += 1;

@@ -46,9 +46,9 @@ use parking_lot::{Condvar, Mutex};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use walnut_common::{BlockNumber, Error, Lsn, RelFileId, Result};
-use walnut_wal::{BlockRef, DecodedRecord, Record, RmgrId, WalReader};
+use walnut_wal::{BlockRef, DecodedRecord, Record, RmgrId};
 
 /// Block references per round: enough that a channel operation costs little per block (the
 /// serial profile spends about 1 µs applying one), few enough that workers start while the
@@ -58,6 +58,58 @@ pub const BATCH: usize = 128;
 /// Rounds a worker's channel holds: with [`BATCH`], at most 4,096 block references (about
 /// 1 MB of redo data, more with full-page images) wait per worker.
 pub const QUEUE: usize = 32;
+
+/// One redo worker's counters (`walnut_stat_recovery_workers`), cumulative over every pipeline
+/// the server started with that worker number: times in µs.
+#[derive(Debug, Default)]
+pub struct WorkerStats {
+    /// Block references applied.
+    pub blocks: AtomicU64,
+    /// Rounds received (each worker gets every round, empty or not).
+    pub rounds: AtomicU64,
+    /// Time applying its blocks.
+    pub busy_us: AtomicU64,
+    /// Time waiting for work: its channel empty (the startup thread behind, or nothing to
+    /// replay).
+    pub wait_work_us: AtomicU64,
+    /// Time waiting, on a hot standby, for the other workers' heap phase of a round.
+    pub wait_phase_us: AtomicU64,
+}
+
+/// The parallel redo's counters, server-wide (in [`Storage`]): one [`WorkerStats`] per worker
+/// number, and the startup thread's waits for the workers, in µs.
+#[derive(Debug, Default)]
+pub struct RedoStats {
+    workers: Mutex<Vec<Arc<WorkerStats>>>,
+    /// Block references the startup thread handed out.
+    pub blocks_sent: AtomicU64,
+    /// Rounds it sent.
+    pub rounds_sent: AtomicU64,
+    /// Time it waited because a worker's channel was full (that worker behind).
+    pub wait_send_us: AtomicU64,
+    /// Time it waited at barriers (files removed, a whole record, the end, catching up).
+    pub wait_barrier_us: AtomicU64,
+}
+
+impl RedoStats {
+    /// The counters of workers `0..n`, created as needed.
+    fn workers(&self, n: usize) -> Vec<Arc<WorkerStats>> {
+        let mut w = self.workers.lock();
+        while w.len() < n {
+            w.push(Arc::default());
+        }
+        w[..n].to_vec()
+    }
+
+    /// Every worker number's counters so far, in order.
+    pub fn snapshot(&self) -> Vec<Arc<WorkerStats>> {
+        self.workers.lock().clone()
+    }
+}
+
+fn add_us(c: &AtomicU64, since: Instant) {
+    c.fetch_add(since.elapsed().as_micros() as u64, Ordering::Relaxed);
+}
 
 /// One block reference of a record, with what its redo needs.
 struct BlockWork {
@@ -138,6 +190,8 @@ pub struct Pipeline {
     round: u64,
     shared: Arc<Shared>,
     threads: Vec<JoinHandle<()>>,
+    /// The server's counters (a test's own, for a model pipeline).
+    stats: Arc<RedoStats>,
 }
 
 impl Pipeline {
@@ -154,11 +208,17 @@ impl Pipeline {
             let st = weak.upgrade()?;
             Some(apply_block(&st, w.rmgr, w.info, w.id, &w.block, w.end_lsn))
         });
-        Pipeline::start_with(workers, ordered, apply)
+        Pipeline::start_with(workers, ordered, apply, st.redo_stats.clone())
     }
 
-    /// [`Pipeline::start`] with workers that call `apply` (tests give a model).
-    fn start_with(workers: usize, ordered: bool, apply: Arc<ApplyFn>) -> Result<Pipeline> {
+    /// [`Pipeline::start`] with workers that call `apply` (tests give a model), counting in
+    /// `stats`.
+    fn start_with(
+        workers: usize,
+        ordered: bool,
+        apply: Arc<ApplyFn>,
+        stats: Arc<RedoStats>,
+    ) -> Result<Pipeline> {
         assert!(workers >= 1, "a pipeline needs a worker");
         let shared = Arc::new(Shared {
             done: (0..workers).map(|_| AtomicU64::new(0)).collect(),
@@ -177,13 +237,14 @@ impl Pipeline {
             round: 0,
             shared,
             threads: Vec::with_capacity(workers),
+            stats,
         };
-        for i in 0..workers {
+        for (i, counters) in p.stats.workers(workers).into_iter().enumerate() {
             let (tx, rx) = bounded::<Batch>(QUEUE);
             let (apply, shared) = (apply.clone(), p.shared.clone());
             let t = std::thread::Builder::new()
                 .name(format!("redo worker {i}"))
-                .spawn(move || worker(i, &*apply, rx, shared))
+                .spawn(move || worker(i, &*apply, rx, shared, &counters))
                 .map_err(|e| Error::io("could not start a redo worker", e))?;
             p.senders.push(tx);
             p.threads.push(t);
@@ -233,16 +294,21 @@ impl Pipeline {
             return Ok(self.round);
         }
         self.round += 1;
+        self.stats
+            .blocks_sent
+            .fetch_add(self.pending as u64, Ordering::Relaxed);
+        self.stats.rounds_sent.fetch_add(1, Ordering::Relaxed);
         self.pending = 0;
         for (w, tx) in self.senders.iter().enumerate() {
             let work = std::mem::replace(&mut self.batches[w], Vec::with_capacity(BATCH));
-            if tx
-                .send(Batch {
-                    round: self.round,
-                    work,
-                })
-                .is_err()
-            {
+            // A send waits only when that worker is QUEUE rounds behind.
+            let t0 = Instant::now();
+            let sent = tx.send(Batch {
+                round: self.round,
+                work,
+            });
+            add_us(&self.stats.wait_send_us, t0);
+            if sent.is_err() {
                 return Err(self
                     .take_failure()
                     .unwrap_or_else(|| Error::internal("a redo worker exited early")));
@@ -289,10 +355,15 @@ impl Pipeline {
     /// Internal if a worker has exited.
     pub fn barrier(&mut self) -> Result<bool> {
         let round = self.flush()?;
-        while !self.wait_for(round, Duration::from_secs(1)) {
-            if self.failed() {
-                return Ok(false);
+        if self.watermark() < round {
+            let t0 = Instant::now();
+            while !self.wait_for(round, Duration::from_secs(1)) {
+                if self.failed() {
+                    add_us(&self.stats.wait_barrier_us, t0);
+                    return Ok(false);
+                }
             }
+            add_us(&self.stats.wait_barrier_us, t0);
         }
         Ok(!self.failed())
     }
@@ -363,9 +434,20 @@ impl Drop for RoundGuard<'_> {
 /// (in an ordered pipeline, a round's heap blocks, then, once every worker has applied its,
 /// its B-tree blocks). After a failure, or once the storage is gone or the pipeline dropped,
 /// it only reports rounds.
-fn worker(me: usize, apply: &ApplyFn, rx: Receiver<Batch>, shared: Arc<Shared>) {
+fn worker(
+    me: usize,
+    apply: &ApplyFn,
+    rx: Receiver<Batch>,
+    shared: Arc<Shared>,
+    counters: &WorkerStats,
+) {
     stats::set_backend_type(stats::BackendType::Startup);
-    for batch in rx {
+    loop {
+        let t0 = Instant::now();
+        let Ok(batch) = rx.recv() else { break };
+        add_us(&counters.wait_work_us, t0);
+        counters.rounds.fetch_add(1, Ordering::Relaxed);
+        let mut busy = Instant::now();
         let mut guard = RoundGuard {
             shared: &shared,
             me,
@@ -387,7 +469,11 @@ fn worker(me: usize, apply: &ApplyFn, rx: Receiver<Batch>, shared: Arc<Shared>) 
                 if !batch.work.iter().any(index) {
                     break;
                 }
+                add_us(&counters.busy_us, busy);
+                let t0 = Instant::now();
                 wait_heap_phase(&shared, batch.round);
+                add_us(&counters.wait_phase_us, t0);
+                busy = Instant::now();
             }
             for w in batch
                 .work
@@ -403,8 +489,10 @@ fn worker(me: usize, apply: &ApplyFn, rx: Receiver<Batch>, shared: Arc<Shared>) 
                     Some(Err(e)) => shared.record_failure(w.lsn, e),
                     None => shared.cancel.store(true, Ordering::Release),
                 }
+                counters.blocks.fetch_add(1, Ordering::Relaxed);
             }
         }
+        add_us(&counters.busy_us, busy);
         if shared.failed.load(Ordering::Acquire) || shared.cancel.load(Ordering::Acquire) {
             // Stopped applying: no one waits for this worker's heap phases.
             shared.heap_done[me].store(u64::MAX, Ordering::Release);
@@ -450,13 +538,13 @@ fn wait_heap_phase(shared: &Shared, round: u64) {
 /// workers' failures), naming the record's LSN.
 pub fn redo(
     st: &Arc<Storage>,
-    reader: &mut WalReader,
+    reader: &mut super::prefetch::LookAhead<'_>,
     workers: usize,
     mut note: impl FnMut(Lsn, &Applied),
 ) -> Result<u64> {
     let mut p = Pipeline::start(st, workers, false)?;
     let mut n = 0u64;
-    while let Some(rec) = reader.next_record()? {
+    while let Some(rec) = reader.next_record(st)? {
         let DecodedRecord {
             lsn,
             end_lsn,
@@ -557,7 +645,8 @@ mod tests {
                     Some(Ok(()))
                 })
             };
-            let mut p = Pipeline::start_with(workers, true, apply).unwrap();
+            let stats = Arc::new(RedoStats::default());
+            let mut p = Pipeline::start_with(workers, true, apply, stats.clone()).unwrap();
             let mut rng = Rng(seed ^ 0xABCD);
             let mut lsn = 0x1000u64;
             let mut all: Vec<(u64, usize)> = Vec::new();
@@ -624,6 +713,16 @@ mod tests {
             let m = model.lock();
             assert!(m.errors.is_empty(), "{}", m.errors.join("\n"));
             assert_eq!(m.applied.len(), all.len());
+            // The counters: every block handed out was applied by one worker, and every
+            // worker received every round.
+            let w = stats.snapshot();
+            assert_eq!(w.len(), workers);
+            let sent = stats.blocks_sent.load(Ordering::Relaxed);
+            assert_eq!(sent, all.len() as u64);
+            let applied: u64 = w.iter().map(|c| c.blocks.load(Ordering::Relaxed)).sum();
+            assert_eq!(applied, sent);
+            let rounds = stats.rounds_sent.load(Ordering::Relaxed);
+            assert!(w.iter().all(|c| c.rounds.load(Ordering::Relaxed) == rounds));
         }
     }
 
@@ -635,7 +734,7 @@ mod tests {
             }
             Some(Ok(()))
         });
-        let mut p = Pipeline::start_with(3, true, apply).unwrap();
+        let mut p = Pipeline::start_with(3, true, apply, Arc::default()).unwrap();
         let mut ok = true;
         for i in 0..1000u64 {
             let mut r = Record {
