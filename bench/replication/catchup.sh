@@ -14,13 +14,15 @@
 #   5. sum(abalance) must be the same on both.
 # walnut's standby does this once per value of --recovery-workers (default "1 -1": serial
 # replay, then the default of one redo worker per core), restarted with it each time, on the
-# same primary (each round loads it again for SECONDS).
+# same primary (each round loads it again for SECONDS). --walnut-settings "SPEC ..." replaces
+# that list: each SPEC is one round with the standby restarted with those settings, given as
+# name=value[,name=value...] (e.g. "recovery_prefetch=off recovery_prefetch=try").
 # Reports per server (and walnut's value): transactions, WAL replayed (MB), catch-up (s), and
 # transactions and MB of WAL applied per second of it.
 #
 #   bench/replication/catchup.sh --walnut BIN [--seconds 60] [--scale 100] [--clients 10]
 #                                [--only both|pg|walnut] [--out DIR]
-#                                [--recovery-workers "1 -1"]
+#                                [--recovery-workers "1 -1"] [--walnut-settings "SPEC ..."]
 #
 # Ports 5476/5477 (PostgreSQL primary/standby) and 5478/5479 (walnut); data under /var/tmp.
 # Writes OUT (default bench/replication/results/catchup-DATE-TIME): table.md, summary.tsv,
@@ -30,9 +32,14 @@
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 walnut=""; seconds=60; scale=100; clients=10; only=both; out=""; recovery_workers="1 -1"
+walnut_settings=""
 args=()
 while [ $# -gt 0 ]; do
-  if [ "$1" = --recovery-workers ]; then recovery_workers=${2:-}; shift 2; else args+=("$1"); shift; fi
+  case $1 in
+    --recovery-workers) recovery_workers=${2:-}; shift 2 ;;
+    --walnut-settings) walnut_settings=${2:-}; shift 2 ;;
+    *) args+=("$1"); shift ;;
+  esac
 done
 parse_lag_options "${args[@]}"
 
@@ -106,10 +113,13 @@ if [ "$only" != pg ]; then
   echo "walnut: primary, pgbench -i -s $scale, standby" >&2
   walnut_primary "$w_pport"
   walnut_backup "$w_pport"
-  for w in $recovery_workers; do
-    walnut_standby "$w_sport" -c "recovery_workers=$w"
+  specs=$walnut_settings
+  [ -n "$specs" ] || for w in $recovery_workers; do specs="$specs recovery_workers=$w"; done
+  for spec in $specs; do
+    sopts=(); for kv in ${spec//,/ }; do sopts+=(-c "$kv"); done
+    walnut_standby "$w_sport" "${sopts[@]}"
     caught_up "$w_pport" "$w_sport"
-    round "walnut recovery_workers=$w" "$w_pport" "$w_sport"
+    round "walnut $spec" "$w_pport" "$w_sport"
     kill -TERM "$wspid"; wait "$wspid" 2>/dev/null || true; wspid=""
   done
 fi

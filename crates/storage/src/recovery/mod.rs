@@ -189,7 +189,12 @@ pub fn replay_to_end(
     workers: usize,
     mut note: impl FnMut(Lsn, &Applied),
 ) -> Result<u64> {
-    let mut reader = prefetch::LookAhead::new(st, reader);
+    let pipeline = if workers > 1 {
+        parallel::BATCH * (parallel::QUEUE + 1)
+    } else {
+        0
+    };
+    let mut reader = prefetch::LookAhead::new(st, reader, pipeline);
     if workers > 1 {
         return parallel::redo(st, &mut reader, workers, note);
     }

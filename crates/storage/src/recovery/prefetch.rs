@@ -209,6 +209,14 @@ impl Prefetcher {
         looked
     }
 
+    /// Sets the window of a prefetcher made [`Prefetcher::with_window`]: the last `capacity`
+    /// block references looked at.
+    pub fn set_window(&mut self, capacity: usize) {
+        if let Some((_, c)) = &mut self.fifo {
+            *c = capacity;
+        }
+    }
+
     /// Forgets the claims of a record [`Prefetcher::record`] looked at, now handed to redo
     /// (which brings in its blocks before any later record's redo reads them).
     pub fn retire(&mut self, claimed: &[Key]) {
@@ -233,11 +241,29 @@ fn retire_key(window: &mut FxHashMap<Key, u32>, key: Key) {
     }
 }
 
-/// A WAL reader that decodes up to `wal_decode_buffer_size` bytes ahead of the record it
-/// returns and prefetches the blocks of what it decoded (PostgreSQL's `XLogPrefetcher` in
-/// front of its `XLogReader`). With prefetch off it reads one record at a time, as the plain
-/// reader does. The records come out in WAL order, unchanged; a reader error is returned
-/// after the records decoded before it.
+/// The least look-ahead, bytes, once a prefetch was needed.
+const MIN_DISTANCE: u64 = 16 << 10;
+
+/// The look-ahead after a record of `len` bytes that asked for `asked` prefetches, from
+/// `limit`, at most `max` (bytes): doubled from at least [`MIN_DISTANCE`] if it asked for
+/// any, else shorter by the record's length.
+fn next_distance(limit: u64, max: u64, asked: u32, len: u64) -> u64 {
+    if asked > 0 {
+        limit.saturating_mul(2).max(MIN_DISTANCE).min(max)
+    } else {
+        limit.saturating_sub(len)
+    }
+}
+
+/// A WAL reader that decodes ahead of the record it returns and prefetches the blocks of what
+/// it decoded (PostgreSQL's `XLogPrefetcher` in front of its `XLogReader`). How far ahead
+/// adapts, as PostgreSQL 17's `read_stream.c` adapts its distance: it doubles (from 16 kB, up
+/// to `wal_decode_buffer_size`) with each record that needed a prefetch, and shrinks by each
+/// record's length that needed none, down to one record at a time. So a redo whose blocks
+/// all come from full-page images or the pool (most crash recoveries) pays no look-ahead,
+/// and one that reads (a cold cache without images) looks far ahead. With prefetch off it
+/// reads one record at a time, as the plain reader does. The records come out in WAL order,
+/// unchanged; a reader error is returned after the records decoded before it.
 pub struct LookAhead<'a> {
     reader: &'a mut WalReader,
     prefetcher: Prefetcher,
@@ -246,18 +272,29 @@ pub struct LookAhead<'a> {
     /// Block references and prefetches in `queue`.
     blocks: u64,
     asked: u64,
-    /// `wal_decode_buffer_size`, bytes (0 with prefetch off).
+    /// How far ahead to decode now, bytes (adapts between 0 and `max`).
     limit: u64,
+    /// `wal_decode_buffer_size`, bytes (0 with prefetch off).
+    max: u64,
+    /// See [`LookAhead::new`].
+    pipeline: usize,
     /// The reader returned its end (`None`) or an error, kept for after the queue.
     end: Option<Option<Error>>,
 }
 
 impl<'a> LookAhead<'a> {
     /// Look-ahead over `reader` for `st`'s redo (`recovery_prefetch`,
-    /// `wal_decode_buffer_size`).
-    pub fn new(st: &Storage, reader: &'a mut WalReader) -> LookAhead<'a> {
-        let prefetcher = Prefetcher::new(st);
-        let limit = if prefetcher.enabled() {
+    /// `wal_decode_buffer_size`). `pipeline`: block references that may wait, handed out but
+    /// not applied, after a record leaves the look-ahead (the parallel redo's queue; 0 for
+    /// serial redo, which applies each record as it is returned): its claims last that much
+    /// longer.
+    pub fn new(st: &Storage, reader: &'a mut WalReader, pipeline: usize) -> LookAhead<'a> {
+        let prefetcher = if pipeline > 0 {
+            Prefetcher::with_window(st, pipeline)
+        } else {
+            Prefetcher::new(st)
+        };
+        let max = if prefetcher.enabled() {
             st.config().wal_decode_buffer_bytes
         } else {
             0
@@ -268,8 +305,10 @@ impl<'a> LookAhead<'a> {
             queue: VecDeque::new(),
             blocks: 0,
             asked: 0,
-            limit,
+            limit: 0,
+            max,
             end: None,
+            pipeline,
         }
     }
 
@@ -281,7 +320,13 @@ impl<'a> LookAhead<'a> {
         while self.end.is_none() && (self.queue.is_empty() || self.distance() < self.limit) {
             match self.reader.next_record() {
                 Ok(Some(r)) => {
+                    if self.pipeline > 0 {
+                        self.prefetcher
+                            .set_window(self.pipeline + self.blocks as usize);
+                    }
                     let looked = self.prefetcher.record(st, &r.record);
+                    self.limit =
+                        next_distance(self.limit, self.max, looked.asked, r.end_lsn.0 - r.lsn.0);
                     self.blocks += r.record.blocks.len() as u64;
                     self.asked += u64::from(looked.asked);
                     self.queue.push_back((r, looked));
@@ -291,7 +336,7 @@ impl<'a> LookAhead<'a> {
             }
         }
         let Some((r, looked)) = self.queue.pop_front() else {
-            if self.limit > 0 {
+            if self.max > 0 {
                 let s = &st.recovery_prefetch;
                 for g in [&s.wal_distance, &s.block_distance, &s.io_depth] {
                     g.store(0, Ordering::Relaxed);
@@ -305,7 +350,7 @@ impl<'a> LookAhead<'a> {
         self.blocks -= r.record.blocks.len() as u64;
         self.asked -= u64::from(looked.asked);
         self.prefetcher.retire(&looked.claimed);
-        if self.limit > 0 {
+        if self.max > 0 {
             let s = &st.recovery_prefetch;
             s.wal_distance.store(self.distance(), Ordering::Relaxed);
             s.block_distance.store(self.blocks, Ordering::Relaxed);
@@ -327,5 +372,30 @@ impl<'a> LookAhead<'a> {
     /// been returned.
     pub fn end_lsn(&self) -> walnut_common::Lsn {
         self.reader.end_lsn()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_look_ahead_doubles_on_prefetches_and_shrinks_by_records_that_need_none() {
+        let max = 512 << 10;
+        let mut d = 0;
+        d = next_distance(d, max, 1, 100);
+        assert_eq!(d, MIN_DISTANCE);
+        for _ in 0..10 {
+            d = next_distance(d, max, 2, 100);
+        }
+        assert_eq!(d, max, "capped at wal_decode_buffer_size");
+        d = next_distance(d, max, 0, 1000);
+        assert_eq!(d, max - 1000);
+        for _ in 0..1000 {
+            d = next_distance(d, max, 0, 1000);
+        }
+        assert_eq!(d, 0, "one record at a time when nothing is read");
+        assert_eq!(next_distance(0, 4096, 1, 100), 4096, "a max below 16 kB holds");
+        assert_eq!(next_distance(0, 0, 1, 100), 0, "prefetch off");
     }
 }
