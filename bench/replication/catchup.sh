@@ -72,7 +72,14 @@ round() { # LABEL PPORT SPORT
   done
   lsn0=$(psql_ "$sport" -Atqc "select pg_last_wal_replay_lsn()")
   t0=$(now)
-  psql_ "$sport" -Atqc "select pg_wal_replay_resume()" >/dev/null
+  # Replay resumes at once, and PostgreSQL's may cancel this very session for a recovery
+  # conflict before it answers (its WAL waited longer than max_standby_streaming_delay): a
+  # cancelled call is checked and, if replay is still paused, made again.
+  for _ in 1 2 3 4 5; do
+    psql_ "$sport" -Atqc "select pg_wal_replay_resume()" >/dev/null 2>&1 && break
+    [ "$(psql_ "$sport" -Atqc "select pg_is_wal_replay_paused()" 2>/dev/null)" = f ] && break
+    sleep 0.1
+  done
   s=$(wait_replayed "$sport" "$lsn" 1800) || { echo "error: $label: no catch-up within 1800 s" >&2; exit 1; }
   s=$(awk -v a="$t0" -v b="$(now)" 'BEGIN { printf "%.2f", b - a }')
   local mb sum_p sum_s
