@@ -395,7 +395,11 @@ mod tests {
             d = next_distance(d, max, 0, 1000);
         }
         assert_eq!(d, 0, "one record at a time when nothing is read");
-        assert_eq!(next_distance(0, 4096, 1, 100), 4096, "a max below 16 kB holds");
+        assert_eq!(
+            next_distance(0, 4096, 1, 100),
+            4096,
+            "a max below 16 kB holds"
+        );
         assert_eq!(next_distance(0, 0, 1, 100), 0, "prefetch off");
     }
 }
