@@ -343,7 +343,7 @@ fn startup(weak: Weak<Storage>, rec: Arc<Recovery>, mut reader: WalReader) {
                     backlog: st.config().recovery_parallel_backlog_bytes,
                     prefetcher: recovery::prefetch::Prefetcher::with_window(
                         &st,
-                        recovery::parallel::BATCH * recovery::parallel::QUEUE,
+                        recovery::parallel::IN_FLIGHT_BOUND,
                     ),
                     waiting: VecDeque::new(),
                     catalog_changed: false,
@@ -680,6 +680,8 @@ impl ParallelReplay {
         if self.active {
             self.drain(st, rec, notified)?;
             self.active = false;
+            // What it claimed is applied; what it found cached may be evicted by the next.
+            self.prefetcher.reset();
         }
         Ok(std::mem::take(&mut self.catalog_changed))
     }

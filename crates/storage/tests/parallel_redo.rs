@@ -3,8 +3,8 @@
 //! TRUNCATE and DROP, checkpoints), a process-kill image of the data directory is recovered
 //! with `recovery_workers` = 1, 2, 4 and 7, and after a clean shutdown every data file comes
 //! out byte-identical to the serial redo's. The serial reference recovers without recovery
-//! prefetch, the parallel runs with it and a 4 kB look-ahead (`wal_decode_buffer_size`, so
-//! that the look-ahead queue fills and drains many times): prefetch must change no page.
+//! prefetch, the others (serial too) with it and a 4 kB look-ahead (`wal_decode_buffer_size`,
+//! so that the look-ahead queue fills and drains many times): prefetch must change no page.
 //!
 //! A proptest over seeds (the workload follows from the seed; proptest saves failing seeds
 //! and replays them first); `WALNUT_REDO_SEED` runs one seed, `WALNUT_REDO_CASES` sets the
@@ -35,7 +35,8 @@ use walnut_wal::{CommitOpts, SessionId};
 const DIR: &str = "/data";
 const TABLES: usize = 3;
 
-fn config(workers: usize, full_page_writes: bool) -> StorageConfig {
+/// `workers` redo workers, with recovery prefetch if `prefetch`.
+fn config(workers: usize, prefetch: bool, full_page_writes: bool) -> StorageConfig {
     StorageConfig {
         // Small (the least there is): pages are evicted during the workload and during redo.
         shared_buffers_pages: 16,
@@ -43,7 +44,7 @@ fn config(workers: usize, full_page_writes: bool) -> StorageConfig {
         max_wal_size_mb: 10_000,
         full_page_writes,
         recovery_workers: workers,
-        recovery_prefetch: workers > 1,
+        recovery_prefetch: prefetch,
         wal_decode_buffer_bytes: 4096,
         ..Default::default()
     }
@@ -105,7 +106,7 @@ fn workload(seed: u64, full_page_writes: bool) -> FaultVfs {
     let fv = FaultVfs::new(FaultConfig::new(seed));
     let vfs: Arc<dyn Vfs> = Arc::new(fv.clone());
     Storage::initdb(vfs.clone(), Path::new(DIR)).unwrap();
-    let st = Storage::open(vfs, Path::new(DIR), config(1, full_page_writes)).unwrap();
+    let st = Storage::open(vfs, Path::new(DIR), config(1, false, full_page_writes)).unwrap();
     let mut rng = Rng(seed);
     // The committed keys of each table that exists.
     let mut tables: Vec<Option<BTreeSet<u64>>> = vec![None; TABLES];
@@ -227,25 +228,29 @@ fn data_files(fv: &FaultVfs) -> BTreeMap<String, Vec<u8>> {
         .collect()
 }
 
-/// Recovers a copy of `image` with `workers` redo workers, shuts down cleanly, and returns
-/// the data files.
-fn recover(image: &FaultVfs, workers: usize, full_page_writes: bool) -> BTreeMap<String, Vec<u8>> {
+/// Recovers a copy of `image` with `workers` redo workers (and prefetch if `prefetch`), shuts
+/// down cleanly, and returns the data files.
+fn recover(
+    image: &FaultVfs,
+    (workers, prefetch): (usize, bool),
+    full_page_writes: bool,
+) -> BTreeMap<String, Vec<u8>> {
     let (copy, _) = image.crash_image(CrashKind::ProcessKill, 0);
-    recover_in_place(&copy, workers, full_page_writes)
+    recover_in_place(&copy, (workers, prefetch), full_page_writes)
 }
 
-/// Recovers `fv` itself with `workers` redo workers, shuts down cleanly, and returns the data
-/// files.
+/// Recovers `fv` itself with `workers` redo workers (and prefetch if `prefetch`), shuts down
+/// cleanly, and returns the data files.
 fn recover_in_place(
     fv: &FaultVfs,
-    workers: usize,
+    (workers, prefetch): (usize, bool),
     full_page_writes: bool,
 ) -> BTreeMap<String, Vec<u8>> {
     let copy = fv.clone();
     let st = Storage::open(
         Arc::new(copy.clone()),
         Path::new(DIR),
-        config(workers, full_page_writes),
+        config(workers, prefetch, full_page_writes),
     )
     .unwrap_or_else(|e| panic!("recovery with {workers} workers: {e}"));
     st.shutdown().unwrap();
@@ -256,25 +261,26 @@ fn recover_in_place(
 fn check(seed: u64, full_page_writes: bool) {
     let image = workload(seed, full_page_writes);
     let before = data_files(&image);
-    let serial = recover(&image, 1, full_page_writes);
+    let serial = recover(&image, (1, false), full_page_writes);
     assert_ne!(before, serial, "seed {seed}: redo changed no data file");
-    for workers in [2, 4, 7] {
-        let parallel = recover(&image, workers, full_page_writes);
+    // Serial with prefetch, then parallel (with prefetch).
+    for workers in [1, 2, 4, 7] {
+        let parallel = recover(&image, (workers, true), full_page_writes);
         assert_eq!(
             serial.keys().collect::<Vec<_>>(),
             parallel.keys().collect::<Vec<_>>(),
-            "seed {seed}, {workers} workers: the data files differ"
+            "seed {seed}, {workers} workers with prefetch: the data files differ"
         );
         for (name, bytes) in &serial {
             let other = &parallel[name];
             assert_eq!(
                 bytes.len(),
                 other.len(),
-                "seed {seed}, {workers} workers: base/{name}'s size"
+                "seed {seed}, {workers} workers with prefetch: base/{name}'s size"
             );
             if let Some(at) = bytes.iter().zip(other).position(|(a, b)| a != b) {
                 panic!(
-                    "seed {seed} (full_page_writes = {full_page_writes}), {workers} workers: \
+                    "seed {seed} (full_page_writes = {full_page_writes}), {workers} workers with prefetch: \
                      base/{name} differs from serial redo's in block {}, byte {}",
                     at / walnut_common::BLCKSZ,
                     at % walnut_common::BLCKSZ
@@ -323,7 +329,7 @@ fn images_during_redo(
     let st = Storage::open(
         Arc::new(hook_vfs(Arc::new(target), hook)),
         Path::new(DIR),
-        config(3, full_page_writes),
+        config(3, true, full_page_writes),
     )
     .unwrap();
     // The crash: no shutdown.
@@ -361,11 +367,11 @@ proptest! {
         // Without images, redo's second pass meets pages the first pass wrote, newer than
         // the records before them, and must skip those records by the page LSN.
         let image = workload(seed, fpw);
-        let serial = recover(&image, 1, fpw);
+        let serial = recover(&image, (1, false), fpw);
         let during = images_during_redo(&image, seed, fpw);
         prop_assert!(!during.is_empty(), "seed {}: redo workers wrote no data page", seed);
         for (n, kind, again) in during {
-            let pages = recover_in_place(&again, 2, fpw);
+            let pages = recover_in_place(&again, (2, true), fpw);
             prop_assert!(
                 pages == serial,
                 "seed {} (full_page_writes = {}): a {:?} before redo's data-file write {} \

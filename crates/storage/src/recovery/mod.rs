@@ -190,7 +190,7 @@ pub fn replay_to_end(
     mut note: impl FnMut(Lsn, &Applied),
 ) -> Result<u64> {
     let pipeline = if workers > 1 {
-        parallel::BATCH * (parallel::QUEUE + 1)
+        parallel::IN_FLIGHT_BOUND
     } else {
         0
     };

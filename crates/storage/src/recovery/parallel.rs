@@ -59,6 +59,13 @@ pub const BATCH: usize = 128;
 /// 1 MB of redo data, more with full-page images) wait per worker.
 pub const QUEUE: usize = 32;
 
+/// More block references than can be handed out and not yet applied: per worker, [`QUEUE`]
+/// rounds queued and one being applied, and one round being gathered, each under `2 *
+/// BATCH` (a round goes out once [`BATCH`] wait, so it exceeds that by at most one record's
+/// blocks, and no record names [`BATCH`]). Recovery prefetch keeps a record's claims this
+/// long after handing it out (`recovery::prefetch`).
+pub const IN_FLIGHT_BOUND: usize = (QUEUE + 2) * 2 * BATCH;
+
 /// One redo worker's counters (`walnut_stat_recovery_workers`), cumulative over every pipeline
 /// the server started with that worker number: times in µs.
 #[derive(Debug, Default)]
@@ -485,11 +492,12 @@ fn worker(
                     break;
                 }
                 match apply(w) {
-                    Some(Ok(())) => {}
+                    Some(Ok(())) => {
+                        counters.blocks.fetch_add(1, Ordering::Relaxed);
+                    }
                     Some(Err(e)) => shared.record_failure(w.lsn, e),
                     None => shared.cancel.store(true, Ordering::Release),
                 }
-                counters.blocks.fetch_add(1, Ordering::Relaxed);
             }
         }
         add_us(&counters.busy_us, busy);

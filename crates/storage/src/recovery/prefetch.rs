@@ -212,9 +212,24 @@ impl Prefetcher {
     /// Sets the window of a prefetcher made [`Prefetcher::with_window`]: the last `capacity`
     /// block references looked at.
     pub fn set_window(&mut self, capacity: usize) {
-        if let Some((_, c)) = &mut self.fifo {
+        if let Some((fifo, c)) = &mut self.fifo {
             *c = capacity;
+            while fifo.len() > capacity {
+                if let Some(Some(old)) = fifo.pop_front() {
+                    retire_key(&mut self.window, old);
+                }
+            }
         }
+    }
+
+    /// Forgets every claim and every block found cached (a caller whose records have all
+    /// been applied, and that may not look again for a while).
+    pub fn reset(&mut self) {
+        self.window.clear();
+        if let Some((fifo, _)) = &mut self.fifo {
+            fifo.clear();
+        }
+        self.cached.fill((u32::MAX, u32::MAX));
     }
 
     /// Forgets the claims of a record [`Prefetcher::record`] looked at, now handed to redo
