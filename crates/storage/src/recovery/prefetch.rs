@@ -107,7 +107,32 @@ pub struct Prefetcher {
     /// Without a caller that retires records ([`LookAhead`] does): the claims of the last
     /// `capacity` block references looked at, oldest first, retired as newer ones come.
     fifo: Option<(VecDeque<Option<Key>>, usize)>,
+    /// Block references looked at since the last prefetch was needed.
+    quiet: u64,
+    /// Block references skipped while dormant, for sampling one in [`SAMPLE`].
+    skipped: u32,
+    /// While dormant: blocks sampled, and of those not in the pool, in the current period
+    /// of [`WAKE_PERIOD`] samples.
+    sampled: u32,
+    missed: u32,
 }
+
+/// Block references without a prefetch after which the prefetcher goes dormant: it then
+/// examines one block in [`SAMPLE`] (images and initializations are still counted), keeps no
+/// claims, and wakes at the first sampled block that needs a read. A profile of a parallel
+/// crash recovery whose blocks all came from images or the pool had the per-block checks at
+/// about a quarter of the startup thread's time, which on two cores the workers lose.
+const DORMANT_AFTER: u64 = 1 << 16;
+
+/// While dormant, one block reference in this many is examined.
+const SAMPLE: u32 = 64;
+
+/// While dormant, the prefetcher wakes when [`WAKE_MISSES`] of [`WAKE_PERIOD`] sampled blocks
+/// are not in the pool (about 1 %): a lone miss is most often a block whose image waits in
+/// the parallel redo's pipeline, which a dormant prefetcher no longer claims (124 such
+/// wake-ups in one recovery when any miss woke it).
+const WAKE_PERIOD: u32 = 256;
+const WAKE_MISSES: u32 = 3;
 
 impl Prefetcher {
     /// A prefetcher whose window is the last `capacity` block references looked at (for a
@@ -138,6 +163,10 @@ impl Prefetcher {
             window: FxHashMap::default(),
             cached: vec![(u32::MAX, u32::MAX); if enabled { CACHED } else { 0 }].into(),
             fifo: None,
+            quiet: 0,
+            skipped: 0,
+            sampled: 0,
+            missed: 0,
         }
     }
 
@@ -155,6 +184,43 @@ impl Prefetcher {
         }
         let s = &st.recovery_prefetch;
         for b in &r.blocks {
+            if self.quiet >= DORMANT_AFTER {
+                // Dormant: images and initializations counted, one other block in SAMPLE
+                // examined (and counted), no claims kept.
+                if b.image.is_some() {
+                    s.skip_fpw.fetch_add(1, Ordering::Relaxed);
+                    continue;
+                }
+                if b.will_init {
+                    s.skip_init.fetch_add(1, Ordering::Relaxed);
+                    continue;
+                }
+                self.skipped += 1;
+                if self.skipped < SAMPLE {
+                    continue;
+                }
+                self.skipped = 0;
+                self.sampled += 1;
+                if self.sampled > WAKE_PERIOD {
+                    (self.sampled, self.missed) = (1, 0);
+                }
+                if st.pool.contains(b.rel, b.block) {
+                    s.hit.fetch_add(1, Ordering::Relaxed);
+                    continue;
+                }
+                self.missed += 1;
+                if self.missed >= WAKE_MISSES && self.prefetch_one(st, b) {
+                    // Reads are needed again: wake up, with no claims (a few prefetches of
+                    // blocks whose images are just ahead may be wasted).
+                    (self.quiet, self.sampled, self.missed) = (0, 0, 0);
+                    looked.asked += 1;
+                    s.prefetch.fetch_add(1, Ordering::Relaxed);
+                } else {
+                    s.skip_rep.fetch_add(1, Ordering::Relaxed);
+                }
+                continue;
+            }
+            self.quiet += 1;
             let key = (b.rel.0, b.block.0);
             let slot = (b.rel.0.wrapping_mul(0x9E37_79B9) ^ b.block.0.wrapping_mul(0x85EB_CA6B))
                 as usize
@@ -170,20 +236,12 @@ impl Prefetcher {
             } else if st.pool.contains(b.rel, b.block) {
                 self.cached[slot] = key;
                 (&s.hit, false)
+            } else if self.prefetch_one(st, b) {
+                self.quiet = 0;
+                looked.asked += 1;
+                (&s.prefetch, true)
             } else {
-                match st.smgr.open(b.rel) {
-                    Ok(rel) if b.block.0 < rel.nblocks.load(Ordering::Relaxed) => {
-                        match &self.readahead {
-                            Some(ra) => {
-                                ra.send(rel, b.block);
-                            }
-                            None => st.smgr.will_need(&rel, b.block),
-                        }
-                        looked.asked += 1;
-                        (&s.prefetch, true)
-                    }
-                    _ => (&s.skip_new, false),
-                }
+                (&s.skip_new, false)
             };
             counter.fetch_add(1, Ordering::Relaxed);
             if claim {
@@ -209,6 +267,23 @@ impl Prefetcher {
         looked
     }
 
+    /// Asks for block `b` (not in the pool): false if its file does not exist yet or is
+    /// shorter (records ahead create or extend it).
+    fn prefetch_one(&self, st: &Storage, b: &walnut_wal::BlockRef) -> bool {
+        match st.smgr.open(b.rel) {
+            Ok(rel) if b.block.0 < rel.nblocks.load(Ordering::Relaxed) => {
+                match &self.readahead {
+                    Some(ra) => {
+                        ra.send(rel, b.block);
+                    }
+                    None => st.smgr.will_need(&rel, b.block),
+                }
+                true
+            }
+            _ => false,
+        }
+    }
+
     /// Sets the window of a prefetcher made [`Prefetcher::with_window`]: the last `capacity`
     /// block references looked at.
     pub fn set_window(&mut self, capacity: usize) {
@@ -225,6 +300,7 @@ impl Prefetcher {
     /// Forgets every claim and every block found cached (a caller whose records have all
     /// been applied, and that may not look again for a while).
     pub fn reset(&mut self) {
+        (self.quiet, self.sampled, self.missed) = (0, 0, 0);
         self.window.clear();
         if let Some((fifo, _)) = &mut self.fifo {
             fifo.clear();
@@ -332,6 +408,35 @@ impl<'a> LookAhead<'a> {
     /// # Errors
     /// The reader's (I/O), once the records before it have been returned.
     pub fn next_record(&mut self, st: &Storage) -> Result<Option<DecodedRecord>> {
+        if self.limit == 0 && self.queue.is_empty() && self.end.is_none() {
+            // No look-ahead now: one record at a time, without the queue (what most redo
+            // runs do, where images and the pool serve every block).
+            if let Some(r) = self.reader.next_record()? {
+                if self.pipeline > 0 {
+                    self.prefetcher.set_window(self.pipeline);
+                }
+                let looked = self.prefetcher.record(st, &r.record);
+                self.limit =
+                    next_distance(self.limit, self.max, looked.asked, r.end_lsn.0 - r.lsn.0);
+                self.prefetcher.retire(&looked.claimed);
+                if self.limit == 0 {
+                    return Ok(Some(r));
+                }
+                self.blocks += r.record.blocks.len() as u64;
+                self.asked += u64::from(looked.asked);
+                // Its claims are retired already (it is next to be applied).
+                let asked = looked.asked;
+                self.queue.push_back((
+                    r,
+                    Looked {
+                        asked,
+                        claimed: Vec::new(),
+                    },
+                ));
+            } else {
+                self.end = Some(None);
+            }
+        }
         while self.end.is_none() && (self.queue.is_empty() || self.distance() < self.limit) {
             match self.reader.next_record() {
                 Ok(Some(r)) => {
