@@ -26,6 +26,12 @@ const SHARDS: usize = 64;
 const NO_TAG: u64 = u64::MAX;
 const USAGE_MAX: u8 = 5;
 
+/// A hash of a page's (relation file, block): spreads neighbouring blocks, for the buffer
+/// mapping's shards and recovery prefetch's cached-block filter.
+pub(crate) fn tag_hash(rel: RelFileId, block: BlockNumber) -> usize {
+    (rel.0 as usize).wrapping_mul(0x9E37_79B9) ^ (block.0 as usize).wrapping_mul(0x85EB_CA6B)
+}
+
 /// Identifies a page: relation file and block.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct BufTag {
@@ -251,9 +257,7 @@ impl BufferPool {
     }
 
     fn shard(&self, tag: BufTag) -> &Mutex<HashMap<BufTag, usize>> {
-        let h = (tag.rel.0 as usize).wrapping_mul(0x9E37_79B9)
-            ^ (tag.block.0 as usize).wrapping_mul(0x85EB_CA6B);
-        &self.shards[h % SHARDS]
+        &self.shards[tag_hash(tag.rel, tag.block) % SHARDS]
     }
 
     /// Whether the pool holds (or is reading) `block` of `rel` now: one look at the buffer

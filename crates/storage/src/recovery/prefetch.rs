@@ -208,6 +208,8 @@ impl Prefetcher {
                     s.hit.fetch_add(1, Ordering::Relaxed);
                     continue;
                 }
+                // A sampled miss that does not wake it is not counted (no column fits it,
+                // as none fits the blocks not sampled).
                 self.missed += 1;
                 if self.missed >= WAKE_MISSES && self.prefetch_one(st, b) {
                     // Reads are needed again: wake up, with no claims (a few prefetches of
@@ -215,16 +217,12 @@ impl Prefetcher {
                     (self.quiet, self.sampled, self.missed) = (0, 0, 0);
                     looked.asked += 1;
                     s.prefetch.fetch_add(1, Ordering::Relaxed);
-                } else {
-                    s.skip_rep.fetch_add(1, Ordering::Relaxed);
                 }
                 continue;
             }
             self.quiet += 1;
             let key = (b.rel.0, b.block.0);
-            let slot = (b.rel.0.wrapping_mul(0x9E37_79B9) ^ b.block.0.wrapping_mul(0x85EB_CA6B))
-                as usize
-                % CACHED;
+            let slot = crate::bufpool::tag_hash(b.rel, b.block) % CACHED;
             let (counter, claim) = if b.image.is_some() {
                 (&s.skip_fpw, true)
             } else if b.will_init {
@@ -411,45 +409,23 @@ impl<'a> LookAhead<'a> {
         if self.limit == 0 && self.queue.is_empty() && self.end.is_none() {
             // No look-ahead now: one record at a time, without the queue (what most redo
             // runs do, where images and the pool serve every block).
-            if let Some(r) = self.reader.next_record()? {
-                if self.pipeline > 0 {
-                    self.prefetcher.set_window(self.pipeline);
+            match self.reader.next_record()? {
+                Some(r) => {
+                    let looked = self.look(st, &r);
+                    if self.limit == 0 {
+                        self.prefetcher.retire(&looked.claimed);
+                        return Ok(Some(r));
+                    }
+                    self.enqueue(r, looked);
                 }
-                let looked = self.prefetcher.record(st, &r.record);
-                self.limit =
-                    next_distance(self.limit, self.max, looked.asked, r.end_lsn.0 - r.lsn.0);
-                self.prefetcher.retire(&looked.claimed);
-                if self.limit == 0 {
-                    return Ok(Some(r));
-                }
-                self.blocks += r.record.blocks.len() as u64;
-                self.asked += u64::from(looked.asked);
-                // Its claims are retired already (it is next to be applied).
-                let asked = looked.asked;
-                self.queue.push_back((
-                    r,
-                    Looked {
-                        asked,
-                        claimed: Vec::new(),
-                    },
-                ));
-            } else {
-                self.end = Some(None);
+                None => self.end = Some(None),
             }
         }
         while self.end.is_none() && (self.queue.is_empty() || self.distance() < self.limit) {
             match self.reader.next_record() {
                 Ok(Some(r)) => {
-                    if self.pipeline > 0 {
-                        self.prefetcher
-                            .set_window(self.pipeline + self.blocks as usize);
-                    }
-                    let looked = self.prefetcher.record(st, &r.record);
-                    self.limit =
-                        next_distance(self.limit, self.max, looked.asked, r.end_lsn.0 - r.lsn.0);
-                    self.blocks += r.record.blocks.len() as u64;
-                    self.asked += u64::from(looked.asked);
-                    self.queue.push_back((r, looked));
+                    let looked = self.look(st, &r);
+                    self.enqueue(r, looked);
                 }
                 Ok(None) => self.end = Some(None),
                 Err(e) => self.end = Some(Some(e)),
@@ -478,6 +454,23 @@ impl<'a> LookAhead<'a> {
             s.io_depth.store(depth, Ordering::Relaxed);
         }
         Ok(Some(r))
+    }
+
+    /// Has the prefetcher look at `r`, just read, and adapts the look-ahead to what it asked.
+    fn look(&mut self, st: &Storage, r: &DecodedRecord) -> Looked {
+        if self.pipeline > 0 {
+            self.prefetcher
+                .set_window(self.pipeline + self.blocks as usize);
+        }
+        let looked = self.prefetcher.record(st, &r.record);
+        self.limit = next_distance(self.limit, self.max, looked.asked, r.end_lsn.0 - r.lsn.0);
+        looked
+    }
+
+    fn enqueue(&mut self, r: DecodedRecord, looked: Looked) {
+        self.blocks += r.record.blocks.len() as u64;
+        self.asked += u64::from(looked.asked);
+        self.queue.push_back((r, looked));
     }
 
     /// Bytes of WAL decoded ahead: from the first queued record's start to the last's end.
