@@ -158,8 +158,16 @@ fn conn_info(conninfo: &str) -> Result<ConnInfo, RecvError> {
 
 /// The status updates, written by the receiving thread and the apply watcher alike.
 struct Feedback {
-    socket: Mutex<TcpStream>,
+    /// The socket, and the apply capacity last reported on it.
+    socket: Mutex<(TcpStream, (u64, u64))>,
     last: Mutex<Instant>,
+}
+
+/// Appends one CopyData message with `body` to `msg`.
+fn put_copy_data(msg: &mut BytesMut, body: &[u8]) {
+    msg.put_u8(b'd');
+    msg.put_u32(body.len() as u32 + 4);
+    msg.extend_from_slice(body);
 }
 
 impl Feedback {
@@ -170,8 +178,15 @@ impl Feedback {
     /// watcher both send, and a message built before the other's but written after it would
     /// take the primary's view of this standby back (a `remote_apply` commit then waits for
     /// the next periodic update).
+    ///
+    /// When replay's apply capacity changed since it was last reported on this connection,
+    /// walnut's apply capacity message follows in the same write: `c`, bytes per second (u64),
+    /// records per second (u64), send time (i64, µs since 2000-01-01); 25 bytes. Only a walnut
+    /// primary gets it: the system identifiers matched, so the primary is the one this standby
+    /// was copied from.
     fn send(&self, rec: &Recovery, reply: bool) -> std::io::Result<()> {
-        let mut socket = self.socket.lock();
+        let mut guard = self.socket.lock();
+        let (socket, reported) = &mut *guard;
         let (write, flush) = rec.received();
         let apply = rec.replay_lsn().min(flush);
         let mut body = BytesMut::with_capacity(34);
@@ -181,10 +196,18 @@ impl Feedback {
         body.put_u64(apply.0);
         body.put_i64(now_timestamp());
         body.put_u8(u8::from(reply));
-        let mut msg = BytesMut::with_capacity(body.len() + 5);
-        msg.put_u8(b'd');
-        msg.put_u32(body.len() as u32 + 4);
-        msg.extend_from_slice(&body);
+        let mut msg = BytesMut::with_capacity(2 * (body.len() + 5));
+        put_copy_data(&mut msg, &body);
+        let capacity = rec.apply_capacity();
+        if capacity != *reported {
+            body.clear();
+            body.put_u8(b'c');
+            body.put_u64(capacity.0);
+            body.put_u64(capacity.1);
+            body.put_i64(now_timestamp());
+            put_copy_data(&mut msg, &body);
+            *reported = capacity;
+        }
         socket.write_all(&msg)?;
         *self.last.lock() = Instant::now();
         Ok(())
@@ -251,7 +274,7 @@ fn stream(
         info.receive_start_lsn = start;
     }
     let fb = Arc::new(Feedback {
-        socket: Mutex::new(c.writer()?),
+        socket: Mutex::new((c.writer()?, (0, 0))),
         last: Mutex::new(Instant::now()),
     });
     // The apply watcher: a status update each time replay advances.

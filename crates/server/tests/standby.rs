@@ -346,6 +346,108 @@ fn remote_apply_reads_see_commits_and_failover_loses_no_acknowledged_commit() {
 /// max_wal_size (including pgbench -i's DROP and CREATE of every table), and the standby
 /// catches up from it; past max_slot_wal_keep_size the slot is invalidated and the standby
 /// says that a new base backup is needed.
+/// Replay headroom: a walnut standby reports its apply capacity, the primary's
+/// `pg_stat_replication` shows it beside the incoming rate, and `max_standby_apply_lag`
+/// holds commits once the synchronous standby could not replay what it has not within the
+/// setting: with replay paused, the WAL ahead of the standby's replay position stays within
+/// capacity × setting (plus the commit that crossed it), until replay resumes.
+#[test]
+fn max_standby_apply_lag_holds_commits_while_the_synchronous_standby_cannot_keep_up() {
+    let p = Server::new(&[]);
+    p.query("create table h (id int primary key, pad text)");
+    let (s, _tmp) = standby_of(&p, "s1", &[]);
+    p.query("alter system set synchronous_standby_names = '*'");
+    p.query("select pg_reload_conf()");
+    wait_for("the standby to be synchronous", || {
+        p.query("select sync_state from pg_stat_replication") == "sync"
+    });
+    let pad = "x".repeat(1000);
+    let mut next = 0;
+    let mut insert = |p: &Server, rows: usize| {
+        let values: Vec<String> = (0..rows)
+            .map(|_| {
+                next += 1;
+                format!("({next}, '{pad}')")
+            })
+            .collect();
+        p.query(&format!("insert into h values {}", values.join(", ")));
+    };
+    // The standby measures its capacity while it replays, and reports it.
+    wait_for("the standby to report its apply capacity", || {
+        insert(&p, 20);
+        p.query(
+            "select apply_bytes_per_sec > 0 and apply_records_per_sec > 0 \
+             and incoming_bytes_per_sec >= 0 and apply_catchup_time is not null \
+             from pg_stat_replication",
+        ) == "t"
+    });
+    s.query("select pg_wal_replay_pause()");
+    wait_for("replay to pause", || {
+        s.query("select pg_is_wal_replay_paused()") == "t"
+    });
+    let replayed = s.query("select pg_last_wal_replay_lsn()");
+    p.query("alter system set max_standby_apply_lag = '5ms'");
+    p.query("select pg_reload_conf()");
+    // Paused, the standby reports the same capacity: the allowance is fixed.
+    let capacity = p.query_i64("select apply_bytes_per_sec from pg_stat_replication");
+    let allowance = capacity * 5 / 1000;
+    // One commit's WAL: 20 rows of 1 kB.
+    let commit = 40_000;
+    let rows_needed = (allowance + 4 * commit) / 1000 * 2;
+    // One session, one commit per statement.
+    let mut script = String::new();
+    let mut id = 1_000_000;
+    for _ in 0..rows_needed / 20 + 1 {
+        let values: Vec<String> = (0..20)
+            .map(|_| {
+                id += 1;
+                format!("({id}, '{pad}')")
+            })
+            .collect();
+        script += &format!("insert into h values {};\n", values.join(", "));
+    }
+    let script_file = _tmp.path().join("writer.sql");
+    std::fs::write(&script_file, script).unwrap();
+    let writer = {
+        let args = p.conn_args();
+        std::thread::spawn(move || {
+            let out = Command::new(support::pg_bin("psql"))
+                .args(&args)
+                .args(["-X", "-q", "-d", "postgres", "-v", "ON_ERROR_STOP=1", "-f"])
+                .arg(&script_file)
+                .output()
+                .unwrap();
+            assert!(out.status.success(), "writer: {}", stderr(&out));
+        })
+    };
+    let ahead = || {
+        p.query_i64(&format!(
+            "select pg_wal_lsn_diff(pg_current_wal_lsn(), '{replayed}')::bigint"
+        ))
+    };
+    wait_for("the writer to reach the allowance", || ahead() > allowance);
+    for _ in 0..20 {
+        let a = ahead();
+        assert!(
+            a <= allowance + 2 * commit,
+            "{a} bytes ahead of a paused standby allowed {allowance} bytes"
+        );
+        assert!(
+            !writer.is_finished(),
+            "every commit passed a paused standby"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    s.query("select pg_wal_replay_resume()");
+    wait_for("the held commits to return", || writer.is_finished());
+    writer.join().unwrap();
+    p.query("alter system set max_standby_apply_lag = 0");
+    p.query("select pg_reload_conf()");
+    wait_caught_up(&p, &s);
+    let rows = "select count(*), sum(id), sum(length(pad)) from h";
+    assert_eq!(p.query(rows), s.query(rows), "the standby's rows differ");
+}
+
 #[test]
 fn a_stopped_standby_catches_up_from_its_slot_until_the_slot_is_lost() {
     let settings = [

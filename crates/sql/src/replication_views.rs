@@ -2,6 +2,15 @@
 //! `inet`, `interval` or `timestamptz` types yet: `client_addr` is text, the lags are text in
 //! `interval`'s output format (`00:00:00.001234`), and the times are `timestamp` (UTC).
 //! `sync_priority` and `sync_state` follow `synchronous_standby_names`.
+//!
+//! After PostgreSQL's columns come walnut's replay headroom, so that a query naming
+//! PostgreSQL's columns, or `*` read by position, sees what it would on PostgreSQL:
+//! `incoming_bytes_per_sec` (WAL sent to the standby per second, over the last second or
+//! more), `apply_bytes_per_sec` and `apply_records_per_sec` (the apply capacity a walnut
+//! standby reports: what it replays per second while it has WAL to replay; NULL from a client
+//! that does not report it) and `apply_catchup_time` (the WAL sent and not yet replayed,
+//! divided by that capacity: how long the standby needs to replay it, the figure
+//! `max_standby_apply_lag` bounds).
 
 use std::time::Duration;
 use walnut_common::{ColumnDef, DataType, Value};
@@ -67,7 +76,13 @@ pub(crate) fn pg_stat_replication(
         col("sync_priority", Int4),
         col("sync_state", Text),
         col("reply_time", Timestamp),
+        col("incoming_bytes_per_sec", Int8),
+        col("apply_bytes_per_sec", Int8),
+        col("apply_records_per_sec", Int8),
+        col("apply_catchup_time", Text),
     ];
+    let int8 =
+        |v: Option<u64>| v.map_or(Value::Null, |v| Value::Int8(v.min(i64::MAX as u64) as i64));
     let lag = |d: Option<Duration>| d.map_or(Value::Null, |d| Value::Text(interval(d)));
     let rows = senders
         .iter()
@@ -98,6 +113,17 @@ pub(crate) fn pg_stat_replication(
                 Value::Int4(*priority as i32),
                 Value::Text(sync.name().into()),
                 s.reply_time_us.map_or(Value::Null, unix_us),
+                int8(Some(s.incoming_bytes_per_sec)),
+                int8(s.apply_bytes_per_sec),
+                int8(s.apply_records_per_sec),
+                match s.apply_bytes_per_sec {
+                    Some(cap) if s.replay_lsn != 0 => {
+                        Value::Text(interval(Duration::from_secs_f64(
+                            s.sent_lsn.saturating_sub(s.replay_lsn) as f64 / cap as f64,
+                        )))
+                    }
+                    _ => Value::Null,
+                },
             ]
         })
         .collect();

@@ -38,6 +38,16 @@ pub const PROMOTE_SIGNAL: &str = "promote";
 /// The longest the startup thread sleeps before looking for new WAL again (it is also woken
 /// when the receiver flushes).
 const REPLAY_POLL: Duration = Duration::from_millis(100);
+/// Busy time [`ApplyMeter`] gathers before it publishes a measurement.
+const METER_BUSY: Duration = Duration::from_millis(200);
+/// Wall time after which [`ApplyMeter`] publishes what it has, if at least
+/// [`METER_MIN_RECORDS`] records were replayed meanwhile.
+const METER_WINDOW: Duration = Duration::from_secs(1);
+/// See [`METER_WINDOW`].
+const METER_MIN_RECORDS: u64 = 64;
+/// Records between two looks at the clock in a long busy stretch.
+const METER_CLOCK_EVERY: u32 = 1024;
+
 /// Records replay may apply past a commit that wants apply feedback before it reports it
 /// without having caught up (about ten pgbench transactions).
 const FEEDBACK_BATCH: u32 = 64;
@@ -66,6 +76,10 @@ pub struct Recovery {
     receiver_running: AtomicBool,
     /// `recovery_min_apply_delay`, ms.
     min_apply_delay_ms: AtomicU64,
+    /// Replay's apply capacity ([`ApplyMeter`]): WAL bytes and records per second of busy
+    /// time; 0 until measured.
+    apply_bytes_per_sec: AtomicU64,
+    apply_records_per_sec: AtomicU64,
     /// The last checkpoint record replayed: (its LSN, its redo point), a restartpoint's
     /// candidate.
     restart_candidate: Mutex<Option<(Lsn, Lsn)>>,
@@ -124,6 +138,8 @@ impl Recovery {
             ended: AtomicBool::new(false),
             receiver_running: AtomicBool::new(false),
             min_apply_delay_ms: AtomicU64::new(0),
+            apply_bytes_per_sec: AtomicU64::new(0),
+            apply_records_per_sec: AtomicU64::new(0),
             restart_candidate: Mutex::new(None),
             last_restartpoint: Mutex::new(checkpoint),
             lock: Mutex::new(()),
@@ -162,6 +178,16 @@ impl Recovery {
     /// End of the last record replayed (`pg_last_wal_replay_lsn()`).
     pub fn replay_lsn(&self) -> Lsn {
         Lsn(self.replayed.load(Ordering::Acquire))
+    }
+
+    /// Replay's apply capacity: (WAL bytes, records) it replays per second while it has WAL
+    /// to replay ([`ApplyMeter`]); (0, 0) until measured. The walreceiver reports it to the
+    /// primary, whose `pg_stat_replication` shows it and whose `max_standby_apply_lag` uses it.
+    pub fn apply_capacity(&self) -> (u64, u64) {
+        (
+            self.apply_bytes_per_sec.load(Ordering::Relaxed),
+            self.apply_records_per_sec.load(Ordering::Relaxed),
+        )
     }
 
     /// Commit time of the last commit replayed, µs since 2000-01-01
@@ -365,6 +391,7 @@ fn startup(weak: Weak<Storage>, rec: Arc<Recovery>, mut reader: WalReader) {
     // Records applied since a commit that wants apply feedback, not yet reported (`None`:
     // none waits).
     let mut feedback_pending: Option<u32> = None;
+    let mut meter = ApplyMeter::new();
     loop {
         if rec.stopping() {
             return;
@@ -377,6 +404,7 @@ fn startup(weak: Weak<Storage>, rec: Arc<Recovery>, mut reader: WalReader) {
                     .settle(&st, &rec, &mut notified)
                     .unwrap_or_else(|e| fatal(e));
             }
+            meter.idle(&rec, reader.end_lsn());
             let mut g = rec.lock.lock();
             if rec.is_paused() && !rec.stopping() {
                 rec.wake.wait_for(&mut g, REPLAY_POLL);
@@ -397,6 +425,7 @@ fn startup(weak: Weak<Storage>, rec: Arc<Recovery>, mut reader: WalReader) {
                         .settle(&st, &rec, &mut notified)
                         .unwrap_or_else(|e| fatal(e));
                 }
+                meter.idle(&rec, reader.end_lsn());
                 reader.forget_cache();
                 let mut g = rec.lock.lock();
                 rec.wake.wait_for(&mut g, Duration::from_secs(1));
@@ -411,6 +440,7 @@ fn startup(weak: Weak<Storage>, rec: Arc<Recovery>, mut reader: WalReader) {
             }
             // Caught up. Flush marks after the last record were read past: replay is there
             // too.
+            meter.idle(&rec, reader.end_lsn());
             rec.replayed.fetch_max(reader.end_lsn().0, Ordering::AcqRel);
             if rec.replay_lsn() > notified {
                 notified = rec.replay_lsn();
@@ -467,6 +497,10 @@ fn startup(weak: Weak<Storage>, rec: Arc<Recovery>, mut reader: WalReader) {
         let parallel = par.as_ref().is_some_and(|p| p.active);
         if r.record.rmgr == crate::RM_XACT && r.record.info == crate::XACT_COMMIT {
             if let Some(ts) = recovery::commit_timestamp(&r.record.main_data) {
+                if rec.min_apply_delay_ms.load(Ordering::Relaxed) > 0 {
+                    // Waiting out the delay is not replay's work.
+                    meter.idle(&rec, r.lsn);
+                }
                 if let Some(p) = par
                     .as_mut()
                     .filter(|p| p.active && rec.min_apply_delay_ms.load(Ordering::Relaxed) > 0)
@@ -487,6 +521,7 @@ fn startup(weak: Weak<Storage>, rec: Arc<Recovery>, mut reader: WalReader) {
                 }
             }
         }
+        meter.record(&rec, r.lsn, r.end_lsn);
         if let Some(p) = par.as_mut().filter(|p| p.active) {
             p.replay(&st, &rec, r, &mut notified)
                 .unwrap_or_else(|e| fatal(e));
@@ -766,6 +801,100 @@ impl ParallelReplay {
 
 /// Reloads the catalog cache after a replayed commit that changed the catalog; on failure it
 /// is marked stale, and the next transaction reloads it.
+/// Measures replay's apply capacity for [`Recovery::apply_capacity`]: WAL bytes and records
+/// replayed per second of *busy* time, the time replay had WAL to replay. A busy stretch
+/// starts with the first record read after replay was idle and ends when it is idle again
+/// (caught up with the walreceiver, paused, or waiting out `recovery_min_apply_delay`); in a
+/// long stretch the clock is read every [`METER_CLOCK_EVERY`] records. Busy time includes
+/// reading the WAL, prefetching, and (in a parallel stretch) waiting for the redo workers,
+/// because all of them bound how fast replay goes. A caught-up standby replays in short
+/// bursts, and its bursts measure its capacity as well as a long catch-up does.
+///
+/// Every [`METER_BUSY`] of busy time, or every [`METER_WINDOW`] with at least
+/// [`METER_MIN_RECORDS`] records, the rates of the time gathered are averaged with the
+/// previous figure (half each) and published.
+struct ApplyMeter {
+    /// The current busy stretch: when it began (or was last folded) and where.
+    busy: Option<(Instant, Lsn)>,
+    /// Records read since `busy` began.
+    records: u64,
+    since_clock: u32,
+    /// Gathered since the last publication: bytes, records, busy time.
+    bytes_acc: u64,
+    records_acc: u64,
+    busy_acc: Duration,
+    window: Instant,
+}
+
+impl ApplyMeter {
+    fn new() -> ApplyMeter {
+        ApplyMeter {
+            busy: None,
+            records: 0,
+            since_clock: 0,
+            bytes_acc: 0,
+            records_acc: 0,
+            busy_acc: Duration::ZERO,
+            window: Instant::now(),
+        }
+    }
+
+    /// Replay read the record at `lsn`, ending at `end`.
+    fn record(&mut self, rec: &Recovery, lsn: Lsn, end: Lsn) {
+        if self.busy.is_none() {
+            self.busy = Some((Instant::now(), lsn));
+        }
+        self.records += 1;
+        self.since_clock += 1;
+        if self.since_clock >= METER_CLOCK_EVERY {
+            self.since_clock = 0;
+            let now = Instant::now();
+            if self
+                .busy
+                .is_some_and(|(t, _)| now.saturating_duration_since(t) >= METER_BUSY)
+            {
+                self.fold(rec, now, end);
+                self.busy = Some((now, end));
+            }
+        }
+    }
+
+    /// Replay is idle from `at` (everything before it applied).
+    fn idle(&mut self, rec: &Recovery, at: Lsn) {
+        if self.busy.is_some() {
+            self.fold(rec, Instant::now(), at);
+            self.busy = None;
+        }
+    }
+
+    fn fold(&mut self, rec: &Recovery, now: Instant, end: Lsn) {
+        let Some((t0, from)) = self.busy else { return };
+        self.bytes_acc += end.0.saturating_sub(from.0);
+        self.records_acc += std::mem::take(&mut self.records);
+        self.busy_acc += now.saturating_duration_since(t0);
+        let window_done = now.saturating_duration_since(self.window) >= METER_WINDOW
+            && self.records_acc >= METER_MIN_RECORDS;
+        if self.busy_acc < METER_BUSY && !window_done {
+            return;
+        }
+        let secs = self.busy_acc.as_secs_f64().max(1e-6);
+        let blend = |old: &AtomicU64, new: f64| {
+            let new = new as u64;
+            let old_v = old.load(Ordering::Relaxed);
+            old.store(
+                if old_v == 0 { new } else { old_v / 2 + new / 2 },
+                Ordering::Relaxed,
+            );
+        };
+        blend(&rec.apply_bytes_per_sec, self.bytes_acc as f64 / secs);
+        blend(&rec.apply_records_per_sec, self.records_acc as f64 / secs);
+        self.bytes_acc = 0;
+        self.records_acc = 0;
+        self.busy_acc = Duration::ZERO;
+        self.window = now;
+    }
+}
+
 fn reload_catalog(st: &Storage) {
     if let Err(e) = st.catalog.reload(st) {
         tracing::error!("could not reload the catalog after replay: {e}");

@@ -728,6 +728,9 @@ impl Txn {
             }
         }
         st.xact.publish_commit(xid);
+        // max_standby_apply_lag: visible and unlocked, the commit returns only once the
+        // synchronous standbys could replay it in time; a cancel ends the wait, nothing else.
+        st.wal().senders().wait_for_apply_lag(end.0, &self.cancel);
         for rel in self.drop_at_commit.drain(..) {
             if let Err(e) = st.remove_relation(rel) {
                 tracing::warn!("{e}; the next checkpoint removes the file");

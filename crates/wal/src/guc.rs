@@ -43,6 +43,21 @@ fn check_sync_names(v: Val) -> Result<Val> {
     Ok(v)
 }
 
+/// `max_standby_apply_lag`, ms (walnut's; 0, the default: off): a commit returns only once
+/// every synchronous standby that reports its apply capacity could replay the WAL up to the
+/// commit within this time at that capacity
+/// ([`crate::senders::WalSenders::wait_for_apply_lag`]). openGauss's `recovery_time_target`
+/// bounds the same thing, a failover's replay time.
+pub static MAX_STANDBY_APPLY_LAG: GucDef = GucDef {
+    name: "max_standby_apply_lag",
+    kind: int(0, i32::MAX as i64, Unit::Ms),
+    default: "0",
+    context: Context::Sighup,
+    category: "Replication / Primary Server",
+    description: "Slows commits while a synchronous standby would need longer than this to replay the WAL it has not replayed.",
+    check: None,
+};
+
 /// `synchronous_commit`: how long a commit waits (see [`crate::SynchronousCommit`]).
 pub static SYNCHRONOUS_COMMIT: GucDef = GucDef {
     name: "synchronous_commit",
@@ -218,6 +233,7 @@ pub static GUCS: &[&GucDef] = &[
     &COMMIT_DELAY,
     &COMMIT_SIBLINGS,
     &GROUP_COMMIT,
+    &MAX_STANDBY_APPLY_LAG,
     &SYNCHRONOUS_COMMIT,
     &SYNCHRONOUS_STANDBY_NAMES,
     &WAL_BUFFERS,

@@ -1,7 +1,9 @@
 //! The walsenders' shared state (PostgreSQL's `WalSndCtl` in `replication/walsender.c`): one
 //! entry per connection streaming this server's WAL, for `max_wal_senders` and the view
 //! `pg_stat_replication`, and the lag tracker behind its `write_lag`, `flush_lag` and
-//! `replay_lag`.
+//! `replay_lag`; the synchronous commits waiting for standbys (`synchronous_standby_names`),
+//! and the commits slowed by `max_standby_apply_lag` (walnut's: a synchronous standby's replay
+//! headroom, enforced).
 //!
 //! The streaming itself (the protocol, reading segments) is the front end's; the WAL only keeps
 //! what every session must be able to see.
@@ -90,6 +92,54 @@ impl LagReader {
     }
 }
 
+/// Positions sent, sampled for the rate at which WAL goes to a standby: samples at least
+/// [`RATE_SAMPLE_EVERY`] apart, at most [`RATE_SAMPLES`] of them.
+#[derive(Debug, Default)]
+struct RateWindow {
+    samples: VecDeque<(Instant, u64)>,
+}
+
+/// See [`RateWindow`].
+const RATE_SAMPLE_EVERY: Duration = Duration::from_millis(100);
+/// See [`RateWindow`]: 6.4 s of samples while WAL flows.
+const RATE_SAMPLES: usize = 64;
+/// The rate is measured over at least this long once the window holds it.
+const RATE_SPAN: Duration = Duration::from_secs(1);
+
+impl RateWindow {
+    fn note(&mut self, now: Instant, pos: u64) {
+        if self
+            .samples
+            .back()
+            .is_some_and(|&(t, _)| now.saturating_duration_since(t) < RATE_SAMPLE_EVERY)
+        {
+            return;
+        }
+        if self.samples.len() == RATE_SAMPLES {
+            self.samples.pop_front();
+        }
+        self.samples.push_back((now, pos));
+    }
+
+    /// Bytes per second from the youngest sample at least [`RATE_SPAN`] old (the oldest if
+    /// none is) to `pos` at `now`; 0 without a sample. Idle, it decays towards 0 as the
+    /// sample ages.
+    fn rate(&self, now: Instant, pos: u64) -> u64 {
+        let from = self
+            .samples
+            .iter()
+            .rev()
+            .find(|&&(t, _)| now.saturating_duration_since(t) >= RATE_SPAN)
+            .or(self.samples.front());
+        let Some(&(t, p)) = from else { return 0 };
+        let secs = now.saturating_duration_since(t).as_secs_f64();
+        if secs <= 0.0 {
+            return 0;
+        }
+        (pos.saturating_sub(p) as f64 / secs) as u64
+    }
+}
+
 /// One walsender's shared entry.
 #[derive(Debug)]
 pub struct WalSnd {
@@ -114,6 +164,12 @@ pub struct WalSnd {
     reply_time_us: AtomicI64,
     /// Lags of write, flush and replay.
     lags: Mutex<[LagReader; 3]>,
+    /// WAL sent, sampled for `incoming_bytes_per_sec`.
+    rate: Mutex<RateWindow>,
+    /// The standby's apply capacity as it last reported it (walnut's `c` message): bytes
+    /// and records per second it replays while it has WAL to replay; 0 until reported.
+    apply_bytes_per_sec: AtomicU64,
+    apply_records_per_sec: AtomicU64,
 }
 
 /// What `pg_stat_replication` shows of one walsender at one moment.
@@ -149,6 +205,13 @@ pub struct WalSndSnapshot {
     pub replay_lag: Option<Duration>,
     /// The last status update's time, µs since the Unix epoch, if any.
     pub reply_time_us: Option<i64>,
+    /// WAL sent to the standby per second, bytes, over the last second or more.
+    pub incoming_bytes_per_sec: u64,
+    /// The standby's apply capacity: WAL bytes it replays per second while behind (`None`:
+    /// not reported; a PostgreSQL client never reports it).
+    pub apply_bytes_per_sec: Option<u64>,
+    /// See `apply_bytes_per_sec`: WAL records per second.
+    pub apply_records_per_sec: Option<u64>,
 }
 
 impl WalSnd {
@@ -174,6 +237,9 @@ impl WalSnd {
             replay: AtomicU64::new(0),
             reply_time_us: AtomicI64::new(0),
             lags: Mutex::new(Default::default()),
+            rate: Mutex::new(RateWindow::default()),
+            apply_bytes_per_sec: AtomicU64::new(0),
+            apply_records_per_sec: AtomicU64::new(0),
         }
     }
 
@@ -193,6 +259,21 @@ impl WalSnd {
         for r in self.lags.lock().iter_mut() {
             r.sent(lsn, now);
         }
+        self.rate.lock().note(now, lsn);
+    }
+
+    /// The standby's last reported flush position (0 before its first report).
+    pub fn flush_lsn(&self) -> u64 {
+        self.flush.load(Ordering::Relaxed)
+    }
+
+    /// The standby's report of its apply capacity: WAL bytes and records it replays per
+    /// second while behind (0: it does not know yet).
+    pub fn set_apply_capacity(&self, bytes_per_sec: u64, records_per_sec: u64) {
+        self.apply_bytes_per_sec
+            .store(bytes_per_sec, Ordering::Relaxed);
+        self.apply_records_per_sec
+            .store(records_per_sec, Ordering::Relaxed);
     }
 
     /// End of the WAL sent, bytes.
@@ -219,6 +300,7 @@ impl WalSnd {
     pub fn snapshot(&self) -> WalSndSnapshot {
         let lags = self.lags.lock();
         let reply = self.reply_time_us.load(Ordering::Relaxed);
+        let known = |v: &AtomicU64| Some(v.load(Ordering::Relaxed)).filter(|&v| v > 0);
         WalSndSnapshot {
             pid: self.pid,
             user: self.user.clone(),
@@ -235,6 +317,9 @@ impl WalSnd {
             flush_lag: lags[1].lag,
             replay_lag: lags[2].lag,
             reply_time_us: (reply != 0).then_some(reply),
+            incoming_bytes_per_sec: self.rate.lock().rate(Instant::now(), self.sent_lsn()),
+            apply_bytes_per_sec: known(&self.apply_bytes_per_sec),
+            apply_records_per_sec: known(&self.apply_records_per_sec),
         }
     }
 }
@@ -386,6 +471,8 @@ pub struct WalSenders {
     waiting: Mutex<Vec<Waiter>>,
     /// Ids of [`Waiter`]s.
     next_waiter: AtomicU64,
+    /// `max_standby_apply_lag`, ms (0: off).
+    max_apply_lag_ms: AtomicU64,
 }
 
 /// A commit waiting for synchronous standbys.
@@ -393,8 +480,17 @@ pub struct WalSenders {
 struct Waiter {
     id: u64,
     lsn: u64,
-    level: SyncLevel,
+    kind: WaitKind,
     thread: std::thread::Thread,
+}
+
+/// What a [`Waiter`] waits for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum WaitKind {
+    /// Synchronous replication at this level.
+    Sync(SyncLevel),
+    /// `max_standby_apply_lag`: the synchronous standbys' replay headroom.
+    ApplyLag,
 }
 
 /// A walsender's place in [`WalSenders`]; dropping it removes the entry.
@@ -488,6 +584,13 @@ impl WalSenders {
         self.notify();
     }
 
+    /// Sets `max_standby_apply_lag`, ms (0: off; at start-up and reload); waiting commits
+    /// re-check.
+    pub fn set_max_apply_lag(&self, ms: u64) {
+        self.max_apply_lag_ms.store(ms, Ordering::Relaxed);
+        self.notify();
+    }
+
     /// Unparks the waiting commits that are released now (or need wait no more: no
     /// synchronous standbys configured); each removes itself.
     fn notify(&self) {
@@ -495,13 +598,51 @@ impl WalSenders {
         if waiting.is_empty() {
             return;
         }
-        let mut released: [Option<Option<u64>>; 3] = [None; 3];
+        // Per kind: synchronous levels 0-2, then the apply-lag floor.
+        let mut released: [Option<Option<u64>>; 4] = [None; 4];
         for w in waiting.iter() {
-            let at = *released[w.level as usize].get_or_insert_with(|| self.released_at(w.level));
+            let at = match w.kind {
+                WaitKind::Sync(level) => {
+                    *released[level as usize].get_or_insert_with(|| self.released_at(level))
+                }
+                WaitKind::ApplyLag => *released[3].get_or_insert_with(|| self.apply_lag_floor()),
+            };
             if at.is_none_or(|p| p >= w.lsn) {
                 w.thread.unpark();
             }
         }
+    }
+
+    /// The position up to which commits pass `max_standby_apply_lag` now: the least, over
+    /// the synchronous standbys (`sync` or `quorum`) that report their apply capacity, of
+    /// what each has replayed plus what it replays in `max_standby_apply_lag` at that
+    /// capacity. `None`: commits pass (the setting is off, no synchronous standbys are
+    /// configured, or none of them reports its capacity: a PostgreSQL client, or a walnut
+    /// standby that has not measured it yet).
+    ///
+    /// The bound in openGauss's `recovery_time_target` terms: a commit returns only when its
+    /// synchronous standbys could replay everything up to it within the setting, at the
+    /// rate they say they replay.
+    fn apply_lag_floor(&self) -> Option<u64> {
+        let ms = self.max_apply_lag_ms.load(Ordering::Relaxed);
+        if ms == 0 {
+            return None;
+        }
+        let list = self.list.lock();
+        let sync = self.sync.lock();
+        let cfg = sync.as_ref()?;
+        let states = sync_states(&list, Some(cfg));
+        list.iter()
+            .zip(states)
+            .filter(|(_, (_, st))| matches!(st, SyncState::Sync | SyncState::Quorum))
+            .filter_map(|(s, _)| {
+                let cap = s.apply_bytes_per_sec.load(Ordering::Relaxed);
+                (cap > 0).then(|| {
+                    let headroom = (u128::from(cap) * u128::from(ms) / 1000) as u64;
+                    s.replay.load(Ordering::Relaxed).saturating_add(headroom)
+                })
+            })
+            .min()
     }
 
     /// The position up to which synchronous commits at `level` are confirmed now; `None` if
@@ -537,6 +678,21 @@ impl WalSenders {
         self.wait_polling(lsn, level, cancel, Duration::from_millis(100))
     }
 
+    /// `max_standby_apply_lag`: waits until every synchronous standby that reports its apply
+    /// capacity could replay the WAL up to `lsn` (a commit's end) within the setting
+    /// ([`WalSenders::apply_lag_floor`]), or `cancel` is set (taken), or the setting is
+    /// turned off. `NotRequired` when it did not have to wait. Blocks the calling thread (a
+    /// session's own); the committed transaction is already visible, so the wait holds no
+    /// lock and slows only its own session.
+    pub fn wait_for_apply_lag(&self, lsn: u64, cancel: &AtomicBool) -> SyncWait {
+        if self.max_apply_lag_ms.load(Ordering::Relaxed) == 0
+            || !self.sync_configured.load(Ordering::Acquire)
+        {
+            return SyncWait::NotRequired;
+        }
+        self.wait_until(lsn, WaitKind::ApplyLag, cancel, Duration::from_millis(100))
+    }
+
     /// [`WalSenders::wait_for`], looking at `cancel` every `poll` (tests make it long, so
     /// that only an unpark can end the wait).
     fn wait_polling(
@@ -549,10 +705,30 @@ impl WalSenders {
         if !self.sync_configured.load(Ordering::Acquire) {
             return SyncWait::NotRequired;
         }
-        let check = || match self.released_at(level) {
-            None => Some(SyncWait::NotRequired),
-            Some(p) if p >= lsn => Some(SyncWait::Released),
-            Some(_) => None,
+        self.wait_until(lsn, WaitKind::Sync(level), cancel, poll)
+    }
+
+    /// The wait of [`WalSenders::wait_polling`] and [`WalSenders::wait_for_apply_lag`]:
+    /// parked until `notify` finds `lsn` released for `kind`, looking at `cancel` every
+    /// `poll`. An apply-lag wait that had to wait ends `Released`, one that did not
+    /// `NotRequired`.
+    fn wait_until(
+        &self,
+        lsn: u64,
+        kind: WaitKind,
+        cancel: &AtomicBool,
+        poll: Duration,
+    ) -> SyncWait {
+        let check = || match kind {
+            WaitKind::Sync(level) => match self.released_at(level) {
+                None => Some(SyncWait::NotRequired),
+                Some(p) if p >= lsn => Some(SyncWait::Released),
+                Some(_) => None,
+            },
+            WaitKind::ApplyLag => match self.apply_lag_floor() {
+                Some(p) if p < lsn => None,
+                _ => Some(SyncWait::Released),
+            },
         };
         let id = self.next_waiter.fetch_add(1, Ordering::Relaxed);
         {
@@ -560,12 +736,15 @@ impl WalSenders {
             // (seen here) or will find this waiter in the list.
             let mut waiting = self.waiting.lock();
             if let Some(done) = check() {
-                return done;
+                return match kind {
+                    WaitKind::ApplyLag => SyncWait::NotRequired,
+                    WaitKind::Sync(_) => done,
+                };
             }
             waiting.push(Waiter {
                 id,
                 lsn,
-                level,
+                kind,
                 thread: std::thread::current(),
             });
         }
@@ -807,6 +986,100 @@ mod tests {
         std::thread::sleep(Duration::from_millis(20));
         all.set_sync(None);
         assert_eq!(waiter.join().unwrap(), SyncWait::NotRequired);
+    }
+
+    #[test]
+    fn the_incoming_rate_is_measured_over_a_second_or_more_and_decays_when_idle() {
+        let mut w = RateWindow::default();
+        let t0 = Instant::now();
+        assert_eq!(w.rate(t0, 0), 0);
+        // 1 MB every 100 ms for 2 s: 10 MB/s.
+        for i in 0..=20u64 {
+            w.note(t0 + Duration::from_millis(100 * i), i << 20);
+        }
+        // Samples closer than RATE_SAMPLE_EVERY are not kept.
+        w.note(t0 + Duration::from_millis(2_001), 99 << 20);
+        assert_eq!(w.samples.len(), 21);
+        let now = t0 + Duration::from_secs(2);
+        assert_eq!(w.rate(now, 20 << 20), 10 << 20);
+        // Idle: half a second later the last second carried 5 MB; a second later, none.
+        assert_eq!(w.rate(now + Duration::from_millis(500), 20 << 20), 5 << 20);
+        assert_eq!(w.rate(now + Duration::from_secs(9), 20 << 20), 0);
+        // Bounded.
+        for i in 0..1000u64 {
+            w.note(now + Duration::from_millis(100 * i), i);
+        }
+        assert_eq!(w.samples.len(), RATE_SAMPLES);
+    }
+
+    /// `max_standby_apply_lag`: a commit waits while its synchronous standby, at the capacity
+    /// it reported, could not replay up to it in time; standbys that report no capacity, and
+    /// servers without the setting or synchronous standbys, never wait.
+    #[test]
+    fn apply_lag_waits_for_a_synchronous_standby_that_reports_its_capacity() {
+        let all = Arc::new(WalSenders::default());
+        let a = Arc::new(streaming(&all, 1, "a"));
+        let b = Arc::new(streaming(&all, 2, "b"));
+        let no_cancel = AtomicBool::new(false);
+        a.snd().reply(0, 0, 1_000, Instant::now(), 1);
+        all.set_max_apply_lag(100);
+        // No synchronous standbys: nothing to wait for.
+        assert_eq!(
+            all.wait_for_apply_lag(1 << 40, &no_cancel),
+            SyncWait::NotRequired
+        );
+        all.set_sync(SyncStandbys::parse("a").unwrap());
+        // a reports no capacity yet: no bound.
+        assert_eq!(all.apply_lag_floor(), None);
+        assert_eq!(
+            all.wait_for_apply_lag(1 << 40, &no_cancel),
+            SyncWait::NotRequired
+        );
+        // 1 MB/s and 100 ms: a may trail by 104,857 bytes (+ the 1,000 replayed).
+        a.snd().set_apply_capacity(1 << 20, 10_000);
+        assert_eq!(all.apply_lag_floor(), Some(1_000 + 104_857));
+        assert_eq!(
+            all.wait_for_apply_lag(105_857, &no_cancel),
+            SyncWait::NotRequired
+        );
+        // b is asynchronous: its capacity does not count.
+        b.snd().set_apply_capacity(1, 1);
+        assert_eq!(all.apply_lag_floor(), Some(105_857));
+        let waiter = {
+            let all = all.clone();
+            std::thread::spawn(move || {
+                let hour = Duration::from_secs(3600);
+                all.wait_until(200_000, WaitKind::ApplyLag, &AtomicBool::new(false), hour)
+            })
+        };
+        while all.waiting.lock().is_empty() {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        // Replay passes 200,000 - 104,857: released by the reply's unpark alone.
+        a.snd().reply(0, 0, 95_142, Instant::now(), 2);
+        a.replied();
+        std::thread::sleep(Duration::from_millis(20));
+        assert!(!waiter.is_finished(), "released one byte early");
+        a.snd().reply(0, 0, 95_143, Instant::now(), 3);
+        a.replied();
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while !waiter.is_finished() {
+            assert!(
+                Instant::now() < deadline,
+                "a released waiter was not unparked"
+            );
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert_eq!(waiter.join().unwrap(), SyncWait::Released);
+        // A cancel ends a wait; turning the setting off passes everyone.
+        let cancel = AtomicBool::new(true);
+        assert_eq!(all.wait_for_apply_lag(1 << 40, &cancel), SyncWait::Canceled);
+        all.set_max_apply_lag(0);
+        assert_eq!(
+            all.wait_for_apply_lag(1 << 40, &no_cancel),
+            SyncWait::NotRequired
+        );
+        assert!(all.waiting.lock().is_empty());
     }
 
     #[test]

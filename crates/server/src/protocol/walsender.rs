@@ -206,6 +206,14 @@ fn on_client_copy_data(snd: &WalSnd, data: &Bytes) -> Result<bool, Error> {
             snd.reply(write, flush, apply, Instant::now(), unix_now_us());
             Ok(reply_requested)
         }
+        // walnut's apply capacity message (a walnut standby's walreceiver sends it when the
+        // figure changes): bytes/s, records/s, send time.
+        Some(b'c') if data.len() == 25 => {
+            let u64_at = |i: usize| u64::from_be_bytes(data[i..i + 8].try_into().expect("8"));
+            snd.set_apply_capacity(u64_at(1), u64_at(9));
+            Ok(false)
+        }
+        Some(b'c') => Err(bad("an apply capacity message must be 25 bytes")),
         // Hot-standby feedback: accepted; walnut keeps no row versions for it yet.
         Some(b'h') if data.len() == 25 => Ok(false),
         Some(b'h') => Err(bad("a hot standby feedback message must be 25 bytes")),
@@ -312,7 +320,7 @@ where
                         // Synchronous commits waiting for this standby re-check.
                         reg.replied();
                         // A physical slot keeps WAL from what the receiver has flushed.
-                        let flushed = snd.snapshot().flush_lsn;
+                        let flushed = snd.flush_lsn();
                         if let (Some(slot), true) = (slot, flushed != 0) {
                             slot.confirm(Lsn(flushed));
                         }
@@ -388,6 +396,20 @@ mod tests {
         let e = on_client_copy_data(&snd, &r.freeze()).unwrap_err();
         assert_eq!(e.sqlstate, SqlState::PROTOCOL_VIOLATION);
         assert!(on_client_copy_data(&snd, &Bytes::from_static(b"h123")).is_err());
+        // walnut's apply capacity message.
+        let mut c = BytesMut::new();
+        c.put_u8(b'c');
+        c.put_u64(50 << 20);
+        c.put_u64(400_000);
+        c.put_i64(0);
+        assert!(!on_client_copy_data(&snd, &c.clone().freeze()).unwrap());
+        let s = snd.snapshot();
+        assert_eq!(
+            (s.apply_bytes_per_sec, s.apply_records_per_sec),
+            (Some(50 << 20), Some(400_000))
+        );
+        c.truncate(17);
+        assert!(on_client_copy_data(&snd, &c.freeze()).is_err());
         assert!(on_client_copy_data(&snd, &Bytes::from_static(b"z")).is_err());
         assert!(on_client_copy_data(&snd, &Bytes::new()).is_err());
     }

@@ -919,6 +919,8 @@ impl Wal {
             crate::senders::SyncStandbys::parse(&s.text(&crate::guc::SYNCHRONOUS_STANDBY_NAMES))
                 .unwrap_or(None),
         );
+        self.senders
+            .set_max_apply_lag(s.int(&crate::guc::MAX_STANDBY_APPLY_LAG).max(0) as u64);
     }
 }
 
