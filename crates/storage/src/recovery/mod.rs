@@ -16,6 +16,7 @@
 
 pub mod parallel;
 pub mod prefetch;
+pub(crate) mod primitives;
 
 use crate::bufpool::ReadMode;
 use crate::control::ControlFile;

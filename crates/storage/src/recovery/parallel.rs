@@ -34,18 +34,20 @@
 //!   worker's channel holds [`QUEUE`] rounds, so the work ahead of the workers is bounded and
 //!   the startup thread blocks when a worker is that far behind.
 //!
+//! Synchronization goes through `super::primitives`, so that a unit test can run the same
+//! pipeline under shuttle's scheduler and explore its interleavings.
+//!
 //! Errors: a worker that fails keeps the failure with the lowest LSN and from then on only
 //! reports rounds, without applying; the caller sees it ([`Pipeline::failed`]) at its next
 //! round and stops. A worker that panics reports the same, as a failure, so no one waits for
 //! it forever.
 
+use super::primitives::{self as prim, Runtime};
 use super::{apply_block, apply_main, at_record, main_needs_barrier, Applied};
 use crate::{btree, stats, Storage};
-use crossbeam::channel::{bounded, Receiver, Sender};
-use parking_lot::{Condvar, Mutex};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use parking_lot::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 use walnut_common::{BlockNumber, Error, Lsn, RelFileId, Result};
 use walnut_wal::{BlockRef, DecodedRecord, Record, RmgrId};
@@ -152,20 +154,20 @@ pub fn worker_for(rel: RelFileId, block: BlockNumber, n: usize) -> usize {
 /// What the workers share with the startup thread.
 struct Shared {
     /// The last round each worker has applied (or skipped, after a failure).
-    done: Vec<AtomicU64>,
+    done: Vec<prim::AtomicU64>,
     /// Ordered pipelines: the last round whose heap phase each worker has finished
     /// (`u64::MAX` once it stops applying).
-    heap_done: Vec<AtomicU64>,
+    heap_done: Vec<prim::AtomicU64>,
     /// Two phases per round (hot standby): heap blocks, then B-tree blocks.
     ordered: bool,
-    failed: AtomicBool,
+    failed: prim::AtomicBool,
     /// The first failure (lowest LSN).
-    first: Mutex<Option<(Lsn, Error)>>,
+    first: prim::Mutex<Option<(Lsn, Error)>>,
     /// Set when the pipeline is dropped: workers skip what is left.
-    cancel: AtomicBool,
-    lock: Mutex<()>,
+    cancel: prim::AtomicBool,
+    lock: prim::Mutex<()>,
     /// A worker finished a round.
-    progress: Condvar,
+    progress: prim::Condvar,
 }
 
 impl Shared {
@@ -188,7 +190,7 @@ impl Shared {
 
 /// The redo workers and the startup thread's side of their channels.
 pub struct Pipeline {
-    senders: Vec<Sender<Batch>>,
+    senders: Vec<prim::Sender<Batch>>,
     /// Each worker's part of the round being gathered.
     batches: Vec<Vec<BlockWork>>,
     /// Block references in `batches`.
@@ -196,7 +198,7 @@ pub struct Pipeline {
     /// The last round sent.
     round: u64,
     shared: Arc<Shared>,
-    threads: Vec<JoinHandle<()>>,
+    threads: Vec<prim::JoinHandle>,
     /// The server's counters (a test's own, for a model pipeline).
     stats: Arc<RedoStats>,
 }
@@ -215,12 +217,13 @@ impl Pipeline {
             let st = weak.upgrade()?;
             Some(apply_block(&st, w.rmgr, w.info, w.id, &w.block, w.end_lsn))
         });
-        Pipeline::start_with(workers, ordered, apply, st.redo_stats.clone())
+        Pipeline::start_with(Runtime::Os, workers, ordered, apply, st.redo_stats.clone())
     }
 
     /// [`Pipeline::start`] with workers that call `apply` (tests give a model), counting in
-    /// `stats`.
+    /// `stats`, on `rt`'s threads and primitives.
     fn start_with(
+        rt: Runtime,
         workers: usize,
         ordered: bool,
         apply: Arc<ApplyFn>,
@@ -228,14 +231,14 @@ impl Pipeline {
     ) -> Result<Pipeline> {
         assert!(workers >= 1, "a pipeline needs a worker");
         let shared = Arc::new(Shared {
-            done: (0..workers).map(|_| AtomicU64::new(0)).collect(),
-            heap_done: (0..workers).map(|_| AtomicU64::new(0)).collect(),
+            done: (0..workers).map(|_| prim::AtomicU64::new(rt, 0)).collect(),
+            heap_done: (0..workers).map(|_| prim::AtomicU64::new(rt, 0)).collect(),
             ordered,
-            failed: AtomicBool::new(false),
-            first: Mutex::new(None),
-            cancel: AtomicBool::new(false),
-            lock: Mutex::new(()),
-            progress: Condvar::new(),
+            failed: prim::AtomicBool::new(rt, false),
+            first: prim::Mutex::new(rt, None),
+            cancel: prim::AtomicBool::new(rt, false),
+            lock: prim::Mutex::new(rt, ()),
+            progress: prim::Condvar::new(rt),
         });
         let mut p = Pipeline {
             senders: Vec::with_capacity(workers),
@@ -247,12 +250,12 @@ impl Pipeline {
             stats,
         };
         for (i, counters) in p.stats.workers(workers).into_iter().enumerate() {
-            let (tx, rx) = bounded::<Batch>(QUEUE);
+            let (tx, rx) = prim::bounded::<Batch>(rt, QUEUE);
             let (apply, shared) = (apply.clone(), p.shared.clone());
-            let t = std::thread::Builder::new()
-                .name(format!("redo worker {i}"))
-                .spawn(move || worker(i, &*apply, rx, shared, &counters))
-                .map_err(|e| Error::io("could not start a redo worker", e))?;
+            let t = prim::spawn(rt, format!("redo worker {i}"), move || {
+                worker(i, &*apply, rx, shared, &counters)
+            })
+            .map_err(|e| Error::io("could not start a redo worker", e))?;
             p.senders.push(tx);
             p.threads.push(t);
         }
@@ -315,7 +318,7 @@ impl Pipeline {
                 work,
             });
             add_us(&self.stats.wait_send_us, t0);
-            if sent.is_err() {
+            if !sent {
                 return Err(self
                     .take_failure()
                     .unwrap_or_else(|| Error::internal("a redo worker exited early")));
@@ -343,13 +346,8 @@ impl Pipeline {
             if self.watermark() >= round {
                 return true;
             }
-            if self.failed()
-                || self
-                    .shared
-                    .progress
-                    .wait_until(&mut g, deadline)
-                    .timed_out()
-            {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            if self.failed() || left.is_zero() || self.shared.progress.wait_for(&mut g, left) {
                 return self.watermark() >= round;
             }
         }
@@ -393,7 +391,7 @@ impl Pipeline {
         self.senders.clear();
         let mut panicked = false;
         for t in std::mem::take(&mut self.threads) {
-            panicked |= t.join().is_err();
+            panicked |= !t.join();
         }
         match self.take_failure() {
             Some(e) => Err(e),
@@ -444,14 +442,14 @@ impl Drop for RoundGuard<'_> {
 fn worker(
     me: usize,
     apply: &ApplyFn,
-    rx: Receiver<Batch>,
+    rx: prim::Receiver<Batch>,
     shared: Arc<Shared>,
     counters: &WorkerStats,
 ) {
     stats::set_backend_type(stats::BackendType::Startup);
     loop {
         let t0 = Instant::now();
-        let Ok(batch) = rx.recv() else { break };
+        let Some(batch) = rx.recv() else { break };
         add_us(&counters.wait_work_us, t0);
         counters.rounds.fetch_add(1, Ordering::Relaxed);
         let mut busy = Instant::now();
@@ -615,7 +613,17 @@ mod tests {
     #[test]
     fn the_watermark_and_the_heap_before_index_order_hold_under_random_timing() {
         for seed in 1..=12u64 {
-            let workers = 2 + (seed % 3) as usize;
+            watermark_model(Runtime::Os, seed, 2 + (seed % 3) as usize, 400, 40);
+        }
+    }
+
+    /// The body of the test above: `xids` transactions through `workers` workers on `rt`,
+    /// the model applier sleeping up to `pause_us` µs before each block (0: never; under
+    /// shuttle the scheduler chooses who runs). Under shuttle a round also goes out after
+    /// random transactions and barriers come often: a shuttle run affords few transactions,
+    /// far fewer than [`BATCH`] block references.
+    fn watermark_model(rt: Runtime, seed: u64, workers: usize, xids: u64, pause_us: u64) {
+        {
             let model = Arc::new(Mutex::new(Model::default()));
             // Heap records by xid: (lsn, block count).
             let heap_of: Arc<Mutex<HeapOf>> = Arc::default();
@@ -623,8 +631,10 @@ mod tests {
                 let (model, heap_of) = (model.clone(), heap_of.clone());
                 let rng = Mutex::new(Rng(seed));
                 Arc::new(move |w: &BlockWork| {
-                    let pause = rng.lock().below(40);
-                    std::thread::sleep(Duration::from_micros(pause));
+                    if pause_us > 0 {
+                        let pause = rng.lock().below(pause_us);
+                        std::thread::sleep(Duration::from_micros(pause));
+                    }
                     let xid = u64::from_le_bytes(w.block.data[..8].try_into().unwrap());
                     let mut m = model.lock();
                     if w.rmgr == btree::RM_BTREE {
@@ -654,13 +664,14 @@ mod tests {
                 })
             };
             let stats = Arc::new(RedoStats::default());
-            let mut p = Pipeline::start_with(workers, true, apply, stats.clone()).unwrap();
+            let mut p = Pipeline::start_with(rt, workers, true, apply, stats.clone()).unwrap();
             let mut rng = Rng(seed ^ 0xABCD);
             let mut lsn = 0x1000u64;
             let mut all: Vec<(u64, usize)> = Vec::new();
             // (round, every block added before the commit)
             let mut commits: Vec<(u64, usize)> = Vec::new();
-            for xid in 1..=400u64 {
+            let shuttle = rt != Runtime::Os;
+            for xid in 1..=xids {
                 for _ in 0..1 + rng.below(2) {
                     let n = 1 + rng.below(2) as usize;
                     // Distinct blocks, as in a real record.
@@ -695,6 +706,9 @@ mod tests {
                 assert!(p.add(Lsn(lsn), Lsn(lsn + 0x40), &mut r).unwrap());
                 lsn += 0x40;
                 commits.push((p.round_of_added(), all.len()));
+                if shuttle && rng.below(2) == 0 {
+                    p.flush().unwrap();
+                }
                 lsn += 0x40;
                 let mark = p.watermark();
                 {
@@ -708,7 +722,7 @@ mod tests {
                     }
                 }
                 commits.retain(|&(round, _)| round > mark);
-                if rng.below(50) == 0 {
+                if rng.below(if shuttle { 4 } else { 50 }) == 0 {
                     assert!(p.barrier().unwrap());
                     let m = model.lock();
                     assert!(
@@ -736,15 +750,21 @@ mod tests {
 
     #[test]
     fn a_failure_stops_the_pipeline_and_names_the_failed_record() {
+        failure_model(Runtime::Os, 3, 1000);
+    }
+
+    /// The body of the test above: `records` one-block heap records through `workers`
+    /// workers on `rt`, of which every one at 0x5000 or after on a 0x200 boundary fails.
+    fn failure_model(rt: Runtime, workers: usize, records: u64) {
         let apply: Arc<ApplyFn> = Arc::new(|w: &BlockWork| {
             if w.lsn.0 >= 0x5000 && w.lsn.0.is_multiple_of(0x200) {
                 return Some(Err(Error::corruption("model failure")));
             }
             Some(Ok(()))
         });
-        let mut p = Pipeline::start_with(3, true, apply, Arc::default()).unwrap();
+        let mut p = Pipeline::start_with(rt, workers, true, apply, Arc::default()).unwrap();
         let mut ok = true;
-        for i in 0..1000u64 {
+        for i in 0..records {
             let mut r = Record {
                 rmgr: heap::RM_HEAP,
                 info: 0,
@@ -769,6 +789,23 @@ mod tests {
             .and_then(|hex| u64::from_str_radix(hex, 16).ok())
             .unwrap_or_else(|| panic!("{e}"));
         assert!(at >= 0x5000 && at.is_multiple_of(0x200), "{e}");
+    }
+
+    /// The same models under shuttle, which runs one thread at a time and explores the
+    /// interleavings of the startup thread and the workers: at random, and by PCT (depth 3).
+    /// Every timed wait in the pipeline waits for a notification there, so a missed wake-up
+    /// fails as a deadlock; the watermark (a commit's blocks all applied once it passes the
+    /// commit's round), the heap-before-index phases, per-block WAL order, barriers, and a
+    /// failure that ends the pipeline without a worker left waiting in a heap phase are
+    /// checked in every interleaving explored.
+    #[test]
+    fn the_watermark_barriers_and_failures_hold_in_every_explored_interleaving() {
+        shuttle::check_random(|| watermark_model(Runtime::Shuttle, 7, 2, 8, 0), 400);
+        shuttle::check_random(|| watermark_model(Runtime::Shuttle, 8, 3, 6, 0), 300);
+        shuttle::check_pct(|| watermark_model(Runtime::Shuttle, 11, 3, 6, 0), 300, 3);
+        // 0x5000 / 0x40 = 320 records before the first failure.
+        shuttle::check_random(|| failure_model(Runtime::Shuttle, 2, 336), 100);
+        shuttle::check_pct(|| failure_model(Runtime::Shuttle, 3, 336), 100, 3);
     }
 
     #[test]
