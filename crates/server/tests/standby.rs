@@ -31,6 +31,15 @@ fn standby_of(p: &Server, slot: &str, settings: &[&str]) -> (Server, tempfile::T
     (s, tmp)
 }
 
+/// Sets `synchronous_standby_names = '*'` on `p` and waits until its one standby is `sync`.
+fn make_synchronous(p: &Server) {
+    p.query("alter system set synchronous_standby_names = '*'");
+    p.query("select pg_reload_conf()");
+    wait_for("the standby to be synchronous", || {
+        p.query("select sync_state from pg_stat_replication") == "sync"
+    });
+}
+
 /// The primary's flush position, as text.
 fn primary_lsn(p: &Server) -> String {
     p.query("select pg_current_wal_flush_lsn()")
@@ -277,11 +286,7 @@ fn remote_apply_reads_see_commits_and_failover_loses_no_acknowledged_commit() {
     p.query("create table acked (id int primary key, who int)");
     let (s, _tmp) = standby_of(&p, "s1", &[]);
     // Only now: with no standby, every commit would wait (as in PostgreSQL).
-    p.query("alter system set synchronous_standby_names = '*'");
-    p.query("select pg_reload_conf()");
-    wait_for("the standby to be synchronous", || {
-        p.query("select sync_state from pg_stat_replication") == "sync"
-    });
+    make_synchronous(&p);
     for i in 1..=20 {
         p.query(&format!(
             "set synchronous_commit = remote_apply; insert into acked values ({i}, 0)"
@@ -356,11 +361,7 @@ fn max_standby_apply_lag_holds_commits_while_the_synchronous_standby_cannot_keep
     let p = Server::new(&[]);
     p.query("create table h (id int primary key, pad text)");
     let (s, _tmp) = standby_of(&p, "s1", &[]);
-    p.query("alter system set synchronous_standby_names = '*'");
-    p.query("select pg_reload_conf()");
-    wait_for("the standby to be synchronous", || {
-        p.query("select sync_state from pg_stat_replication") == "sync"
-    });
+    make_synchronous(&p);
     let pad = "x".repeat(1000);
     let mut next = 0;
     let mut insert = |p: &Server, rows: usize| {
