@@ -350,7 +350,6 @@ fn remote_apply_reads_see_commits_and_failover_loses_no_acknowledged_commit() {
 /// A stopped standby's slot keeps the WAL it needs while the primary writes more than
 /// max_wal_size (including pgbench -i's DROP and CREATE of every table), and the standby
 /// catches up from it; past max_slot_wal_keep_size the slot is invalidated and the standby
-/// says that a new base backup is needed.
 /// Replay headroom: a walnut standby reports its apply capacity, the primary's
 /// `pg_stat_replication` shows it beside the incoming rate, and `max_standby_apply_lag`
 /// holds commits once the synchronous standby could not replay what it has not within the
@@ -386,15 +385,35 @@ fn max_standby_apply_lag_holds_commits_while_the_synchronous_standby_cannot_keep
     wait_for("replay to pause", || {
         s.query("select pg_is_wal_replay_paused()") == "t"
     });
-    let replayed = s.query("select pg_last_wal_replay_lsn()");
+    // The primary holds commits by the replay position the standby last reported: measured
+    // from there, once it is the paused one (the startup thread may finish a record after
+    // the flag).
+    wait_for("the primary to see where replay paused", || {
+        let replayed = s.query("select pg_last_wal_replay_lsn()");
+        std::thread::sleep(Duration::from_millis(200));
+        replayed == s.query("select pg_last_wal_replay_lsn()")
+            && p.query("select replay_lsn from pg_stat_replication") == replayed
+    });
     p.query("alter system set max_standby_apply_lag = '5ms'");
     p.query("select pg_reload_conf()");
-    // Paused, the standby reports the same capacity: the allowance is fixed.
-    let capacity = p.query_i64("select apply_bytes_per_sec from pg_stat_replication");
-    let allowance = capacity * 5 / 1000;
-    // One commit's WAL: 20 rows of 1 kB.
+    // The WAL ahead of the standby as the primary sees it, and the allowance: capacity ×
+    // 5 ms. A figure the standby folded at the pause may still arrive with the writer's
+    // first flush, so the bound is the largest allowance seen.
+    let ahead_and_allowance = || {
+        let row = p.query(
+            "select pg_wal_lsn_diff(pg_current_wal_lsn(), replay_lsn)::bigint, \
+             apply_bytes_per_sec from pg_stat_replication",
+        );
+        let (a, cap) = row.split_once('|').unwrap();
+        (
+            a.parse::<i64>().unwrap(),
+            cap.parse::<i64>().unwrap() * 5 / 1000,
+        )
+    };
+    let mut allowance = ahead_and_allowance().1;
+    // One commit's WAL: 20 rows of 1 kB. Enough rows to pass four times the allowance.
     let commit = 40_000;
-    let rows_needed = (allowance + 4 * commit) / 1000 * 2;
+    let rows_needed = (4 * allowance + 4 * commit) / 1000 * 2;
     // One session, one commit per statement.
     let mut script = String::new();
     let mut id = 1_000_000;
@@ -421,14 +440,14 @@ fn max_standby_apply_lag_holds_commits_while_the_synchronous_standby_cannot_keep
             assert!(out.status.success(), "writer: {}", stderr(&out));
         })
     };
-    let ahead = || {
-        p.query_i64(&format!(
-            "select pg_wal_lsn_diff(pg_current_wal_lsn(), '{replayed}')::bigint"
-        ))
-    };
-    wait_for("the writer to reach the allowance", || ahead() > allowance);
+    wait_for("the writer to reach the allowance", || {
+        let (a, now) = ahead_and_allowance();
+        allowance = allowance.max(now);
+        a > allowance
+    });
     for _ in 0..20 {
-        let a = ahead();
+        let (a, now) = ahead_and_allowance();
+        allowance = allowance.max(now);
         assert!(
             a <= allowance + 2 * commit,
             "{a} bytes ahead of a paused standby allowed {allowance} bytes"

@@ -497,16 +497,20 @@ fn startup(weak: Weak<Storage>, rec: Arc<Recovery>, mut reader: WalReader) {
         let parallel = par.as_ref().is_some_and(|p| p.active);
         if r.record.rmgr == crate::RM_XACT && r.record.info == crate::XACT_COMMIT {
             if let Some(ts) = recovery::commit_timestamp(&r.record.main_data) {
-                if rec.min_apply_delay_ms.load(Ordering::Relaxed) > 0 {
-                    // Waiting out the delay is not replay's work.
-                    meter.idle(&rec, r.lsn);
-                }
-                if let Some(p) = par
-                    .as_mut()
-                    .filter(|p| p.active && rec.min_apply_delay_ms.load(Ordering::Relaxed) > 0)
-                {
+                let delay_ms = rec.min_apply_delay_ms.load(Ordering::Relaxed);
+                if let Some(p) = par.as_mut().filter(|p| p.active && delay_ms > 0) {
                     // The workers go on with what came before while the commit waits.
                     p.pipe.flush().unwrap_or_else(|e| fatal(e));
+                }
+                if delay_ms > 0
+                    && walnut_common::value::now_timestamp()
+                        < ts.saturating_add(delay_ms as i64 * 1000)
+                {
+                    // Waiting out the delay is not replay's work. (In a parallel stretch
+                    // the workers' share of what came before counts up to where replay
+                    // was published.)
+                    let at = if parallel { rec.replay_lsn() } else { r.lsn };
+                    meter.idle(&rec, at);
                 }
                 if !delay_apply(&rec, ts) {
                     // Stopping, promoting or paused meanwhile: read the record again.
@@ -521,7 +525,7 @@ fn startup(weak: Weak<Storage>, rec: Arc<Recovery>, mut reader: WalReader) {
                 }
             }
         }
-        meter.record(&rec, r.lsn, r.end_lsn);
+        meter.record(&rec, r.lsn, r.end_lsn, parallel);
         if let Some(p) = par.as_mut().filter(|p| p.active) {
             p.replay(&st, &rec, r, &mut notified)
                 .unwrap_or_else(|e| fatal(e));
@@ -799,8 +803,6 @@ impl ParallelReplay {
     }
 }
 
-/// Reloads the catalog cache after a replayed commit that changed the catalog; on failure it
-/// is marked stale, and the next transaction reloads it.
 /// Measures replay's apply capacity for [`Recovery::apply_capacity`]: WAL bytes and records
 /// replayed per second of *busy* time, the time replay had WAL to replay. A busy stretch
 /// starts with the first record read after replay was idle and ends when it is idle again
@@ -839,8 +841,10 @@ impl ApplyMeter {
         }
     }
 
-    /// Replay read the record at `lsn`, ending at `end`.
-    fn record(&mut self, rec: &Recovery, lsn: Lsn, end: Lsn) {
+    /// Replay read the record at `lsn`, ending at `end`; `parallel`: in a parallel stretch,
+    /// where the workers may trail the records read by the pipeline's depth, so a fold
+    /// inside the stretch counts up to the published replay position instead.
+    fn record(&mut self, rec: &Recovery, lsn: Lsn, end: Lsn, parallel: bool) {
         if self.busy.is_none() {
             self.busy = Some((Instant::now(), lsn));
         }
@@ -853,8 +857,14 @@ impl ApplyMeter {
                 .busy
                 .is_some_and(|(t, _)| now.saturating_duration_since(t) >= METER_BUSY)
             {
-                self.fold(rec, now, end);
-                self.busy = Some((now, end));
+                let at = if parallel {
+                    rec.replay_lsn()
+                        .max(self.busy.map_or(Lsn(0), |(_, from)| from))
+                } else {
+                    end
+                };
+                self.fold(rec, now, at);
+                self.busy = Some((now, at));
             }
         }
     }
@@ -895,6 +905,8 @@ impl ApplyMeter {
     }
 }
 
+/// Reloads the catalog cache after a replayed commit that changed the catalog; on failure it
+/// is marked stale, and the next transaction reloads it.
 fn reload_catalog(st: &Storage) {
     if let Err(e) = st.catalog.reload(st) {
         tracing::error!("could not reload the catalog after replay: {e}");

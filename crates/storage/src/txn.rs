@@ -707,11 +707,13 @@ impl Txn {
             }
         }
         let mut warnings = Vec::new();
+        let mut canceled = false;
         if let Some(level) = opts.synchronous_commit.sync_level() {
             // Synchronous replication (PostgreSQL's SyncRepWaitForLSN): before the commit
             // becomes visible. A cancel leaves it committed locally, with PostgreSQL's warning.
             let wait = st.wal().senders().wait_for(end.0, level, &self.cancel);
             if wait == walnut_wal::senders::SyncWait::Canceled {
+                canceled = true;
                 tracing::warn!(
                     xid = xid.0,
                     "canceling wait for synchronous replication due to user request"
@@ -728,9 +730,6 @@ impl Txn {
             }
         }
         st.xact.publish_commit(xid);
-        // max_standby_apply_lag: visible and unlocked, the commit returns only once the
-        // synchronous standbys could replay it in time; a cancel ends the wait, nothing else.
-        st.wal().senders().wait_for_apply_lag(end.0, &self.cancel);
         for rel in self.drop_at_commit.drain(..) {
             if let Err(e) = st.remove_relation(rel) {
                 tracing::warn!("{e}; the next checkpoint removes the file");
@@ -744,6 +743,14 @@ impl Txn {
                 st.catalog.invalidate();
                 warnings.push(e);
             }
+        }
+        // max_standby_apply_lag, last: the commit is visible, its files removed and the
+        // catalog reloaded (another session must not see its DDL with a stale cache while it
+        // waits), and it holds no lock; it returns once the synchronous standbys could replay
+        // it in time. A cancel ends the wait, nothing else; one that already ended the wait
+        // for synchronous replication ends this one too.
+        if !canceled {
+            st.wal().senders().wait_for_apply_lag(end.0, &self.cancel);
         }
         Ok(CommitOutcome {
             lsn: end,

@@ -122,8 +122,9 @@ impl RateWindow {
     }
 
     /// Bytes per second from the youngest sample at least [`RATE_SPAN`] old (the oldest if
-    /// none is) to `pos` at `now`; 0 without a sample. Idle, it decays towards 0 as the
-    /// sample ages.
+    /// none is) to `pos` at `now`; 0 without a sample, or when the oldest is younger than a
+    /// quarter of the span (a rate over a few ms of a new connection means nothing). Idle,
+    /// it decays towards 0 as the sample ages.
     fn rate(&self, now: Instant, pos: u64) -> u64 {
         let from = self
             .samples
@@ -133,7 +134,7 @@ impl RateWindow {
             .or(self.samples.front());
         let Some(&(t, p)) = from else { return 0 };
         let secs = now.saturating_duration_since(t).as_secs_f64();
-        if secs <= 0.0 {
+        if secs < RATE_SPAN.as_secs_f64() / 4.0 {
             return 0;
         }
         (pos.saturating_sub(p) as f64 / secs) as u64
@@ -613,11 +614,13 @@ impl WalSenders {
         }
     }
 
-    /// The position up to which commits pass `max_standby_apply_lag` now: the least, over
-    /// the synchronous standbys (`sync` or `quorum`) that report their apply capacity, of
-    /// what each has replayed plus what it replays in `max_standby_apply_lag` at that
-    /// capacity. `None`: commits pass (the setting is off, no synchronous standbys are
-    /// configured, or none of them reports its capacity: a PostgreSQL client, or a walnut
+    /// The position up to which commits pass `max_standby_apply_lag` now. Each synchronous
+    /// standby (`sync` or `quorum`) that reports its apply capacity has a floor: what it has
+    /// replayed plus what it replays in `max_standby_apply_lag` at that capacity. As
+    /// synchronous replication counts them: under `FIRST n` the least floor (every chosen
+    /// standby must keep up); under `ANY n` the n-th highest (any n must), or the least when
+    /// fewer than n report. `None`: commits pass (the setting is off, no synchronous standbys
+    /// are configured, or none of them reports its capacity: a PostgreSQL client, or a walnut
     /// standby that has not measured it yet).
     ///
     /// The bound in openGauss's `recovery_time_target` terms: a commit returns only when its
@@ -632,17 +635,24 @@ impl WalSenders {
         let sync = self.sync.lock();
         let cfg = sync.as_ref()?;
         let states = sync_states(&list, Some(cfg));
-        list.iter()
+        let mut floors: Vec<u64> = list
+            .iter()
             .zip(states)
             .filter(|(_, (_, st))| matches!(st, SyncState::Sync | SyncState::Quorum))
             .filter_map(|(s, _)| {
                 let cap = s.apply_bytes_per_sec.load(Ordering::Relaxed);
                 (cap > 0).then(|| {
-                    let headroom = (u128::from(cap) * u128::from(ms) / 1000) as u64;
+                    let headroom =
+                        u64::try_from(u128::from(cap) * u128::from(ms) / 1000).unwrap_or(u64::MAX);
                     s.replay.load(Ordering::Relaxed).saturating_add(headroom)
                 })
             })
-            .min()
+            .collect();
+        floors.sort_unstable_by(|a, b| b.cmp(a));
+        match cfg.method {
+            SyncMethod::Any if floors.len() >= cfg.num => Some(floors[cfg.num - 1]),
+            _ => floors.last().copied(),
+        }
     }
 
     /// The position up to which synchronous commits at `level` are confirmed now; `None` if
@@ -687,7 +697,10 @@ impl WalSenders {
     pub fn wait_for_apply_lag(&self, lsn: u64, cancel: &AtomicBool) -> SyncWait {
         if self.max_apply_lag_ms.load(Ordering::Relaxed) == 0
             || !self.sync_configured.load(Ordering::Acquire)
+            || self.apply_lag_floor().is_none_or(|f| f >= lsn)
         {
+            // Checked without the `waiting` lock first: while the standbys keep up, commits
+            // do not queue on it.
             return SyncWait::NotRequired;
         }
         self.wait_until(lsn, WaitKind::ApplyLag, cancel, Duration::from_millis(100))
@@ -1071,15 +1084,56 @@ mod tests {
             std::thread::sleep(Duration::from_millis(1));
         }
         assert_eq!(waiter.join().unwrap(), SyncWait::Released);
-        // A cancel ends a wait; turning the setting off passes everyone.
+        // A cancel ends a wait; turning the setting off releases a waiting commit (by the
+        // setting's own unpark) and passes everyone after.
         let cancel = AtomicBool::new(true);
         assert_eq!(all.wait_for_apply_lag(1 << 40, &cancel), SyncWait::Canceled);
+        let waiter = {
+            let all = all.clone();
+            std::thread::spawn(move || {
+                let hour = Duration::from_secs(3600);
+                all.wait_until(1 << 40, WaitKind::ApplyLag, &AtomicBool::new(false), hour)
+            })
+        };
+        while all.waiting.lock().is_empty() {
+            std::thread::sleep(Duration::from_millis(1));
+        }
         all.set_max_apply_lag(0);
+        assert_eq!(waiter.join().unwrap(), SyncWait::Released);
         assert_eq!(
             all.wait_for_apply_lag(1 << 40, &no_cancel),
             SyncWait::NotRequired
         );
         assert!(all.waiting.lock().is_empty());
+    }
+
+    /// Under `ANY 2` a commit waits for the second-best floor, not for the slowest standby;
+    /// under `FIRST 2`, for the slowest.
+    #[test]
+    fn apply_lag_counts_standbys_as_synchronous_replication_does() {
+        let all = Arc::new(WalSenders::default());
+        let (a, b, c) = (
+            streaming(&all, 1, "a"),
+            streaming(&all, 2, "b"),
+            streaming(&all, 3, "c"),
+        );
+        for (s, replayed) in [(&a, 1_000u64), (&b, 2_000), (&c, 3_000)] {
+            s.snd().reply(0, 0, replayed, Instant::now(), 1);
+            s.snd().set_apply_capacity(1_000, 10);
+        }
+        all.set_max_apply_lag(1_000);
+        all.set_sync(SyncStandbys::parse("ANY 2 (a, b, c)").unwrap());
+        assert_eq!(all.apply_lag_floor(), Some(3_000));
+        all.set_sync(SyncStandbys::parse("FIRST 2 (a, b, c)").unwrap());
+        assert_eq!(all.apply_lag_floor(), Some(2_000));
+        // Fewer reporting than ANY asks: all that report must keep up.
+        all.set_sync(SyncStandbys::parse("ANY 3 (a, b)").unwrap());
+        assert_eq!(all.apply_lag_floor(), Some(2_000));
+        // An absurd capacity saturates instead of wrapping.
+        a.snd().set_apply_capacity(u64::MAX, 1);
+        b.snd().set_apply_capacity(u64::MAX, 1);
+        all.set_sync(SyncStandbys::parse("FIRST 1 (a)").unwrap());
+        assert_eq!(all.apply_lag_floor(), Some(u64::MAX));
     }
 
     #[test]
