@@ -163,11 +163,13 @@ struct Feedback {
     last: Mutex<Instant>,
 }
 
-/// Appends one CopyData message with `body` to `msg`.
-fn put_copy_data(msg: &mut BytesMut, body: &[u8]) {
-    msg.put_u8(b'd');
-    msg.put_u32(body.len() as u32 + 4);
-    msg.extend_from_slice(body);
+/// Appends one CopyData message with `body` to `msg` (postgres-protocol's framing).
+///
+/// # Errors
+/// A body longer than a message may be (never for a status message).
+fn put_copy_data(msg: &mut BytesMut, body: &[u8]) -> std::io::Result<()> {
+    postgres_protocol::message::frontend::CopyData::new(body)?.write(msg);
+    Ok(())
 }
 
 impl Feedback {
@@ -197,7 +199,7 @@ impl Feedback {
         body.put_i64(now_timestamp());
         body.put_u8(u8::from(reply));
         let mut msg = BytesMut::with_capacity(2 * (body.len() + 5));
-        put_copy_data(&mut msg, &body);
+        put_copy_data(&mut msg, &body)?;
         let capacity = rec.apply_capacity();
         if capacity != *reported {
             body.clear();
@@ -205,7 +207,7 @@ impl Feedback {
             body.put_u64(capacity.0);
             body.put_u64(capacity.1);
             body.put_i64(now_timestamp());
-            put_copy_data(&mut msg, &body);
+            put_copy_data(&mut msg, &body)?;
             *reported = capacity;
         }
         socket.write_all(&msg)?;

@@ -502,10 +502,7 @@ fn startup(weak: Weak<Storage>, rec: Arc<Recovery>, mut reader: WalReader) {
                     // The workers go on with what came before while the commit waits.
                     p.pipe.flush().unwrap_or_else(|e| fatal(e));
                 }
-                if delay_ms > 0
-                    && walnut_common::value::now_timestamp()
-                        < ts.saturating_add(delay_ms as i64 * 1000)
-                {
+                if delay_ms > 0 && walnut_common::value::now_timestamp() < apply_due(ts, delay_ms) {
                     // Waiting out the delay is not replay's work. (In a parallel stretch
                     // the workers' share of what came before counts up to where replay
                     // was published.)
@@ -926,6 +923,12 @@ fn reopen(st: &Storage, lsn: Lsn, limit: Lsn) -> Result<WalReader> {
     Ok(r)
 }
 
+/// When a commit made at `commit_ts` may apply under `recovery_min_apply_delay` =
+/// `delay_ms`, µs since 2000-01-01.
+fn apply_due(commit_ts: i64, delay_ms: u64) -> i64 {
+    commit_ts.saturating_add(delay_ms as i64 * 1000)
+}
+
 /// `recovery_min_apply_delay`: waits until `commit_ts` (µs since 2000) plus the delay has
 /// passed. False if it stopped waiting for shutdown, promotion or a pause (the record is then
 /// read again), true when the commit may be applied.
@@ -935,7 +938,7 @@ fn delay_apply(rec: &Recovery, commit_ts: i64) -> bool {
         if delay_ms == 0 || rec.promote_requested() {
             return true;
         }
-        let due = commit_ts.saturating_add(delay_ms as i64 * 1000);
+        let due = apply_due(commit_ts, delay_ms);
         let now = walnut_common::value::now_timestamp();
         if now >= due {
             return true;

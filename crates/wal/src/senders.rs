@@ -141,6 +141,15 @@ impl RateWindow {
     }
 }
 
+/// What a walsender records of each send, under one lock: the lags' samples and the rate's.
+#[derive(Debug, Default)]
+struct SentTracking {
+    /// Lags of write, flush and replay.
+    lags: [LagReader; 3],
+    /// WAL sent, sampled for `incoming_bytes_per_sec`.
+    rate: RateWindow,
+}
+
 /// One walsender's shared entry.
 #[derive(Debug)]
 pub struct WalSnd {
@@ -163,10 +172,8 @@ pub struct WalSnd {
     replay: AtomicU64,
     /// µs since the Unix epoch of the last status update, 0 before the first.
     reply_time_us: AtomicI64,
-    /// Lags of write, flush and replay.
-    lags: Mutex<[LagReader; 3]>,
-    /// WAL sent, sampled for `incoming_bytes_per_sec`.
-    rate: Mutex<RateWindow>,
+    /// The lags' and the incoming rate's samples.
+    lags: Mutex<SentTracking>,
     /// The standby's apply capacity as it last reported it (walnut's `c` message): bytes
     /// and records per second it replays while it has WAL to replay; 0 until reported.
     apply_bytes_per_sec: AtomicU64,
@@ -237,8 +244,7 @@ impl WalSnd {
             flush: AtomicU64::new(0),
             replay: AtomicU64::new(0),
             reply_time_us: AtomicI64::new(0),
-            lags: Mutex::new(Default::default()),
-            rate: Mutex::new(RateWindow::default()),
+            lags: Mutex::new(SentTracking::default()),
             apply_bytes_per_sec: AtomicU64::new(0),
             apply_records_per_sec: AtomicU64::new(0),
         }
@@ -257,10 +263,11 @@ impl WalSnd {
     /// Everything before `lsn` has been sent (at `now`, for the lags).
     pub fn sent(&self, lsn: u64, now: Instant) {
         self.sent.fetch_max(lsn, Ordering::Relaxed);
-        for r in self.lags.lock().iter_mut() {
+        let mut t = self.lags.lock();
+        for r in t.lags.iter_mut() {
             r.sent(lsn, now);
         }
-        self.rate.lock().note(now, lsn);
+        t.rate.note(now, lsn);
     }
 
     /// The standby's last reported flush position (0 before its first report).
@@ -292,7 +299,7 @@ impl WalSnd {
         self.reply_time_us.store(reply_time_us, Ordering::Relaxed);
         let sent = self.sent_lsn();
         let mut lags = self.lags.lock();
-        for (r, pos) in lags.iter_mut().zip([write, flush, apply]) {
+        for (r, pos) in lags.lags.iter_mut().zip([write, flush, apply]) {
             r.reported(pos, sent, now);
         }
     }
@@ -314,11 +321,11 @@ impl WalSnd {
             write_lsn: self.write.load(Ordering::Relaxed),
             flush_lsn: self.flush.load(Ordering::Relaxed),
             replay_lsn: self.replay.load(Ordering::Relaxed),
-            write_lag: lags[0].lag,
-            flush_lag: lags[1].lag,
-            replay_lag: lags[2].lag,
+            write_lag: lags.lags[0].lag,
+            flush_lag: lags.lags[1].lag,
+            replay_lag: lags.lags[2].lag,
             reply_time_us: (reply != 0).then_some(reply),
-            incoming_bytes_per_sec: self.rate.lock().rate(Instant::now(), self.sent_lsn()),
+            incoming_bytes_per_sec: lags.rate.rate(Instant::now(), self.sent_lsn()),
             apply_bytes_per_sec: known(&self.apply_bytes_per_sec),
             apply_records_per_sec: known(&self.apply_records_per_sec),
         }
