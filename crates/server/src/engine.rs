@@ -100,6 +100,11 @@ pub fn open(dir: &Path, config: &Arc<Config>) -> Result<Arc<StorageEngine>> {
         rec.set_min_apply_delay_ms(
             config.settings().int(&crate::guc::RECOVERY_MIN_APPLY_DELAY) as u64
         );
+        rec.set_max_streaming_delay_ms(
+            config
+                .settings()
+                .int(&crate::guc::MAX_STANDBY_STREAMING_DELAY),
+        );
         crate::walreceiver::start(storage.clone(), config.clone())
             .map_err(|e| Error::io("could not start the walreceiver", e))?;
     }
@@ -109,6 +114,7 @@ pub fn open(dir: &Path, config: &Arc<Config>) -> Result<Arc<StorageEngine>> {
             st.apply_settings(s);
             if let Some(rec) = st.recovery() {
                 rec.set_min_apply_delay_ms(s.int(&crate::guc::RECOVERY_MIN_APPLY_DELAY) as u64);
+                rec.set_max_streaming_delay_ms(s.int(&crate::guc::MAX_STANDBY_STREAMING_DELAY));
             }
         }
     });

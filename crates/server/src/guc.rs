@@ -174,10 +174,10 @@ pub static HOT_STANDBY: GucDef = GucDef {
     check: None,
 };
 
-/// `hot_standby_feedback`: accepted and shown, but it does nothing yet: walnut removes no row
-/// versions (no VACUUM), so a primary has nothing to hold back for a standby's queries, and
-/// the walreceiver sends no feedback messages (`h`); a walsender accepts them from other
-/// clients and ignores them.
+/// `hot_standby_feedback`: accepted and shown, but it does nothing yet: the walreceiver sends
+/// no feedback messages (`h`) and a walsender ignores them, so a primary prunes by its own
+/// horizon and a standby cancels the queries a replayed prune conflicts with
+/// (`max_standby_streaming_delay`).
 pub static HOT_STANDBY_FEEDBACK: GucDef = GucDef {
     name: "hot_standby_feedback",
     kind: Kind::Bool,
@@ -214,6 +214,18 @@ pub static RECOVERY_MIN_APPLY_DELAY: GucDef = GucDef {
     check: None,
 };
 
+/// `max_standby_streaming_delay`, ms: how long a standby's replay of a prune waits for the
+/// queries whose snapshots it conflicts with before it cancels them (-1: wait for ever).
+pub static MAX_STANDBY_STREAMING_DELAY: GucDef = GucDef {
+    name: "max_standby_streaming_delay",
+    kind: int(-1, i32::MAX as i64, Unit::Ms),
+    default: "30s",
+    context: Context::Sighup,
+    category: STANDBY,
+    description: "Sets the maximum delay before canceling queries when a hot standby server is processing streamed WAL data.",
+    check: None,
+};
+
 /// The parameters above, for [`registry`].
 pub static GUCS: &[&GucDef] = &[
     &DATA_DIRECTORY_MODE,
@@ -223,6 +235,7 @@ pub static GUCS: &[&GucDef] = &[
     &LOG_MIN_MESSAGES,
     &MAX_CONNECTIONS,
     &MAX_REPLICATION_SLOTS,
+    &MAX_STANDBY_STREAMING_DELAY,
     &MAX_WAL_SENDERS,
     &PORT,
     &PRIMARY_CONNINFO,

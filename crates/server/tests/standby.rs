@@ -276,6 +276,61 @@ fn hot_standby_reads_are_consistent_under_replay_and_kill9_of_the_standby() {
     assert_eq!(restarts, 4, "{}", s.log());
 }
 
+/// The primary prunes the versions its own queries no longer need, under pgbench; the standby
+/// replays the prunes with `max_standby_streaming_delay = 0`, so a standby query whose snapshot
+/// still needs what a prune removes is cancelled at once. Every standby read either returns
+/// consistent balances or is cancelled ("conflict with recovery"); none reads a removed version
+/// (XX001) or a torn state; `pg_stat_database_conflicts` counts at least the cancels seen; the
+/// standby ends with the primary's rows.
+#[test]
+fn replayed_prunes_cancel_the_standby_queries_they_conflict_with_and_no_other_harm() {
+    let p = Server::new(&[]);
+    let out = p.pgbench(&["-i", "-s", "1", "-q"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let mut settings = PARALLEL.to_vec();
+    settings.push("max_standby_streaming_delay=0");
+    let (s, tmp) = standby_of(&p, "s1", &settings);
+    let script: PathBuf = tmp.path().join("transfer.sql");
+    std::fs::write(&script, TRANSFER).unwrap();
+    let load = Command::new(support::pg_bin("pgbench"))
+        .args(p.conn_args())
+        .args(["-n", "-c", "4", "-j", "2", "-T", "15", "-f"])
+        .arg(&script)
+        .arg("postgres")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let t0 = Instant::now();
+    let (mut reads, mut cancelled) = (0, 0);
+    while t0.elapsed() < Duration::from_secs(13) {
+        match check_consistent(&s) {
+            Ok(()) => reads += 1,
+            Err(e) if e.contains("conflict with recovery") => cancelled += 1,
+            Err(e) => panic!("a standby read under replayed prunes: {e}"),
+        }
+    }
+    let out = load.wait_with_output().unwrap();
+    assert!(out.status.success(), "pgbench: {}", stderr(&out));
+    wait_caught_up(&p, &s);
+    check_consistent(&s).unwrap();
+    assert_eq!(digest(&p), digest(&s), "the standby's rows differ");
+    let counted: i64 = s
+        .query("select confl_snapshot from pg_stat_database_conflicts where datname = 'postgres'")
+        .parse()
+        .unwrap();
+    assert!(
+        counted >= cancelled,
+        "{cancelled} reads cancelled, {counted} conflicts counted"
+    );
+    assert_eq!(
+        p.query("select confl_snapshot from pg_stat_database_conflicts"),
+        "0",
+        "a primary has no recovery conflicts"
+    );
+    eprintln!("{reads} consistent reads, {cancelled} cancelled, {counted} conflicts counted");
+}
+
 /// `synchronous_commit = remote_apply` with one synchronous standby: a read on the standby
 /// right after a commit returns sees it. Then failover: the primary is killed under load and
 /// the standby promoted (`pg_promote()`); every commit that was acknowledged is there, and the

@@ -45,10 +45,14 @@ impl Engine for StorageEngine {
     fn begin(&self, cancel: Arc<AtomicBool>) -> Result<Box<dyn Transaction>> {
         // A reload of the catalog cache after an earlier commit may have failed.
         self.storage.catalog.refresh_if_stale(&self.storage)?;
+        let mut txn = Txn::begin(self.storage.clone(), cancel);
+        // Every statement calls `new_statement` first: until then (a session idle after
+        // BEGIN) the transaction holds no snapshot back.
+        txn.end_statement();
         Ok(Box::new(TxnAdapter {
             storage: self.storage.clone(),
             bulk_table: None,
-            txn: Some(Txn::begin(self.storage.clone(), cancel)),
+            txn: Some(txn),
         }))
     }
 
@@ -117,6 +121,33 @@ impl Engine for StorageEngine {
                     Some((info, r.received()))
                 }),
             ));
+        }
+        if name == "pg_stat_database_conflicts" {
+            // One database. Of PostgreSQL's conflict kinds, walnut's standby has the snapshot
+            // conflict of a replayed prune; the others stay 0.
+            let snapshot = self
+                .storage
+                .recovery()
+                .map_or(0, |r| r.conflicts_snapshot() as i64);
+            let mut cols = vec![col("datid", DataType::Int8), col("datname", DataType::Text)];
+            cols.extend(
+                [
+                    "confl_tablespace",
+                    "confl_lock",
+                    "confl_snapshot",
+                    "confl_bufferpin",
+                    "confl_deadlock",
+                    "confl_active_logicalslot",
+                ]
+                .iter()
+                .map(|n| col(n, DataType::Int8)),
+            );
+            let mut row = vec![
+                Value::Int8(crate::progress::DATABASE_OID),
+                Value::Text("postgres".into()),
+            ];
+            row.extend([0, 0, snapshot, 0, 0, 0].map(Value::Int8));
+            return Some((cols, vec![row]));
         }
         if name == "pg_stat_recovery_prefetch" {
             let s = &self.storage.recovery_prefetch;
@@ -378,6 +409,14 @@ impl Transaction for TxnAdapter {
     fn new_statement(&mut self) {
         self.bulk_table = None;
         self.t().new_statement();
+    }
+
+    fn end_statement(&mut self) {
+        self.t().end_statement();
+    }
+
+    fn recovery_conflict(&mut self) -> Option<walnut_common::Error> {
+        self.t().take_recovery_conflict()
     }
 
     fn table(&mut self, name: &str) -> Result<Option<Arc<TableDef>>> {

@@ -145,6 +145,18 @@ pub trait Transaction: Send {
     /// Starts a new statement: later reads see every transaction committed before now.
     fn new_statement(&mut self);
 
+    /// The statement that [`Transaction::new_statement`] started has ended: its snapshot may
+    /// go (read committed keeps none between statements), so it no longer holds back the
+    /// removal of old row versions, or a hot standby's replay. The default does nothing.
+    fn end_statement(&mut self) {}
+
+    /// After a statement failed with 57014: the error to report instead if the cancel came
+    /// from a hot standby's replay (a recovery conflict, 40001), else `None`. The default has
+    /// no recovery conflicts.
+    fn recovery_conflict(&mut self) -> Option<walnut_common::Error> {
+        None
+    }
+
     /// The table named `name` as this transaction sees it, or `None`.
     ///
     /// # Errors

@@ -268,7 +268,7 @@ mod tests {
             "wal",
             "pg_replslot",
             "base/16384",
-            "pg_xact/status",
+            "pg_xact/0000",
             "walnut.conf",
         ] {
             assert!(!excluded(name), "{name}");

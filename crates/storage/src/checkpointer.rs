@@ -406,9 +406,12 @@ impl Storage {
             Err(e) => panic_fatal(&format!("checkpoint: {e}")),
         };
         let sync_time = sync_start.elapsed();
-        let status = self.xact.durable_snapshot();
+        let status = self.xact.take_dirty_pages();
         wal.flush(wal.insert_lsn())?;
-        crate::control::write_xact_status(&*self.vfs, &self.dir, &status)?;
+        if let Err(e) = crate::control::write_xact_pages(&*self.vfs, &self.dir, &status) {
+            self.xact.redirty_pages(status.iter().map(|(n, _)| *n));
+            return Err(e);
+        }
         let next_xid = self.xact.next_xid();
         let next_relfile = self.next_relfile.load(Ordering::Acquire);
         let mut main = Vec::with_capacity(20);

@@ -1,4 +1,4 @@
-//! The control file `global/pg_control` and the transaction status file `pg_xact/status`.
+//! The control file `global/pg_control` and the transaction status store `pg_xact/`.
 //!
 //! Control file, 56 bytes, little-endian:
 //! ```text
@@ -13,11 +13,20 @@
 //! 44 u64 system_identifier  chosen by initdb, never changed (IDENTIFY_SYSTEM's systemid)
 //! 52 u32 crc32c of bytes 0..52
 //! ```
-//! Status file: u32 magic "WXST", u32 reserved, u64 count, `count` status bytes (index = xid;
-//! 0 unknown, 1 aborted, 2 committed), u32 crc32c of everything before it.
+//! The control file is replaced atomically: write `pg_control.tmp`, fsync it, rename over
+//! `pg_control`, fsync the directory. A crash leaves either the old or the new file.
 //!
-//! Both are replaced atomically: write `NAME.tmp`, fsync it, rename over `NAME`, fsync the
-//! directory. A crash leaves either the old or the new file.
+//! **Transaction status** (PostgreSQL's CLOG, `clog.c` on `slru.c`): two bits per xid
+//! (`00` in progress or unknown, `01` committed, `10` aborted), [`XACTS_PER_PAGE`] xids to an
+//! 8 kB page, xid `x` at byte `(x % XACTS_PER_PAGE) / 4`, bits `2 * (x % 4)` and up; pages
+//! grouped [`XACT_PAGES_PER_SEGMENT`] to a segment file `pg_xact/SSSS` (segment number in
+//! upper-case hex, at least four digits). A checkpoint writes in place only the pages whose
+//! xids changed since the last one ([`write_xact_pages`]), then fsyncs them. No checksum and no
+//! atomic replacement are needed: an xid's bits change once, from `00` to its outcome, so a
+//! torn page write leaves each xid either as the previous checkpoint wrote it or as this one
+//! does; every xid whose bits could be lost to the tear committed or aborted after the
+//! previous checkpoint's redo point, which recovery then replays from (the control file still
+//! names it), setting them again from their commit and abort records.
 
 use std::path::Path;
 use walnut_common::{panic_fatal, Error, Lsn, Result, Xid};
@@ -29,11 +38,21 @@ const MAGIC: u32 = 0x544E_4C57;
 /// `PG_CONTROL_VERSION` and `CATALOG_VERSION_NO` in one). A data directory of another version
 /// is refused at start-up. History: 1, the first; 2, heap rows store a string's length in one
 /// byte when it is under 128 bytes, and `char(n)` without its trailing blanks; 3, the control
-/// file holds the system identifier.
-pub const FORMAT_VERSION: u32 = 3;
+/// file holds the system identifier; 4, the transaction status store is paged (`pg_xact/0000`
+/// segments of two bits per xid instead of one `pg_xact/status` file of a byte per xid).
+pub const FORMAT_VERSION: u32 = 4;
 /// Size of the control file, bytes.
 const CONTROL_LEN: usize = 56;
-const XST_MAGIC: u32 = 0x5453_5857;
+
+/// Transactions per page of the status store: two bits each (PostgreSQL's
+/// `CLOG_XACTS_PER_PAGE`).
+pub const XACTS_PER_PAGE: u64 = walnut_common::BLCKSZ as u64 * 4;
+/// Pages per segment file of the status store (PostgreSQL's `SLRU_PAGES_PER_SEGMENT`).
+pub const XACT_PAGES_PER_SEGMENT: u64 = 32;
+/// Status bits of a committed xid.
+const XACT_BITS_COMMITTED: u8 = 0b01;
+/// Status bits of an aborted xid.
+const XACT_BITS_ABORTED: u8 = 0b10;
 
 /// Database state recorded in the control file.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -232,45 +251,163 @@ impl ControlFile {
     }
 }
 
-/// Writes the transaction status file durably.
-///
-/// # Errors
-/// I/O errors.
-pub fn write_xact_status(vfs: &dyn Vfs, datadir: &Path, status: &[u8]) -> Result<()> {
-    let mut b = Vec::with_capacity(status.len() + 20);
-    b.extend_from_slice(&XST_MAGIC.to_le_bytes());
-    b.extend_from_slice(&0u32.to_le_bytes());
-    b.extend_from_slice(&(status.len() as u64).to_le_bytes());
-    b.extend_from_slice(status);
-    let crc = walnut_common::crc32c(&b);
-    b.extend_from_slice(&crc.to_le_bytes());
-    durable_replace(vfs, &datadir.join("pg_xact/status"), &b)
+/// The segment file of the status store holding page `pageno`.
+pub fn xact_segment_path(datadir: &Path, pageno: u64) -> std::path::PathBuf {
+    datadir
+        .join("pg_xact")
+        .join(format!("{:04X}", pageno / XACT_PAGES_PER_SEGMENT))
 }
 
-/// Reads the transaction status file (empty if it does not exist yet).
+/// Encodes page `pageno` of the status store from `status(xid)`, one of
+/// [`crate::xact::CLOG_UNKNOWN`], [`crate::xact::CLOG_ABORTED`] or
+/// [`crate::xact::CLOG_COMMITTED`] for each xid of the page.
+pub fn encode_xact_page(
+    pageno: u64,
+    status: impl Fn(Xid) -> u8,
+) -> Box<[u8; walnut_common::BLCKSZ]> {
+    let mut page = Box::new([0u8; walnut_common::BLCKSZ]);
+    let first = pageno * XACTS_PER_PAGE;
+    for i in 0..XACTS_PER_PAGE {
+        let bits = match status(Xid(first + i)) {
+            crate::xact::CLOG_COMMITTED => XACT_BITS_COMMITTED,
+            crate::xact::CLOG_ABORTED => XACT_BITS_ABORTED,
+            _ => continue,
+        };
+        page[(i / 4) as usize] |= bits << (2 * (i % 4));
+    }
+    page
+}
+
+/// Writes pages of the status store in place (`(page number, bytes)`, in any order), creating
+/// segment files as needed, then fsyncs every file written and, if one was created, the
+/// directory. A failed fsync is a PANIC, never an error (see `panic_fatal`).
 ///
 /// # Errors
-/// I/O errors; corruption for a bad magic, length or CRC.
+/// I/O errors opening or writing a segment (nothing is known durable then; the caller keeps
+/// the pages to write again).
+pub fn write_xact_pages(
+    vfs: &dyn Vfs,
+    datadir: &Path,
+    pages: &[(u64, Box<[u8; walnut_common::BLCKSZ]>)],
+) -> Result<()> {
+    let mut sorted: Vec<&(u64, Box<[u8; walnut_common::BLCKSZ]>)> = pages.iter().collect();
+    sorted.sort_by_key(|(n, _)| *n);
+    let dir = datadir.join("pg_xact");
+    if !sorted.is_empty() && !vfs.exists(&dir) {
+        // initdb made it, but an empty directory may not have survived a crash or a copy.
+        vfs.create_dir_all(&dir)
+            .map_err(|e| Error::io(format!("could not create \"{}\"", dir.display()), e))?;
+        if let Err(e) = vfs.sync_dir(datadir) {
+            panic_fatal(&format!(
+                "could not fsync directory \"{}\": {e}",
+                datadir.display()
+            ));
+        }
+    }
+    let mut created = false;
+    let mut i = 0;
+    while i < sorted.len() {
+        let path = xact_segment_path(datadir, sorted[i].0);
+        created |= !vfs.exists(&path);
+        let ctx = |what: &str| format!("could not {what} \"{}\"", path.display());
+        let f = vfs
+            .open(
+                &path,
+                OpenMode {
+                    create: true,
+                    ..Default::default()
+                },
+            )
+            .map_err(|e| Error::io(ctx("open"), e))?;
+        while let Some((pageno, page)) = sorted.get(i).copied() {
+            if xact_segment_path(datadir, *pageno) != path {
+                break;
+            }
+            let off = (pageno % XACT_PAGES_PER_SEGMENT) * walnut_common::BLCKSZ as u64;
+            f.write_at(&page[..], off)
+                .map_err(|e| Error::io(ctx("write"), e))?;
+            i += 1;
+        }
+        if let Err(e) = f.sync_all() {
+            panic_fatal(&format!("{}: {e}", ctx("fsync")));
+        }
+    }
+    if created {
+        if let Err(e) = vfs.sync_dir(&dir) {
+            panic_fatal(&format!(
+                "could not fsync directory \"{}\": {e}",
+                dir.display()
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Reads the whole status store: one byte per xid, from xid 0 to the end of the last segment
+/// ([`crate::xact::CLOG_UNKNOWN`], [`crate::xact::CLOG_ABORTED`] or
+/// [`crate::xact::CLOG_COMMITTED`]); empty if there is none yet. A page past a segment's end
+/// reads as all unknown.
+///
+/// # Errors
+/// I/O errors; corruption for a file in `pg_xact` that is not a segment, or an xid with the
+/// bits `11` (which walnut never writes).
 pub fn read_xact_status(vfs: &dyn Vfs, datadir: &Path) -> Result<Vec<u8>> {
-    let Some(b) = read_all(vfs, &datadir.join("pg_xact/status"))? else {
+    let dir = datadir.join("pg_xact");
+    if !vfs.exists(&dir) {
+        return Ok(Vec::new());
+    }
+    let mut segments = Vec::new();
+    for name in vfs
+        .list_dir(&dir)
+        .map_err(|e| Error::io(format!("could not list \"{}\"", dir.display()), e))?
+    {
+        if name.ends_with(".tmp") {
+            continue;
+        }
+        match u64::from_str_radix(&name, 16) {
+            Ok(n)
+                if name.len() >= 4
+                    && name
+                        .chars()
+                        .all(|c| c.is_ascii_hexdigit() && !c.is_ascii_lowercase()) =>
+            {
+                segments.push(n)
+            }
+            _ => {
+                return Err(Error::corruption(format!(
+                    "\"{}\" is not a transaction status segment",
+                    dir.join(&name).display()
+                )))
+            }
+        }
+    }
+    segments.sort_unstable();
+    let per_segment = XACTS_PER_PAGE * XACT_PAGES_PER_SEGMENT;
+    let Some(&last) = segments.last() else {
         return Ok(Vec::new());
     };
-    if b.len() < 20 || u32::from_le_bytes(b[0..4].try_into().expect("4")) != XST_MAGIC {
-        return Err(Error::corruption("transaction status file is malformed"));
+    let mut out = vec![crate::xact::CLOG_UNKNOWN; ((last + 1) * per_segment) as usize];
+    for seg in segments {
+        let path = xact_segment_path(datadir, seg * XACT_PAGES_PER_SEGMENT);
+        let b = read_all(vfs, &path)?.unwrap_or_default();
+        for (byte_no, &byte) in b.iter().enumerate().take((per_segment / 4) as usize) {
+            for k in 0..4u64 {
+                let xid = seg * per_segment + byte_no as u64 * 4 + k;
+                out[xid as usize] = match (byte >> (2 * k)) & 0b11 {
+                    0 => crate::xact::CLOG_UNKNOWN,
+                    XACT_BITS_COMMITTED => crate::xact::CLOG_COMMITTED,
+                    XACT_BITS_ABORTED => crate::xact::CLOG_ABORTED,
+                    _ => {
+                        return Err(Error::corruption(format!(
+                            "transaction {xid} has an invalid status in \"{}\"",
+                            path.display()
+                        )))
+                    }
+                };
+            }
+        }
     }
-    let n = u64::from_le_bytes(b[8..16].try_into().expect("8")) as usize;
-    if b.len() != 16 + n + 4 {
-        return Err(Error::corruption(
-            "transaction status file has a wrong length",
-        ));
-    }
-    let crc = u32::from_le_bytes(b[16 + n..].try_into().expect("4"));
-    if walnut_common::crc32c(&b[..16 + n]) != crc {
-        return Err(Error::corruption(
-            "incorrect checksum in transaction status file",
-        ));
-    }
-    Ok(b[16..16 + n].to_vec())
+    Ok(out)
 }
 
 #[cfg(test)]
@@ -317,5 +454,71 @@ mod tests {
         // A version-2 file is 48 bytes: still refused by version, not by size.
         let err = ControlFile::decode(&b[..48]).unwrap_err().to_string();
         assert!(err.contains("version 2"), "{err}");
+    }
+
+    #[test]
+    fn status_pages_are_written_in_place_and_read_back_across_segments() {
+        use crate::xact::{CLOG_ABORTED, CLOG_COMMITTED, CLOG_UNKNOWN};
+        let tmp = tempfile::tempdir().unwrap();
+        let vfs = walnut_io::RealVfs;
+        vfs.create_dir_all(&tmp.path().join("pg_xact")).unwrap();
+        let outcome = |x: Xid| match x.0 % 7 {
+            0 => CLOG_COMMITTED,
+            3 => CLOG_ABORTED,
+            _ => CLOG_UNKNOWN,
+        };
+        // Page 0 and page 33 (the second segment's second page).
+        let far = XACT_PAGES_PER_SEGMENT + 1;
+        let pages = vec![
+            (far, encode_xact_page(far, outcome)),
+            (0, encode_xact_page(0, outcome)),
+        ];
+        write_xact_pages(&vfs, tmp.path(), &pages).unwrap();
+        assert!(vfs.exists(&tmp.path().join("pg_xact/0000")));
+        assert!(vfs.exists(&tmp.path().join("pg_xact/0001")));
+        let read = read_xact_status(&vfs, tmp.path()).unwrap();
+        assert_eq!(
+            read.len() as u64,
+            2 * XACT_PAGES_PER_SEGMENT * XACTS_PER_PAGE
+        );
+        for (x, &s) in read.iter().enumerate() {
+            let page = x as u64 / XACTS_PER_PAGE;
+            let want = if page == 0 || page == far {
+                outcome(Xid(x as u64))
+            } else {
+                CLOG_UNKNOWN
+            };
+            assert_eq!(s, want, "xid {x}");
+        }
+        // PostgreSQL's layout: xid 7 (committed) is byte 1, bits 6-7 of page 0.
+        assert_eq!(pages[1].1[1] >> 6, 0b01);
+        // A later write of page 0 changes only that page's bytes.
+        let all_committed = encode_xact_page(0, |_| CLOG_COMMITTED);
+        write_xact_pages(&vfs, tmp.path(), &[(0, all_committed)]).unwrap();
+        let again = read_xact_status(&vfs, tmp.path()).unwrap();
+        assert!(again[..XACTS_PER_PAGE as usize]
+            .iter()
+            .all(|&s| s == CLOG_COMMITTED));
+        assert_eq!(
+            again[XACTS_PER_PAGE as usize..],
+            read[XACTS_PER_PAGE as usize..]
+        );
+        // Bits 11 and a stray file are corruption.
+        let seg = tmp.path().join("pg_xact/0000");
+        let f = vfs.open(&seg, walnut_io::OpenMode::default()).unwrap();
+        f.write_at(&[0b11], 5).unwrap();
+        drop(f);
+        assert_eq!(
+            read_xact_status(&vfs, tmp.path()).unwrap_err().sqlstate.0,
+            "XX001"
+        );
+        let f = vfs.open(&seg, walnut_io::OpenMode::default()).unwrap();
+        f.write_at(&[0], 5).unwrap();
+        drop(f);
+        std::fs::write(tmp.path().join("pg_xact/status"), b"old").unwrap();
+        assert_eq!(
+            read_xact_status(&vfs, tmp.path()).unwrap_err().sqlstate.0,
+            "XX001"
+        );
     }
 }

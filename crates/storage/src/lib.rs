@@ -219,6 +219,8 @@ pub struct Storage {
     pub recovery_prefetch: recovery::prefetch::PrefetchStats,
     /// The parallel redo's counters (`walnut_stat_recovery_workers`).
     pub redo_stats: Arc<recovery::parallel::RedoStats>,
+    /// Pruning's counters (`heap::prune`).
+    pub prune_stats: heap::PruneStats,
 }
 
 /// Inserts one WAL record (`rmgr`, `info`) for `xid` carrying `images[i]` as the whole new
@@ -464,6 +466,7 @@ impl Storage {
             recovery: OnceLock::new(),
             recovery_prefetch: Default::default(),
             redo_stats: Default::default(),
+            prune_stats: Default::default(),
         }
     }
 

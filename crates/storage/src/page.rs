@@ -9,8 +9,10 @@
 //! 14      2     lower      end of the line-pointer array
 //! 16      2     upper      start of item space (items grow down from `special`)
 //! 18      2     special    start of the kind-specific trailer (BLCKSZ for heap pages)
-//! 20      4     reserved   zero
-//! 24      4*n   line pointers: u16 item offset, u16 item length (offset 0 = unused slot)
+//! 20      2     flags      bit 0: PD_HAS_FREE_LINES (an unused line pointer may exist)
+//! 22      2     reserved   zero
+//! 24      4*n   line pointers: u16 item offset, u16 item length
+//!               (offset 0: no item; length 0 = unused, free for a new item; length 1 = dead)
 //! ...           free space
 //! upper..       items
 //! special..     trailer
@@ -46,6 +48,15 @@ const _: () = assert!(PAGE_HEADER_SIZE.is_multiple_of(LINE_POINTER_SIZE));
 const _: () = assert!(PAGE_HEADER_SIZE + BTREE_SPECIAL_SIZE + LINE_POINTER_SIZE < BLCKSZ);
 // Slots are 1-based u16s in TIDs and WAL records: the last one fits.
 const _: () = assert!(MAX_LINE_POINTERS < u16::MAX as usize);
+
+/// `flags` bit: the page may have an unused line pointer (PostgreSQL's `PD_HAS_FREE_LINES`), so
+/// a new item looks for one before it grows the array. A hint: set by [`compact`] when it leaves
+/// one, cleared by [`place_item`] when a search finds none.
+pub const PD_HAS_FREE_LINES: u16 = 1;
+
+/// Length field of a dead line pointer (offset 0): its item is gone but something may still
+/// point at its slot (an index entry), so the slot is not reused (PostgreSQL's `LP_DEAD`).
+pub const LP_DEAD_LEN: usize = 1;
 
 /// Page kinds (the `kind` header field).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -217,7 +228,7 @@ pub fn check_header(p: &PageBuf) -> Result<()> {
     }
     for i in 0..slot_count(p) {
         let (off, len) = line_pointer(p, i);
-        if off != 0 && (off < upper || off + len > special) {
+        if (off != 0 && (off < upper || off + len > special)) || (off == 0 && len > LP_DEAD_LEN) {
             return Err(Error::corruption(format!(
                 "line pointer {i} is corrupt: offset {off}, length {len}"
             )));
@@ -277,6 +288,130 @@ pub fn item_mut(p: &mut PageBuf, i: usize) -> Option<&mut [u8]> {
         return None;
     }
     p.get_mut(off..off + len)
+}
+
+/// True if line pointer `i` exists and is unused (offset 0, length 0): free for a new item.
+pub fn is_unused(p: &PageBuf, i: usize) -> bool {
+    i < slot_count(p) && line_pointer(p, i) == (0, 0)
+}
+
+/// True if line pointer `i` exists and is dead (offset 0, length [`LP_DEAD_LEN`]).
+pub fn is_dead(p: &PageBuf, i: usize) -> bool {
+    i < slot_count(p) && line_pointer(p, i) == (0, LP_DEAD_LEN)
+}
+
+/// Marks line pointer `i`, which holds an item, dead (the item's bytes stay until [`compact`]).
+pub fn set_dead(p: &mut PageBuf, i: usize) {
+    assert!(
+        item(p, i).is_some(),
+        "line pointer {i} marked dead holds no item"
+    );
+    let at = PAGE_HEADER_SIZE + i * LINE_POINTER_SIZE;
+    wr16(p, at, 0);
+    wr16(p, at + 2, LP_DEAD_LEN as u16);
+}
+
+/// Marks line pointer `i`, which holds an item, unused (the bytes stay until [`compact`]).
+pub fn set_unused(p: &mut PageBuf, i: usize) {
+    assert!(
+        item(p, i).is_some(),
+        "line pointer {i} marked unused holds no item"
+    );
+    let at = PAGE_HEADER_SIZE + i * LINE_POINTER_SIZE;
+    wr16(p, at, 0);
+    wr16(p, at + 2, 0);
+}
+
+fn flags(p: &PageBuf) -> u16 {
+    rd16(p, 20)
+}
+
+fn set_flag(p: &mut PageBuf, bit: u16, on: bool) {
+    let f = flags(p);
+    wr16(p, 20, if on { f | bit } else { f & !bit });
+}
+
+/// Repacks a page's items against its trailer, in line-pointer order, so that the space of
+/// items removed by [`set_dead`]/[`set_unused`] becomes free space; drops unused line pointers
+/// at the end of the array and zeroes the free space (PostgreSQL's `PageRepairFragmentation`
+/// and `PageTruncateLinePointerArray`). Deterministic: redo repeats it byte for byte.
+pub fn compact(p: &mut PageBuf) {
+    assert_bounds(p);
+    let (_, upper, special) = bounds(p);
+    let mut n = slot_count(p);
+    while n > 0 && line_pointer(p, n - 1) == (0, 0) {
+        n -= 1;
+    }
+    let lower = PAGE_HEADER_SIZE + n * LINE_POINTER_SIZE;
+    let items: Vec<u8> = p[upper..special].to_vec();
+    let mut at = special;
+    let mut any_unused = false;
+    for i in 0..n {
+        let (off, len) = line_pointer(p, i);
+        if off == 0 {
+            any_unused |= len == 0;
+            continue;
+        }
+        at -= len;
+        p[at..at + len].copy_from_slice(&items[off - upper..off - upper + len]);
+        set_line_pointer(p, i, at, len);
+    }
+    assert!(
+        lower <= at,
+        "compacted items at {at} overlap line pointers ending at {lower}"
+    );
+    p[lower..at].fill(0);
+    wr16(p, 14, lower as u16);
+    wr16(p, 16, at as u16);
+    set_flag(p, PD_HAS_FREE_LINES, any_unused);
+    assert_bounds(p);
+}
+
+/// Adds an item, into the first unused line pointer if the page has one, else at the end of the
+/// array (PostgreSQL's `PageAddItem` without a given offset). Returns its 0-based index. The
+/// caller checked [`fits`] (which counts a new line pointer, so the check does not depend on
+/// whether one is reused).
+pub fn place_item(p: &mut PageBuf, data: &[u8]) -> usize {
+    let i = if flags(p) & PD_HAS_FREE_LINES != 0 {
+        (0..slot_count(p))
+            .find(|&i| line_pointer(p, i) == (0, 0))
+            .unwrap_or(slot_count(p))
+    } else {
+        slot_count(p)
+    };
+    put_item(p, i, data);
+    i
+}
+
+/// Puts an item at line pointer `i`, which is unused or the next one past the array, as
+/// [`place_item`] chose it (its redo): appending clears [`PD_HAS_FREE_LINES`], which
+/// [`place_item`] appends only when no unused line pointer is left, so that redo leaves the
+/// same bytes.
+pub fn put_item(p: &mut PageBuf, i: usize, data: &[u8]) {
+    if i < slot_count(p) {
+        add_item_at_unused(p, i, data);
+    } else {
+        append_item(p, data);
+        set_flag(p, PD_HAS_FREE_LINES, false);
+    }
+}
+
+/// Puts an item into unused line pointer `i`.
+fn add_item_at_unused(p: &mut PageBuf, i: usize, data: &[u8]) {
+    assert_bounds(p);
+    assert!(is_unused(p, i), "line pointer {i} is not unused");
+    assert!(!data.is_empty(), "empty item");
+    let (lower, upper, _) = bounds(p);
+    assert!(
+        upper - lower >= data.len(),
+        "item of {} bytes does not fit",
+        data.len()
+    );
+    let at = upper - data.len();
+    p[at..upper].copy_from_slice(data);
+    set_line_pointer(p, i, at, data.len());
+    wr16(p, 16, at as u16);
+    assert_bounds(p);
 }
 
 /// Free bytes between the line pointers and the items (0 for a new, all-zero page).
@@ -404,6 +539,46 @@ mod tests {
             append_item(&mut p, it);
         }
         p
+    }
+
+    #[test]
+    fn compaction_frees_removed_items_and_new_items_reuse_unused_line_pointers() {
+        let items: Vec<Vec<u8>> = (0..6u8).map(|i| vec![i; 100 + i as usize]).collect();
+        let refs: Vec<&[u8]> = items.iter().map(Vec::as_slice).collect();
+        let mut p = heap_page_with(&refs);
+        let full = free_space(&p);
+        set_unused(&mut p, 1);
+        set_dead(&mut p, 3);
+        set_unused(&mut p, 5); // the last: the array shrinks by it
+        compact(&mut p);
+        assert_eq!(slot_count(&p), 5);
+        assert_eq!(free_space(&p), full + 101 + 103 + 105 + LINE_POINTER_SIZE);
+        for i in [0, 2, 4] {
+            assert_eq!(
+                item(&p, i),
+                Some(&items[i][..]),
+                "item {i} kept, at its slot"
+            );
+        }
+        assert!(is_unused(&p, 1) && is_dead(&p, 3) && item(&p, 3).is_none());
+        check_header(&p).unwrap();
+        // A new item takes the unused line pointer; the next one appends.
+        assert_eq!(place_item(&mut p, b"new"), 1);
+        assert_eq!(place_item(&mut p, b"newer"), 5);
+        assert_eq!(item(&p, 1), Some(&b"new"[..]));
+        // Redo puts an item into the same unused line pointer, byte for byte.
+        let mut q = heap_page_with(&refs);
+        set_unused(&mut q, 1);
+        set_dead(&mut q, 3);
+        set_unused(&mut q, 5);
+        compact(&mut q);
+        put_item(&mut q, 1, b"new");
+        put_item(&mut q, 5, b"newer");
+        assert!(p[..] == q[..], "redo's page differs");
+        // A dead line pointer with a length other than 1 is corruption on disk.
+        let at = PAGE_HEADER_SIZE + 3 * LINE_POINTER_SIZE + 2;
+        wr16(&mut q, at, 2);
+        assert!(check_header(&q).is_err());
     }
 
     // The assertions fire when what walnut is about to write breaks the page's invariants.

@@ -76,6 +76,11 @@ pub struct Recovery {
     receiver_running: AtomicBool,
     /// `recovery_min_apply_delay`, ms.
     min_apply_delay_ms: AtomicU64,
+    /// `max_standby_streaming_delay`, ms (-1: wait for ever).
+    max_streaming_delay_ms: AtomicI64,
+    /// Queries cancelled because replay removed row versions they could need
+    /// (`pg_stat_database_conflicts.confl_snapshot`).
+    conflicts_snapshot: AtomicU64,
     /// Replay's apply capacity ([`ApplyMeter`]): WAL bytes and records per second of busy
     /// time; 0 until measured.
     apply_bytes_per_sec: AtomicU64,
@@ -138,6 +143,8 @@ impl Recovery {
             ended: AtomicBool::new(false),
             receiver_running: AtomicBool::new(false),
             min_apply_delay_ms: AtomicU64::new(0),
+            max_streaming_delay_ms: AtomicI64::new(30_000),
+            conflicts_snapshot: AtomicU64::new(0),
             apply_bytes_per_sec: AtomicU64::new(0),
             apply_records_per_sec: AtomicU64::new(0),
             restart_candidate: Mutex::new(None),
@@ -220,6 +227,18 @@ impl Recovery {
     /// `pg_is_wal_replay_paused()`.
     pub fn is_paused(&self) -> bool {
         self.paused.load(Ordering::Acquire)
+    }
+
+    /// `max_standby_streaming_delay`, ms, -1 = for ever (reloadable): how long replay waits for
+    /// queries whose snapshots a replayed prune conflicts with before it cancels them.
+    pub fn set_max_streaming_delay_ms(&self, ms: i64) {
+        self.max_streaming_delay_ms.store(ms, Ordering::Relaxed);
+    }
+
+    /// Queries cancelled for a snapshot conflict with replay so far
+    /// (`pg_stat_database_conflicts.confl_snapshot`).
+    pub fn conflicts_snapshot(&self) -> u64 {
+        self.conflicts_snapshot.load(Ordering::Relaxed)
     }
 
     /// `recovery_min_apply_delay`, ms (reloadable).
@@ -392,6 +411,9 @@ fn startup(weak: Weak<Storage>, rec: Arc<Recovery>, mut reader: WalReader) {
     // none waits).
     let mut feedback_pending: Option<u32> = None;
     let mut meter = ApplyMeter::new();
+    // When replay was last caught up with the receiver: recovery conflicts count their
+    // `max_standby_streaming_delay` from here.
+    let mut caught_up_at = Instant::now();
     loop {
         if rec.stopping() {
             return;
@@ -438,6 +460,7 @@ fn startup(weak: Weak<Storage>, rec: Arc<Recovery>, mut reader: WalReader) {
                     .settle(&st, &rec, &mut notified)
                     .unwrap_or_else(|e| fatal(e));
             }
+            caught_up_at = Instant::now();
             // Caught up. Flush marks after the last record were read past: replay is there
             // too.
             meter.idle(&rec, reader.end_lsn());
@@ -493,6 +516,21 @@ fn startup(weak: Weak<Storage>, rec: Arc<Recovery>, mut reader: WalReader) {
                     rec.applied.notify_all();
                 }
             }
+        }
+        let conflicts = crate::heap::prune_conflicts(&r.record).unwrap_or_else(|e| fatal(e));
+        if let Some(xids) = conflicts.filter(|x| !x.is_empty()) {
+            let published =
+                |x: &Xid| matches!(st.xact.status(*x), crate::xact::XidStatus::Committed(_));
+            if !xids.iter().all(published) {
+                // A parallel stretch publishes commits at its watermark: a commit that deleted
+                // what the prune removes is read but may not be visible yet, and a snapshot
+                // taken now must see it.
+                if let Some(p) = par.as_mut().filter(|p| p.active) {
+                    p.drain(&st, &rec, &mut notified)
+                        .unwrap_or_else(|e| fatal(e));
+                }
+            }
+            resolve_snapshot_conflict(&st, &rec, &xids, caught_up_at);
         }
         let parallel = par.as_ref().is_some_and(|p| p.active);
         if r.record.rmgr == crate::RM_XACT && r.record.info == crate::XACT_COMMIT {
@@ -577,6 +615,71 @@ fn startup(weak: Weak<Storage>, rec: Arc<Recovery>, mut reader: WalReader) {
         }
     }
 }
+
+/// Before a prune record whose removed versions `xid` deleted is applied: waits for the queries
+/// whose snapshots do not see `xid`'s commit, up to `max_standby_streaming_delay`, then cancels
+/// those still running (40001) and waits until they have given their snapshots up
+/// (PostgreSQL's `ResolveRecoveryConflictWithSnapshot`). Unlike PostgreSQL, the delay counts
+/// from when replay reaches the record, not from when the WAL was received. Returns at once when
+/// no snapshot conflicts; gives up waiting if recovery stops.
+fn resolve_snapshot_conflict(st: &Storage, rec: &Recovery, xids: &[Xid], since: Instant) {
+    let delay = rec.max_streaming_delay_ms.load(Ordering::Relaxed);
+    let cancelled = wait_out_snapshot_conflict(&st.xact, xids, since, delay, &|| rec.stopping());
+    rec.conflicts_snapshot
+        .fetch_add(cancelled, Ordering::Relaxed);
+}
+
+/// [`resolve_snapshot_conflict`]'s wait: a snapshot conflicts unless it sees every commit of
+/// `xids` (the latest of them, in this standby's commit order); it is cancelled once
+/// `delay_ms` (`max_standby_streaming_delay`, -1: for ever) has passed since `since`, when
+/// replay was last caught up (PostgreSQL counts from the WAL's receipt: either way a backlog of
+/// conflicts holds replay back by the delay once, not once per record). Returns how many
+/// snapshots it cancelled.
+fn wait_out_snapshot_conflict(
+    xact: &crate::xact::XactManager,
+    xids: &[Xid],
+    since: Instant,
+    delay_ms: i64,
+    stopping: &dyn Fn() -> bool,
+) -> u64 {
+    let Some(csn) = conflict_csn(xact, xids) else {
+        return 0;
+    };
+    if xact.conflicting_snapshots(csn).is_empty() {
+        return 0;
+    }
+    let deadline = (delay_ms >= 0).then(|| since + Duration::from_millis(delay_ms as u64));
+    let mut signalled = std::collections::HashSet::new();
+    loop {
+        let waiting = xact.conflicting_snapshots(csn);
+        if waiting.is_empty() || stopping() {
+            return signalled.len() as u64;
+        }
+        if deadline.is_some_and(|d| Instant::now() >= d) {
+            for s in &waiting {
+                if signalled.insert(Arc::as_ptr(s) as usize) {
+                    s.signal_conflict();
+                }
+            }
+        }
+        std::thread::sleep(CONFLICT_POLL);
+    }
+}
+
+/// The CSN a snapshot must see not to conflict with a prune whose removed versions `xids`
+/// deleted: the latest of their commits here. An xid that is not a commit this standby knows of
+/// cannot be seen by anyone, so no snapshot needs what it deleted; `None` if none is.
+fn conflict_csn(xact: &crate::xact::XactManager, xids: &[Xid]) -> Option<u64> {
+    xids.iter()
+        .filter_map(|x| match xact.status(*x) {
+            crate::xact::XidStatus::Committed(c) => Some(c),
+            _ => None,
+        })
+        .max()
+}
+
+/// How often replay looks at the queries it waits for in a recovery conflict.
+const CONFLICT_POLL: Duration = Duration::from_millis(5);
 
 /// What the parallel replay publishes once the watermark reaches the round that carried the
 /// blocks of every record before it.
@@ -1030,8 +1133,11 @@ fn restartpoint(st: &Storage, rec: &Recovery, state: DbState) -> Result<Option<L
     if let Err(e) = st.smgr.sync_all() {
         walnut_common::panic_fatal(&format!("restartpoint: {e}"));
     }
-    let status = st.xact.durable_snapshot();
-    control::write_xact_status(&*st.vfs, &st.dir, &status)?;
+    let status = st.xact.take_dirty_pages();
+    if let Err(e) = control::write_xact_pages(&*st.vfs, &st.dir, &status) {
+        st.xact.redirty_pages(status.iter().map(|(n, _)| *n));
+        return Err(e);
+    }
     ControlFile {
         state,
         checkpoint_lsn: ckpt,
@@ -1145,4 +1251,107 @@ fn finish_recovery(st: &Arc<Storage>, rec: &Recovery, end: Lsn) -> Result<()> {
     }
     tracing::info!("database system is ready to accept connections (promoted)");
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::xact::XactManager;
+
+    /// A committed transaction `xid` and a snapshot taken before it (registered, not seeing it).
+    fn conflict_setup() -> (
+        Arc<XactManager>,
+        Arc<crate::xact::SnapshotSlot>,
+        Arc<AtomicBool>,
+        Xid,
+    ) {
+        let m = Arc::new(XactManager::new(Xid::FIRST_NORMAL, &[]));
+        let cancel = Arc::new(AtomicBool::new(false));
+        let slot = m.register(cancel.clone());
+        m.snapshot_in(&slot, Xid::INVALID);
+        let xid = m.assign_xid();
+        m.publish_commit(xid);
+        (m, slot, cancel, xid)
+    }
+
+    #[test]
+    fn a_conflicting_snapshot_is_cancelled_after_the_delay_and_replay_waits_until_it_is_given_up() {
+        let (m, slot, cancel, xid) = conflict_setup();
+        let (m2, done) = (m.clone(), Arc::new(AtomicBool::new(false)));
+        let done2 = done.clone();
+        let replay = std::thread::spawn(move || {
+            let n = wait_out_snapshot_conflict(&m2, &[xid], Instant::now(), 0, &|| false);
+            done2.store(true, Ordering::SeqCst);
+            n
+        });
+        // The query sees its cancel (as `Txn::check_cancel` does), marked as a conflict.
+        while !cancel.load(Ordering::SeqCst) {
+            std::thread::yield_now();
+        }
+        assert!(
+            slot.take_conflict(),
+            "the cancel is marked as a recovery conflict"
+        );
+        assert!(
+            !done.load(Ordering::SeqCst),
+            "replay goes on only once the snapshot is given up"
+        );
+        slot.release();
+        assert_eq!(replay.join().unwrap(), 1);
+        // A snapshot taken now sees the commit: no conflict.
+        m.snapshot_in(&slot, Xid::INVALID);
+        assert_eq!(
+            wait_out_snapshot_conflict(&m, &[xid], Instant::now(), 0, &|| false),
+            0
+        );
+    }
+
+    #[test]
+    fn a_prune_conflicts_with_a_snapshot_that_misses_any_deleter_not_only_the_largest_xid() {
+        let m = XactManager::new(Xid::FIRST_NORMAL, &[]);
+        let (older, newer) = (m.assign_xid(), m.assign_xid());
+        // The larger xid commits first: a snapshot between the two commits sees it only.
+        m.publish_commit(newer);
+        let slot = m.register(Arc::new(AtomicBool::new(false)));
+        m.snapshot_in(&slot, Xid::INVALID);
+        m.publish_commit(older);
+        let only_newer = conflict_csn(&m, &[newer]).unwrap();
+        assert!(m.conflicting_snapshots(only_newer).is_empty());
+        let both = conflict_csn(&m, &[older, newer]).unwrap();
+        assert_eq!(
+            m.conflicting_snapshots(both).len(),
+            1,
+            "it misses the older xid's commit"
+        );
+        assert_eq!(conflict_csn(&m, &[Xid(999)]), None);
+        m.unregister(&slot);
+    }
+
+    #[test]
+    fn a_snapshot_that_ends_within_the_delay_is_not_cancelled() {
+        let (m, slot, cancel, xid) = conflict_setup();
+        let m2 = m.clone();
+        let replay = std::thread::spawn(move || {
+            wait_out_snapshot_conflict(&m2, &[xid], Instant::now(), -1, &|| false)
+        });
+        while m.conflicting_snapshots(2).is_empty() {
+            std::thread::yield_now();
+        }
+        slot.release();
+        assert_eq!(replay.join().unwrap(), 0);
+        assert!(!cancel.load(Ordering::SeqCst) && !slot.take_conflict());
+        // Snapshots that see the commit, idle ones and unknown xids never conflict.
+        let later = m.register(Arc::new(AtomicBool::new(false)));
+        m.snapshot_in(&later, Xid::INVALID);
+        assert_eq!(
+            wait_out_snapshot_conflict(&m, &[xid], Instant::now(), 0, &|| false),
+            0
+        );
+        assert_eq!(
+            wait_out_snapshot_conflict(&m, &[Xid(999)], Instant::now(), 0, &|| false),
+            0
+        );
+        m.unregister(&later);
+        m.unregister(&slot);
+    }
 }

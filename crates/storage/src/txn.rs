@@ -12,7 +12,7 @@ use crate::catalog::{self, TableInfo};
 use crate::heap::{self, WriteCheck};
 use crate::recovery::encode_rel_list;
 use crate::smgr::Relation;
-use crate::xact::{Snapshot, XidStatus};
+use crate::xact::{Snapshot, SnapshotSlot, XidStatus};
 use crate::{Storage, RM_XACT, XACT_ABORT, XACT_COMMIT};
 use std::collections::HashMap;
 use std::ops::Bound;
@@ -23,9 +23,11 @@ use walnut_common::{BlockNumber, Error, RelFileId, Result, SqlState, TableDef, T
 use walnut_wal::{CommitOpts, CommitOutcome, Record};
 
 /// WAL one row write may need at most, bytes: a heap record and a B-tree record, each with a
-/// full-page image, and a split of a few levels, all images (checked with
+/// full-page image, prunes of the pages it looks at for room and a relink of its new version
+/// (each with an image; `heap::prune` checks again for itself), and a split of a few levels,
+/// all images (checked with
 /// `Wal::check_space` before any page changes, so a full disk fails the statement cleanly).
-const ROW_WAL_BOUND: u64 = 16 * walnut_common::BLCKSZ as u64;
+const ROW_WAL_BOUND: u64 = 24 * walnut_common::BLCKSZ as u64;
 /// WAL a commit record may need, bytes.
 const COMMIT_WAL_BOUND: u64 = 4096;
 
@@ -45,6 +47,8 @@ pub struct Txn {
     st: Arc<Storage>,
     xid: Xid,
     snap: Snapshot,
+    /// Where `snap` is registered (the pruning horizon; a standby's recovery conflicts).
+    slot: Arc<SnapshotSlot>,
     cancel: Arc<AtomicBool>,
     overlay: HashMap<String, Option<Arc<TableInfo>>>,
     created: Vec<RelFileId>,
@@ -66,11 +70,13 @@ fn no_table(name: &str) -> Error {
 impl Txn {
     /// Begins a transaction (no xid until the first write).
     pub fn begin(st: Arc<Storage>, cancel: Arc<AtomicBool>) -> Txn {
-        let snap = st.xact.snapshot(Xid::INVALID);
+        let slot = st.xact.register(cancel.clone());
+        let snap = st.xact.snapshot_in(&slot, Xid::INVALID);
         Txn {
             st,
             xid: Xid::INVALID,
             snap,
+            slot,
             cancel,
             overlay: HashMap::new(),
             created: Vec::new(),
@@ -81,9 +87,28 @@ impl Txn {
         }
     }
 
-    /// New statement: a fresh read-committed snapshot.
+    /// New statement: a fresh read-committed snapshot, registered (so pruning keeps what it
+    /// sees) until [`Txn::end_statement`].
     pub fn new_statement(&mut self) {
-        self.snap = self.st.xact.snapshot(self.xid);
+        if self.slot.take_conflict() {
+            // A recovery conflict cancelled the last statement after it had ended.
+            self.cancel.store(false, Ordering::Release);
+        }
+        self.snap = self.st.xact.snapshot_in(&self.slot, self.xid);
+    }
+
+    /// If a hot standby's replay cancelled this transaction's statement for a recovery conflict
+    /// (and something other than this transaction's own checks saw the cancel first, and
+    /// reported it as 57014): the error to report instead, 40001. Clears the mark.
+    pub fn take_recovery_conflict(&mut self) -> Option<Error> {
+        self.slot.take_conflict().then(recovery_conflict)
+    }
+
+    /// The statement ended: its snapshot no longer holds back pruning or a standby's replay
+    /// (read committed keeps no snapshot between statements). The next statement calls
+    /// [`Txn::new_statement`] first.
+    pub fn end_statement(&mut self) {
+        self.slot.release();
     }
 
     fn xid(&mut self) -> Result<Xid> {
@@ -106,6 +131,11 @@ impl Txn {
 
     fn check_cancel(&self) -> Result<()> {
         if self.cancel.swap(false, Ordering::AcqRel) {
+            if self.slot.take_conflict() {
+                // Replay waits for this: the snapshot is given up before the error returns.
+                self.slot.release();
+                return Err(recovery_conflict());
+            }
             return Err(Error::cancelled());
         }
         Ok(())
@@ -396,13 +426,36 @@ impl Txn {
         };
         let key = Self::key_of(info, row).expect("a table with an index has a primary key");
         let irel = self.st.smgr.open(index)?;
-        let prev = btree::get(&self.st, &irel, &key)?.unwrap_or(Tid::INVALID);
+        let prev = match btree::get(&self.st, &irel, &key)? {
+            // A chain that pruning ended with a dead line pointer holds nothing anyone sees: the
+            // new version starts a chain of its own.
+            Some(head) if heap::fetch_live(&self.st, &rel, head)?.is_some() => head,
+            _ => Tid::INVALID,
+        };
         let tid = heap::insert(&self.st, &rel, xid, prev, &data, info.def.fillfactor)?;
         let st = self.st.clone();
         let index_name = info.index_name();
+        let mut linked = prev;
         loop {
-            let mut check =
-                |existing: Tid| -> Result<Existing> { existing_state(&st, &rel, existing, xid) };
+            let mut check = |existing: Tid| -> Result<Existing> {
+                let e = existing_state(&st, &rel, existing, xid)?;
+                if e == Existing::Replace {
+                    // The entry is about to point at the new version: its `prev` must be the
+                    // version the entry named until now (the chain's head), unless pruning
+                    // ended that chain with a dead line pointer. Under the leaf's latch, so
+                    // nobody reads the new version through the entry before.
+                    let want = if heap::fetch_live(&st, &rel, existing)?.is_some() {
+                        existing
+                    } else {
+                        Tid::INVALID
+                    };
+                    if want != linked {
+                        heap::relink_prev(&st, &rel, tid, want, xid)?;
+                        linked = want;
+                    }
+                }
+                Ok(e)
+            };
             let outcome = btree::insert_unique(&st, &irel, xid, &key, tid, &mut check, &index_name)
                 .map_err(|e| {
                     if e.sqlstate != SqlState::UNIQUE_VIOLATION {
@@ -798,7 +851,18 @@ impl Txn {
 impl Drop for Txn {
     fn drop(&mut self) {
         self.abort_inner();
+        self.st.xact.unregister(&self.slot);
     }
+}
+
+/// A statement cancelled on a hot standby because replay removes row versions its snapshot may
+/// need (PostgreSQL's `PROCSIG_RECOVERY_CONFLICT_SNAPSHOT`): 40001.
+fn recovery_conflict() -> Error {
+    Error::conflict(
+        SqlState::SERIALIZATION_FAILURE,
+        "canceling statement due to conflict with recovery",
+    )
+    .with_detail("User query might have needed to see row versions that must be removed.")
 }
 
 /// `Key (a, b)=(1, x)`: a key's columns and values as PostgreSQL's unique-violation details
@@ -824,7 +888,10 @@ fn existing_state(
         if !tid.is_valid() {
             return Ok(Existing::Replace);
         }
-        let v = heap::fetch(st, rel, tid)?;
+        let Some(v) = heap::fetch_live(st, rel, tid)? else {
+            // Pruned: deleted, or an aborted insert, long enough ago for everyone.
+            return Ok(Existing::Replace);
+        };
         let xmin_state = if v.xmin == me {
             XidStatus::Committed(0)
         } else {

@@ -14,7 +14,10 @@
 //!    unique; every table's heap file exists, and an index file exists exactly when the table
 //!    has a primary key.
 //! 4. **Heaps**: every tuple parses; `prev`/`next` links point at existing tuples of the same
-//!    relation; every live row (inserter committed, no committed deleter) decodes with the
+//!    relation, except those pruning may leave pointing at a removed version (a `prev` of a
+//!    version whose inserter committed or aborted, a `next` of one whose deleter committed;
+//!    DESIGN.md, "Pruning"); an index entry may name a dead line pointer when its key has no
+//!    live row; every live row (inserter committed, no committed deleter) decodes with the
 //!    table's column types; no two live rows share a primary key.
 //! 5. **B-trees**, level by level from the root (after Lehman & Yao, as `verify_nbtree.c`):
 //!    the meta page names the root; each level is a chain of right links whose left links
@@ -131,6 +134,10 @@ impl Outcomes {
         x == Xid::FROZEN || self.0.get(x.0 as usize) == Some(&2)
     }
 
+    fn aborted(&self, x: Xid) -> bool {
+        self.0.get(x.0 as usize) == Some(&1)
+    }
+
     /// Inserted by a committed transaction and not deleted by one.
     fn live(&self, v: &Version) -> bool {
         self.committed(v.xmin) && !(v.xmax.is_valid() && self.committed(v.xmax))
@@ -205,6 +212,17 @@ impl Checker<'_> {
             return Ok(None);
         }
         Ok(page::item(&p, i).and_then(|it| heap::parse_version(it).ok()))
+    }
+
+    /// True if `tid` is a dead line pointer of a heap page of `pages` (a pruned version).
+    fn dead(&self, pages: &Pages, tid: Tid) -> Result<bool> {
+        if !tid.is_valid() {
+            return Ok(false);
+        }
+        let Some(p) = self.read(pages, tid.block.0)? else {
+            return Ok(false);
+        };
+        Ok(page::kind(&p) == Some(PageKind::Heap) && page::is_dead(&p, tid.slot as usize - 1))
     }
 
     /// Every tuple of a heap file: (TID, version); malformed ones are reported and skipped.
@@ -414,8 +432,21 @@ fn check_heap(c: &mut Checker<'_>, t: &TableInfo, pages: &Pages) -> Result<HashM
     let exists: HashSet<Tid> = tuples.iter().map(|(tid, _)| *tid).collect();
     let mut live: HashMap<Vec<u8>, Tid> = HashMap::new();
     for (tid, v) in &tuples {
-        for (name, link) in [("prev", v.prev), ("next", v.next)] {
-            if link.is_valid() && !exists.contains(&link) {
+        // Pruning removes a version once the one that replaced it is visible to everyone: the
+        // newer version's `prev` (its `xmin` committed) and an older one's `next` (its `xmax`
+        // committed) may then point at a slot that is gone, dead or reused. So may the `prev`
+        // of a version an aborted update left, once a later update replaced the same version
+        // (the index no longer reaches it); where the index does reach one, its chain is
+        // checked from the entry (step 6).
+        for (name, link, may_dangle) in [
+            (
+                "prev",
+                v.prev,
+                c.outcomes.committed(v.xmin) || c.outcomes.aborted(v.xmin),
+            ),
+            ("next", v.next, c.outcomes.committed(v.xmax)),
+        ] {
+            if link.is_valid() && !may_dangle && !exists.contains(&link) {
                 c.problem(
                     Some(id),
                     Some(tid.block),
@@ -733,6 +764,9 @@ fn check_entry(
     let types: Vec<_> = t.def.columns.iter().map(|col| col.ty.clone()).collect();
     let pk = t.def.primary_key.as_ref().expect("checked by the caller");
     let Some(v) = c.tuple(heap_pages, tid)? else {
+        if c.dead(heap_pages, tid)? && !live.contains_key(key) {
+            return Ok(()); // a chain pruning ended (deleted row, aborted insert): allowed
+        }
         c.problem(
             Some(ix),
             Some(BlockNumber(leaf)),
@@ -762,7 +796,50 @@ fn check_entry(
         return Ok(());
     }
     let Some(&want) = live.get(key) else {
-        return Ok(()); // a dead chain (deleted row, aborted insert): allowed
+        // A dead chain (deleted row, aborted insert): allowed, but the version a reader stops
+        // at (past aborted inserts) must be this key's, or a dead line pointer: never a slot
+        // pruning freed and a later insert reused.
+        let mut v = v;
+        let mut cur = tid;
+        for _ in 0..100_000 {
+            if c.outcomes.committed(v.xmin) || !v.prev.is_valid() {
+                break;
+            }
+            cur = v.prev;
+            match c.tuple(heap_pages, cur)? {
+                Some(next) => v = next,
+                None if c.dead(heap_pages, cur)? => return Ok(()),
+                None => {
+                    c.problem(
+                        Some(ix),
+                        Some(BlockNumber(leaf)),
+                        format!(
+                            "entry {} leads to ({},{}), which is no heap tuple",
+                            hex(key),
+                            cur.block.0,
+                            cur.slot
+                        ),
+                    );
+                    return Ok(());
+                }
+            }
+        }
+        let reached_key = decode_row(&types, &v.data)
+            .ok()
+            .map(|r| encode_key(&pk.iter().map(|&i| r[i].clone()).collect::<Vec<_>>()));
+        if reached_key.as_deref() != Some(key) {
+            c.problem(
+                Some(ix),
+                Some(BlockNumber(leaf)),
+                format!(
+                    "entry {} leads to ({},{}), a version of another key",
+                    hex(key),
+                    cur.block.0,
+                    cur.slot
+                ),
+            );
+        }
+        return Ok(());
     };
     let mut cur = tid;
     for _ in 0..100_000 {

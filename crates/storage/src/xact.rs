@@ -7,14 +7,25 @@
 //! its `xmax` did not. CSNs are published in order under a tiny mutex, so a snapshot that
 //! includes CSN c also sees the status store of every transaction with CSN <= c.
 //!
-//! **Durable status (the "clog").** The status of every xid below `next_xid` is one byte
-//! (0 unknown / in progress, 1 aborted, 2 committed) in `pg_xact/status`, written at each
-//! checkpoint. Xids after the checkpoint's redo point get their status from commit and abort
+//! **Durable status (the "clog").** The status of every xid below `next_xid` is two bits in the
+//! pages of `pg_xact/` (`control.rs`); a checkpoint writes the pages whose xids got an outcome
+//! since the last one ([`XactManager::take_dirty_pages`]), not the whole store. Xids after the checkpoint's redo point get their status from commit and abort
 //! records during redo; any xid still unknown after redo was in progress at the crash and is
 //! aborted. The commit path holds `commit_lock` shared from inserting its commit record until it
 //! has marked the xid COMMITTING; the checkpoint takes it exclusively while it fixes the redo
 //! point (PostgreSQL's `DELAY_CHKPT_START`), so a commit record before the redo point always has
 //! its status in the checkpoint's status file.
+//!
+//! **Snapshots in use and the horizon.** Every transaction registers a [`SnapshotSlot`] (PostgreSQL's
+//! `PGPROC->xmin`) holding a lower bound of the CSN of the snapshot its statement reads with, or
+//! [`SnapshotSlot::IDLE`] between statements. [`XactManager::horizon`] is the smallest of them
+//! and of the last published CSN: a change committed with a CSN at or below it is visible to every
+//! snapshot in use and to every later one, so a row version such a commit deleted or replaced is
+//! needed by nobody (pruning, `heap::prune`). A snapshot stores its bound *before* it reads the
+//! CSN it uses, and the horizon reads the last CSN *before* the slots, so a snapshot the horizon
+//! missed reads a CSN at least the horizon's (both in one `SeqCst` order). On a hot standby the
+//! same slots say which queries a replayed prune conflicts with
+//! ([`XactManager::conflicting_snapshots`]).
 //!
 //! **Row-lock waits.** An updater that finds a row version's `xmax` set by a transaction still in
 //! progress waits for that transaction to end (PostgreSQL's `XactLockTableWait`). Each waiter
@@ -36,7 +47,7 @@ const ST_ABORTED: u64 = 1;
 const ST_COMMITTING: u64 = 2;
 const ST_CSN_BASE: u64 = 16;
 
-/// Durable status byte values in `pg_xact/status`.
+/// Durable status values (as `control::read_xact_status` returns them, a byte per xid).
 pub const CLOG_UNKNOWN: u8 = 0;
 /// Aborted.
 pub const CLOG_ABORTED: u8 = 1;
@@ -63,6 +74,48 @@ pub struct Snapshot {
     pub csn: u64,
 }
 
+/// One transaction's registered snapshot (PostgreSQL's `PGPROC->xmin` with its recovery-conflict
+/// signal): see the module documentation.
+pub struct SnapshotSlot {
+    /// A lower bound of the CSN the transaction's current statement reads with, or
+    /// [`SnapshotSlot::IDLE`].
+    csn: AtomicU64,
+    /// Set by a hot standby's replay when the snapshot must be cancelled (a recovery conflict);
+    /// the transaction then fails its statement with 40001.
+    conflict: AtomicBool,
+    /// The transaction's cancel flag, which replay sets with `conflict` to interrupt it.
+    cancel: Arc<AtomicBool>,
+    /// Index in the registry.
+    index: usize,
+}
+
+impl SnapshotSlot {
+    /// No snapshot in use (between statements, or once cancelled by a recovery conflict).
+    pub const IDLE: u64 = u64::MAX;
+
+    /// The registered lower bound (a CSN), or [`SnapshotSlot::IDLE`].
+    pub fn csn(&self) -> u64 {
+        self.csn.load(Ordering::SeqCst)
+    }
+
+    /// Ends the use of the snapshot (a statement ended): the horizon may pass it.
+    pub fn release(&self) {
+        self.csn.store(Self::IDLE, Ordering::SeqCst);
+    }
+
+    /// True once replay has cancelled this snapshot for a recovery conflict (clears the mark).
+    pub fn take_conflict(&self) -> bool {
+        self.conflict.swap(false, Ordering::AcqRel)
+    }
+
+    /// Cancels the snapshot's statement for a recovery conflict: marks it and sets its cancel
+    /// flag, which the statement checks between pages.
+    pub fn signal_conflict(&self) {
+        self.conflict.store(true, Ordering::Release);
+        self.cancel.store(true, Ordering::Release);
+    }
+}
+
 struct XidLock {
     done: Mutex<bool>,
     cond: Condvar,
@@ -78,6 +131,11 @@ pub struct XactManager {
     /// `active.len()`, readable without the lock (the group-commit leader reads it).
     active_n: AtomicUsize,
     waits_for: Mutex<HashMap<Xid, Xid>>,
+    /// Pages of the status store (`control::XACTS_PER_PAGE` xids each) with an xid whose
+    /// outcome was set since the last checkpoint took them.
+    dirty_pages: Mutex<std::collections::BTreeSet<u64>>,
+    /// Registered snapshots by index; `None` = a free entry.
+    snapshots: Mutex<Vec<Option<Arc<SnapshotSlot>>>>,
     /// Held shared by committers from commit-record insertion until the xid is COMMITTING;
     /// exclusively by the checkpoint while it fixes the redo point.
     pub commit_lock: RwLock<()>,
@@ -94,6 +152,8 @@ impl XactManager {
             active: Mutex::new(HashMap::new()),
             active_n: AtomicUsize::new(0),
             waits_for: Mutex::new(HashMap::new()),
+            dirty_pages: Mutex::new(std::collections::BTreeSet::new()),
+            snapshots: Mutex::new(Vec::new()),
             commit_lock: RwLock::new(()),
         };
         for (x, &s) in durable.iter().enumerate() {
@@ -103,6 +163,8 @@ impl XactManager {
                 _ => {}
             }
         }
+        // What was loaded is durable already.
+        m.dirty_pages.lock().clear();
         m
     }
 
@@ -113,6 +175,11 @@ impl XactManager {
     }
 
     fn set(&self, xid: Xid, v: u64) {
+        if v != ST_UNKNOWN {
+            self.dirty_pages
+                .lock()
+                .insert(xid.0 / crate::control::XACTS_PER_PAGE);
+        }
         if self.slot(xid, |s| s.store(v, Ordering::Release)).is_some() {
             return;
         }
@@ -146,6 +213,80 @@ impl XactManager {
             xid,
             csn: self.last_csn.load(Ordering::Acquire),
         }
+    }
+
+    /// Registers a snapshot slot (idle) for a transaction whose cancel flag is `cancel`; give it
+    /// back with [`XactManager::unregister`].
+    pub fn register(&self, cancel: Arc<AtomicBool>) -> Arc<SnapshotSlot> {
+        let mut slots = self.snapshots.lock();
+        let index = slots
+            .iter()
+            .position(Option::is_none)
+            .unwrap_or(slots.len());
+        let slot = Arc::new(SnapshotSlot {
+            csn: AtomicU64::new(SnapshotSlot::IDLE),
+            conflict: AtomicBool::new(false),
+            cancel,
+            index,
+        });
+        if index == slots.len() {
+            slots.push(Some(slot.clone()));
+        } else {
+            slots[index] = Some(slot.clone());
+        }
+        slot
+    }
+
+    /// Removes a slot from the registry.
+    pub fn unregister(&self, slot: &SnapshotSlot) {
+        slot.release();
+        let mut slots = self.snapshots.lock();
+        assert!(
+            slots
+                .get(slot.index)
+                .and_then(Option::as_ref)
+                .is_some_and(|s| std::ptr::eq(&**s, slot)),
+            "unregistering a snapshot slot that is not registered"
+        );
+        slots[slot.index] = None;
+    }
+
+    /// A snapshot for a new statement of transaction `xid`, registered in `slot` first (see the
+    /// module documentation for why in this order).
+    pub fn snapshot_in(&self, slot: &SnapshotSlot, xid: Xid) -> Snapshot {
+        let bound = self.last_csn.load(Ordering::SeqCst);
+        slot.csn.store(bound, Ordering::SeqCst);
+        let csn = self.last_csn.load(Ordering::SeqCst);
+        assert!(
+            csn >= bound,
+            "published CSN went back from {bound} to {csn}"
+        );
+        Snapshot { xid, csn }
+    }
+
+    /// The visibility horizon, a CSN: every commit with a CSN at or below it is visible to every
+    /// registered snapshot and to every snapshot taken later (PostgreSQL's
+    /// `GetOldestNonRemovableTransactionId`). An older value is always safe (a later call may
+    /// return a smaller one: a snapshot whose bound was read before this scan and stored after
+    /// it, but whose CSN is at least this horizon).
+    pub fn horizon(&self) -> u64 {
+        let mut h = self.last_csn.load(Ordering::SeqCst);
+        for s in self.snapshots.lock().iter().flatten() {
+            h = h.min(s.csn());
+        }
+        h
+    }
+
+    /// The registered snapshots that do not see commits with a CSN of `csn` (a hot standby's
+    /// recovery conflicts with a replayed prune whose removed versions `csn` deleted).
+    pub fn conflicting_snapshots(&self, csn: u64) -> Vec<Arc<SnapshotSlot>> {
+        self.snapshots
+            .lock()
+            .iter()
+            .flatten()
+            .filter(|s| s.csn() < csn)
+            .cloned()
+            .collect()
     }
 
     /// True if changes of `xid` are visible to `snap`.
@@ -201,7 +342,9 @@ impl XactManager {
             let _g = self.publish.lock();
             let csn = self.last_csn.load(Ordering::Relaxed) + 1;
             self.set(xid, ST_CSN_BASE + csn);
-            self.last_csn.store(csn, Ordering::Release);
+            // SeqCst: a hot standby's replay reads the snapshot slots after it (Dekker with
+            // `snapshot_in`).
+            self.last_csn.store(csn, Ordering::SeqCst);
         }
         self.finish(xid);
     }
@@ -232,7 +375,9 @@ impl XactManager {
         let _g = self.publish.lock();
         let csn = self.last_csn.load(Ordering::Relaxed) + 1;
         self.set(xid, ST_CSN_BASE + csn);
-        self.last_csn.store(csn, Ordering::Release);
+        // SeqCst: a hot standby's replay reads the snapshot slots after it (Dekker with
+        // `snapshot_in`).
+        self.last_csn.store(csn, Ordering::SeqCst);
     }
 
     /// Redo of an abort record.
@@ -253,18 +398,37 @@ impl XactManager {
         }
     }
 
-    /// The durable status bytes for xids `0..next_xid` (checkpoint). COMMITTING counts as
-    /// committed: the checkpoint flushes WAL past every such commit record before writing.
-    pub fn durable_snapshot(&self) -> Vec<u8> {
-        let next = self.next_xid.load(Ordering::Acquire);
-        (0..next)
-            .map(|x| match self.raw(Xid(x)) {
-                ST_ABORTED => CLOG_ABORTED,
-                ST_COMMITTING => CLOG_COMMITTED,
-                v if v >= ST_CSN_BASE => CLOG_COMMITTED,
-                _ => CLOG_UNKNOWN,
+    /// The durable status byte of `xid`. COMMITTING counts as committed: the checkpoint
+    /// flushes WAL past every such commit record before it writes the status store.
+    pub fn durable_status(&self, xid: Xid) -> u8 {
+        match self.raw(xid) {
+            ST_ABORTED => CLOG_ABORTED,
+            ST_COMMITTING => CLOG_COMMITTED,
+            v if v >= ST_CSN_BASE => CLOG_COMMITTED,
+            _ => CLOG_UNKNOWN,
+        }
+    }
+
+    /// Takes the pages of the status store changed since the last call (a checkpoint's), each
+    /// encoded from the statuses as they are now (`control::encode_xact_page`). An outcome set
+    /// while this runs marks its page again, for the next checkpoint. A checkpoint that fails
+    /// to write them gives them back with [`XactManager::redirty_pages`].
+    pub fn take_dirty_pages(&self) -> Vec<(u64, Box<[u8; walnut_common::BLCKSZ]>)> {
+        let pages = std::mem::take(&mut *self.dirty_pages.lock());
+        pages
+            .into_iter()
+            .map(|n| {
+                (
+                    n,
+                    crate::control::encode_xact_page(n, |x| self.durable_status(x)),
+                )
             })
             .collect()
+    }
+
+    /// Marks pages dirty again (their write failed).
+    pub fn redirty_pages(&self, pages: impl IntoIterator<Item = u64>) {
+        self.dirty_pages.lock().extend(pages);
     }
 
     /// Waits until `holder` ends. `me` is the waiting transaction.
@@ -331,7 +495,71 @@ mod tests {
             !m.visible(&before, a),
             "an older snapshot does not see a later commit"
         );
-        assert_eq!(m.durable_snapshot()[a.0 as usize], CLOG_COMMITTED);
+        assert_eq!(m.durable_status(a), CLOG_COMMITTED);
+    }
+
+    #[test]
+    fn the_horizon_stays_at_the_oldest_registered_snapshot() {
+        let m = XactManager::new(Xid::FIRST_NORMAL, &[]);
+        let commit = || {
+            let x = m.assign_xid();
+            m.publish_commit(x);
+            x
+        };
+        commit();
+        let (a, b) = (
+            m.register(Arc::new(AtomicBool::new(false))),
+            m.register(Arc::new(AtomicBool::new(false))),
+        );
+        let sa = m.snapshot_in(&a, Xid::INVALID);
+        let x = commit();
+        let sb = m.snapshot_in(&b, Xid::INVALID);
+        commit();
+        assert!(!m.visible(&sa, x) && m.visible(&sb, x));
+        assert_eq!(m.horizon(), sa.csn, "the older snapshot holds the horizon");
+        assert_eq!(m.conflicting_snapshots(sb.csn).len(), 1);
+        a.release();
+        assert_eq!(m.horizon(), sb.csn);
+        m.unregister(&b);
+        m.unregister(&a);
+        // Nothing registered: everything published is below the horizon.
+        assert_eq!(m.horizon(), m.snapshot(Xid::INVALID).csn);
+        // An entry freed is reused.
+        let c = m.register(Arc::new(AtomicBool::new(false)));
+        assert_eq!(m.snapshots.lock().len(), 2);
+        m.unregister(&c);
+    }
+
+    #[test]
+    fn a_checkpoint_takes_only_the_status_pages_that_changed() {
+        let per_page = crate::control::XACTS_PER_PAGE;
+        let m = XactManager::new(Xid(2 * per_page + 5), &[]);
+        assert!(m.take_dirty_pages().is_empty(), "nothing changed yet");
+        let a = m.assign_xid(); // page 2
+        m.mark_committing(a);
+        m.redo_abort(Xid(per_page + 1)); // page 1 (as redo sets it)
+        let pages = m.take_dirty_pages();
+        assert_eq!(
+            pages.iter().map(|(n, _)| *n).collect::<Vec<_>>(),
+            vec![1, 2]
+        );
+        // COMMITTING counts as committed in what the checkpoint writes.
+        assert_eq!(
+            pages[1].1[(a.0 % per_page / 4) as usize] >> (2 * (a.0 % 4)) & 0b11,
+            0b01
+        );
+        assert!(m.take_dirty_pages().is_empty(), "taken once");
+        m.publish_commit(a);
+        assert_eq!(
+            m.take_dirty_pages().len(),
+            1,
+            "its page again, now published"
+        );
+        m.redirty_pages([7]);
+        assert_eq!(m.take_dirty_pages()[0].0, 7);
+        // A store loaded at start-up is durable: nothing to write.
+        let loaded = XactManager::new(Xid(10), &[0, 0, 0, CLOG_COMMITTED, CLOG_ABORTED]);
+        assert!(loaded.take_dirty_pages().is_empty());
     }
 
     #[test]

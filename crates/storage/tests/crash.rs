@@ -12,9 +12,10 @@
 //! per round that the file system hook ([`support::hook_vfs`]) reaches exactly:
 //!
 //! - **inside a checkpoint**: before the Nth I/O call of one of the checkpoint thread's
-//!   checkpoints — of the whole checkpoint (page write-outs, fsyncs, WAL), of its status-file
-//!   replacement or of its control-file replacement (create, truncate, write, fsync, rename,
-//!   fsync of the directory);
+//!   checkpoints — of the whole checkpoint (page write-outs, fsyncs, WAL), of its writes of the
+//!   status store's pages (open, write, fsync, fsync of `pg_xact` after creating a segment) or
+//!   of its control-file replacement (create, truncate, write, fsync, rename, fsync of the
+//!   directory);
 //! - **inside a split**: right after a B-tree split of the history index allocated its new
 //!   block (the zero block written, nothing of the split logged yet).
 //!
@@ -566,6 +567,8 @@ struct Tally {
     mid_split_by_chance: u64,
     /// Of `mid_split`, those with a split half on disk.
     half_split: u64,
+    /// Pages pruned (`PRUNE` records) while the images were taken.
+    prunes: u64,
 }
 
 impl Tally {
@@ -577,6 +580,7 @@ impl Tally {
         self.mid_split += o.mid_split;
         self.mid_split_by_chance += o.mid_split_by_chance;
         self.half_split += o.half_split;
+        self.prunes += o.prunes;
     }
 }
 
@@ -669,7 +673,7 @@ fn round(seed: u64, images: u64) -> Tally {
         if images >= 3 && i == 1 {
             let (filter, calls) = match rng.below(3) {
                 0 => ("", 16),
-                1 => ("pg_xact", 6),
+                1 => ("pg_xact", 4),
                 _ => ("global", 6),
             };
             let nth = 1 + rng.below(calls);
@@ -702,6 +706,7 @@ fn round(seed: u64, images: u64) -> Tally {
     }
     ckpt.join().unwrap();
     let commits = ledger.lock().unwrap().len() as u64;
+    let prunes = st.prune_stats.records.load(Ordering::Relaxed);
     st.shutdown().unwrap();
     drop(st);
     let report = walnut_storage::verify::verify(Arc::new(vfs.clone()), dir).unwrap();
@@ -712,6 +717,7 @@ fn round(seed: u64, images: u64) -> Tally {
     let mut tally = Tally {
         commits,
         images,
+        prunes,
         ..Tally::default()
     };
     for image in &taken {
@@ -949,7 +955,7 @@ fn acknowledged_commits_survive_random_crashes_and_nothing_is_partial() {
     eprintln!(
         "crash test: {rounds} rounds, {} commits, {} crash images recovered and verified in {:?}: \
          {} mid-checkpoint ({} of them at random moments), {} mid-split ({} at random moments; \
-         {} with a split half on disk)",
+         {} with a split half on disk); {} pages pruned",
         t.commits,
         t.images,
         started.elapsed(),
@@ -957,7 +963,8 @@ fn acknowledged_commits_survive_random_crashes_and_nothing_is_partial() {
         t.mid_checkpoint_by_chance,
         t.mid_split,
         t.mid_split_by_chance,
-        t.half_split
+        t.half_split,
+        t.prunes
     );
     if images >= 3 {
         // The targeted crash points guarantee these.
@@ -970,6 +977,13 @@ fn acknowledged_commits_survive_random_crashes_and_nothing_is_partial() {
             t.mid_split >= rounds,
             "base seed {base}: {} mid-split crash images in {rounds} rounds",
             t.mid_split
+        );
+        // Updates of the accounts fill their pages: their dead versions are pruned (and the
+        // images hold prune records to replay).
+        assert!(
+            t.prunes >= rounds,
+            "base seed {base}: {} pages pruned in {rounds} rounds",
+            t.prunes
         );
     }
 }

@@ -460,6 +460,7 @@ impl Session {
         let r = state
             .finish(txn)
             .map(|_| command(format!("COPY {}", state.rows)));
+        txn.end_statement();
         self.finish_statement(r, state.autocommit)
     }
 
@@ -733,7 +734,16 @@ impl Session {
             0 => None,
             ms => Some(std::time::Instant::now() + std::time::Duration::from_millis(ms)),
         };
-        let r = self.plan_and_run(&mut *txn, work, params);
+        let mut r = self.plan_and_run(&mut *txn, work, params);
+        if r.as_ref()
+            .is_err_and(|e| e.sqlstate == SqlState::QUERY_CANCELED)
+        {
+            // The executor saw replay's cancel before the storage did.
+            if let Some(conflict) = txn.recovery_conflict() {
+                r = Err(conflict);
+            }
+        }
+        txn.end_statement();
         self.blk.put(txn);
         self.finish_statement(r, autocommit)
     }

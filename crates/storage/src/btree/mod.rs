@@ -394,6 +394,7 @@ pub fn get(st: &Storage, rel: &Relation, key: &[u8]) -> Result<Option<Tid>> {
 }
 
 /// What the caller's uniqueness check decided about an existing entry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Existing {
     /// The existing row is dead: point the entry at the new tuple.
     Replace,

@@ -22,10 +22,35 @@
 //!   the new version is on the same page, u16 new slot and the tuple. Otherwise block 1 = new
 //!   page, data = u16 new slot, tuple.
 //! - `DELETE`: block 0; data = u16 slot, u64 xmax.
+//! - `LINK`: block 0; data = u16 slot, 6-byte TID: the version's new `prev` ([`relink_prev`]).
+//! - `PRUNE`: block 0; data = u16 n_dead, u16 n_unused, then the slots made dead and the slots
+//!   made unused (u16 each), after which the page is compacted; main data = the distinct
+//!   `xmax`es of the versions removed (u64 each, ascending; none if only aborted inserts): a
+//!   hot standby's queries that do not see all of them conflict with it. (Not just the largest,
+//!   as PostgreSQL's `snapshotConflictHorizon`: snapshots here are commit sequence numbers,
+//!   and xid order is not commit order.)
+//!
+//! **Pruning** (PostgreSQL's `heap_page_prune`; DESIGN.md, "Pruning"). A version no snapshot
+//! can see any more is removed from its page when the page is found full: by an update of a
+//! row on it, or by an insert or a moved update looking for room. Against the visibility
+//! horizon `h` ([`crate::xact::XactManager::horizon`]):
+//! - replaced (`xmax` committed with CSN <= `h`, `next` set): its line pointer becomes unused,
+//!   free for a new version. Nothing reaches it any more: the index points at a newer version,
+//!   and a reader walks `prev` only from a version whose `xmin` it cannot see, while the
+//!   version that replaced it has `xmin` = this `xmax`, which everyone sees;
+//! - deleted (`xmax` committed with CSN <= `h`, no `next`), or inserted by an aborted
+//!   transaction and replacing nothing (no `prev`): its line pointer becomes dead. The index
+//!   entry may still point at it, and reads it as the end of a chain with nothing visible;
+//!   VACUUM will remove both;
+//! - anything else stays, including a version of an aborted update that replaced another: the
+//!   index may point at it, and its `prev` leads to the live version.
+//!
+//! The page is then compacted. A new version takes the first unused line pointer, else a new
+//! one: its slot is in its WAL record either way.
 //!
 //! Assertions (on in release builds) guard what this module writes: a valid, already assigned
-//! xid and a valid TID for every write, a tuple that fits the page, a new version appended as
-//! the page's last slot (the slot its WAL record names, where redo appends it), and after an
+//! xid and a valid TID for every write, a tuple that fits the page, a new version at a slot
+//! the page has (the slot its WAL record names, where redo puts it), and after an
 //! update the links both ways (`old.next = new`, `new.prev = old`, `old.xmax = new.xmin = xid`),
 //! read back from the page. Tuples read from a page and records read from the WAL are checked
 //! with corruption errors instead (XX001): a page that is not a heap page, a line pointer that
@@ -51,6 +76,10 @@ pub const HEAP_INSERT: u8 = 0x00;
 pub const HEAP_UPDATE: u8 = 0x10;
 /// DELETE record.
 pub const HEAP_DELETE: u8 = 0x20;
+/// PRUNE record (removal of versions no snapshot can see; see the module documentation).
+pub const HEAP_PRUNE: u8 = 0x40;
+/// LINK record: a new version's `prev` link set to another version ([`relink_prev`]).
+pub const HEAP_LINK: u8 = 0x50;
 
 /// Tuple header size, bytes.
 pub const TUPLE_HEADER_SIZE: usize = 32;
@@ -184,6 +213,25 @@ fn tuple_index(p: &PageBuf, slot: u16) -> Result<usize> {
     Ok(i - 1)
 }
 
+/// What a slot holds, for readers that may meet a pruned version.
+enum Slot {
+    /// A tuple at this line-pointer index.
+    Tuple(usize),
+    /// A dead line pointer: a version removed by pruning, which no snapshot saw any more.
+    Dead,
+}
+
+/// Like [`tuple_index`], but a dead line pointer is [`Slot::Dead`] instead of an error.
+///
+/// # Errors
+/// Corruption (XX001) as [`tuple_index`].
+fn slot_state(p: &PageBuf, slot: u16) -> Result<Slot> {
+    if slot > 0 && page::kind(p) == Some(PageKind::Heap) && page::is_dead(p, slot as usize - 1) {
+        return Ok(Slot::Dead);
+    }
+    tuple_index(p, slot).map(Slot::Tuple)
+}
+
 /// A write names a transaction that exists: valid and already assigned.
 fn assert_writer(st: &Storage, xid: Xid) {
     assert!(
@@ -194,13 +242,13 @@ fn assert_writer(st: &Storage, xid: Xid) {
     );
 }
 
-/// A new version was appended to `p` as the page's last slot, `slot`: where its WAL record
-/// says, and where redo (which appends) puts it. Holds `tuple`.
-fn assert_appended(p: &PageBuf, slot: u16, tuple: &[u8]) {
-    assert_eq!(
-        slot as usize,
-        page::slot_count(p),
-        "new version is not the page's last slot"
+/// A new version was placed on `p` at `slot`, the slot its WAL record names and where redo
+/// puts it. Holds `tuple`.
+fn assert_placed(p: &PageBuf, slot: u16, tuple: &[u8]) {
+    assert!(
+        slot >= 1 && slot as usize <= page::slot_count(p),
+        "new version's slot {slot} is outside the page's {} line pointers",
+        page::slot_count(p)
     );
     assert_eq!(
         page::item(p, slot as usize - 1).map(<[u8]>::len),
@@ -306,14 +354,25 @@ fn target_page<'a>(
     let hint = BlockNumber(rel.insert_hint.load(Ordering::Acquire));
     if hint.0 < rel.nblocks.load(Ordering::Acquire) && Some(hint) != avoid {
         let pin = st.pool.pin(rel, hint, ReadMode::Normal)?;
-        let ok = {
+        let room = |p: &PageBuf| page::free_space(p) >= len + page::LINE_POINTER_SIZE + reserve;
+        let (ok, heap) = {
             let p = pin.read();
-            page::is_new(&p)
-                || (page::kind(&p) == Some(PageKind::Heap)
-                    && page::free_space(&p) >= len + page::LINE_POINTER_SIZE + reserve)
+            let heap = page::kind(&p) == Some(PageKind::Heap);
+            (page::is_new(&p) || (heap && room(&p)), heap)
         };
         if ok {
             return Ok(pin);
+        }
+        if heap {
+            // Full: what no snapshot needs any more may make room.
+            let mut p = pin.write();
+            if page::kind(&p) == Some(PageKind::Heap)
+                && prune(st, rel, &pin, &mut p)? > 0
+                && room(&p)
+            {
+                drop(p);
+                return Ok(pin);
+            }
         }
     }
     let _ext = rel.extend_lock.lock();
@@ -361,16 +420,17 @@ pub fn insert(
         } else if page::kind(&p) != Some(PageKind::Heap) {
             return Err(not_a_heap_page(rel, pin.tag.block, &p));
         }
-        if page::free_space(&p)
-            < tuple.len() + page::LINE_POINTER_SIZE + if will_init { 0 } else { reserve }
+        let need = tuple.len() + page::LINE_POINTER_SIZE + if will_init { 0 } else { reserve };
+        if page::free_space(&p) < need
+            && !(!will_init && prune(st, rel, &pin, &mut p)? > 0 && page::free_space(&p) >= need)
         {
             drop(p);
             // Someone filled it: point the hint past the end so the next try extends.
             skip_full_page(rel, pin.tag.block);
             continue;
         }
-        let slot = page::append_item(&mut p, &tuple) as u16 + 1;
-        assert_appended(&p, slot, &tuple);
+        let slot = page::place_item(&mut p, &tuple) as u16 + 1;
+        assert_placed(&p, slot, &tuple);
         let block = pin.tag.block;
         let (_, end) = st.wal().insert(&mut |redo| {
             let mut d = Vec::with_capacity(2 + tuple.len());
@@ -402,10 +462,32 @@ pub fn fetch(st: &Storage, rel: &Relation, tid: Tid) -> Result<Version> {
             tid.block.0, tid.slot, rel.id.0
         )));
     }
+    fetch_live(st, rel, tid)?.ok_or_else(|| {
+        Error::corruption(format!(
+            "TID ({},{}) of relation base/{} is a dead line pointer",
+            tid.block.0, tid.slot, rel.id.0
+        ))
+    })
+}
+
+/// Reads the version at `tid` (no visibility check), or `None` if pruning removed it and left a
+/// dead line pointer (see the module documentation): a chain's end with nothing visible.
+///
+/// # Errors
+/// Corruption if `tid` does not exist; I/O errors.
+pub fn fetch_live(st: &Storage, rel: &Relation, tid: Tid) -> Result<Option<Version>> {
+    if tid.block.0 >= rel.nblocks.load(Ordering::Acquire) {
+        return Err(Error::corruption(format!(
+            "TID ({},{}) is beyond the end of relation base/{}",
+            tid.block.0, tid.slot, rel.id.0
+        )));
+    }
     let pin = st.pool.pin(rel, tid.block, ReadMode::Normal)?;
     let p = pin.read();
-    let i = tuple_index(&p, tid.slot)?;
-    parse_version(page::item(&p, i).expect("checked"))
+    match slot_state(&p, tid.slot)? {
+        Slot::Dead => Ok(None),
+        Slot::Tuple(i) => parse_version(page::item(&p, i).expect("checked")).map(Some),
+    }
 }
 
 /// Walks the version chain from `head` back to the version visible to `snap`.
@@ -424,7 +506,9 @@ pub fn visible_version(
         if !tid.is_valid() {
             return Ok(None);
         }
-        let v = fetch(st, rel, tid)?;
+        let Some(v) = fetch_live(st, rel, tid)? else {
+            return Ok(None);
+        };
         if st.xact.visible(snap, v.xmin) {
             if v.xmax.is_valid() && st.xact.visible(snap, v.xmax) {
                 return Ok(None);
@@ -530,9 +614,17 @@ pub fn update(st: &Storage, rel: &Relation, old: Tid, xid: Xid, data: &[u8]) -> 
         if let Some(c) = check_xmax(st, page::item(&p, i).expect("checked"), xid) {
             return Ok(c);
         }
+        // The version being replaced is visible to us, so pruning keeps it, at its index.
+        if !page::fits(&p, tuple.len()) && prune(st, rel, &pin, &mut p)? > 0 {
+            assert_eq!(
+                tuple_index(&p, old.slot).ok(),
+                Some(i),
+                "pruning moved a live version"
+            );
+        }
         if page::fits(&p, tuple.len()) {
-            let new_slot = page::append_item(&mut p, &tuple) as u16 + 1;
-            assert_appended(&p, new_slot, &tuple);
+            let new_slot = page::place_item(&mut p, &tuple) as u16 + 1;
+            assert_placed(&p, new_slot, &tuple);
             let new = Tid {
                 block: old.block,
                 slot: new_slot,
@@ -591,13 +683,15 @@ pub fn update(st: &Storage, rel: &Relation, old: Tid, xid: Xid, data: &[u8]) -> 
         } else if page::kind(&tp) != Some(PageKind::Heap) {
             return Err(not_a_heap_page(rel, tpin.tag.block, &tp));
         }
-        if !page::fits(&tp, tuple.len()) {
+        if !page::fits(&tp, tuple.len())
+            && !(prune(st, rel, &tpin, &mut tp)? > 0 && page::fits(&tp, tuple.len()))
+        {
             drop((tp, op));
             skip_full_page(rel, tpin.tag.block);
             continue;
         }
-        let new_slot = page::append_item(&mut tp, &tuple) as u16 + 1;
-        assert_appended(&tp, new_slot, &tuple);
+        let new_slot = page::place_item(&mut tp, &tuple) as u16 + 1;
+        assert_placed(&tp, new_slot, &tuple);
         let new = Tid {
             block: tpin.tag.block,
             slot: new_slot,
@@ -638,6 +732,215 @@ pub fn update(st: &Storage, rel: &Relation, old: Tid, xid: Xid, data: &[u8]) -> 
         tpin.mark_dirty();
         return Ok(WriteCheck::Done(new));
     }
+}
+
+/// Pruning's counters since start-up.
+#[derive(Debug, Default)]
+pub struct PruneStats {
+    /// `PRUNE` records logged (pages pruned).
+    pub records: std::sync::atomic::AtomicU64,
+    /// Versions removed (line pointers made dead or unused).
+    pub versions: std::sync::atomic::AtomicU64,
+}
+
+/// What pruning a page removes: line-pointer indexes (0-based) to mark dead and unused, and
+/// the `xmax`es of the versions removed (a standby's conflicts; ascending, distinct).
+#[derive(Debug, Default, PartialEq, Eq)]
+struct PrunePlan {
+    dead: Vec<u16>,
+    unused: Vec<u16>,
+    conflicts: Vec<Xid>,
+}
+
+/// Decides what pruning `p` at horizon `horizon` (a CSN) removes (module documentation).
+fn plan_prune(st: &Storage, p: &PageBuf, horizon: u64) -> PrunePlan {
+    let mut plan = PrunePlan::default();
+    for i in 0..page::slot_count(p) {
+        let Some(item) = page::item(p, i).filter(|it| it.len() >= TUPLE_HEADER_SIZE) else {
+            continue;
+        };
+        match st.xact.status(header_xmin(item)) {
+            XidStatus::Aborted => {
+                if !header_prev(item).is_valid() {
+                    plan.dead.push(i as u16);
+                }
+                continue;
+            }
+            XidStatus::InProgress => continue,
+            XidStatus::Committed(_) => {}
+        }
+        let xmax = header_xmax(item);
+        if !xmax.is_valid() {
+            continue;
+        }
+        if let XidStatus::Committed(csn) = st.xact.status(xmax) {
+            if csn <= horizon {
+                if header_next(item).is_valid() {
+                    plan.unused.push(i as u16);
+                } else {
+                    plan.dead.push(i as u16);
+                }
+                plan.conflicts.push(xmax);
+            }
+        }
+    }
+    plan.conflicts.sort_unstable();
+    plan.conflicts.dedup();
+    plan
+}
+
+/// Marks the plan's line pointers and compacts the page (shared by [`prune`] and redo, so both
+/// leave the same bytes).
+fn apply_prune(p: &mut PageBuf, dead: &[u16], unused: &[u16]) {
+    for &i in dead {
+        page::set_dead(p, i as usize);
+    }
+    for &i in unused {
+        page::set_unused(p, i as usize);
+    }
+    page::compact(p);
+}
+
+/// Prunes heap page `p` of `rel`, pinned as `pin` and exclusively latched by the caller: removes
+/// the versions no snapshot can see any more, compacts the page and logs a `PRUNE` record
+/// (module documentation; PostgreSQL's `heap_page_prune_and_freeze`). Does nothing on a hot
+/// standby (replay prunes there), to the catalog (its cache reads it with snapshots of its
+/// own), or when nothing is removable. Returns the bytes of item space freed.
+///
+/// # Errors
+/// Corruption if `p` is not a heap page; the WAL insert's errors (as for any page change).
+pub fn prune(st: &Storage, rel: &Relation, pin: &Pinned<'_>, p: &mut PageBuf) -> Result<usize> {
+    if rel.id == walnut_common::RelFileId::CATALOG || st.in_recovery() || page::is_new(p) {
+        return Ok(0);
+    }
+    if page::kind(p) != Some(PageKind::Heap) {
+        return Err(not_a_heap_page(rel, pin.tag.block, p));
+    }
+    let horizon = st.xact.horizon();
+    let plan = plan_prune(st, p, horizon);
+    if plan.dead.is_empty() && plan.unused.is_empty() {
+        return Ok(0);
+    }
+    // The record (with a full-page image, and its xids) must find room in the WAL before the
+    // page changes: on a full disk pruning is skipped, and the statement that wanted room
+    // fails (53100) where it checks for its own records, or extends the relation.
+    if st
+        .wal()
+        .check_space(2 * BLCKSZ as u64 + 8 * plan.conflicts.len() as u64)
+        .is_err()
+    {
+        return Ok(0);
+    }
+    let before = page::free_space(p);
+    apply_prune(p, &plan.dead, &plan.unused);
+    let freed = page::free_space(p) - before;
+    let block = pin.tag.block;
+    let (_, end) = st.wal().insert(&mut |redo| {
+        let mut d = Vec::with_capacity(4 + 2 * (plan.dead.len() + plan.unused.len()));
+        d.extend_from_slice(&(plan.dead.len() as u16).to_le_bytes());
+        d.extend_from_slice(&(plan.unused.len() as u16).to_le_bytes());
+        for &i in plan.dead.iter().chain(&plan.unused) {
+            d.extend_from_slice(&(i + 1).to_le_bytes());
+        }
+        Record {
+            rmgr: RM_HEAP,
+            info: HEAP_PRUNE,
+            xid: Xid::INVALID,
+            flags: 0,
+            blocks: vec![st.block_ref(rel.id, block, p, redo, false, d)],
+            main_data: plan
+                .conflicts
+                .iter()
+                .flat_map(|x| x.0.to_le_bytes())
+                .collect(),
+        }
+    })?;
+    page::set_lsn(p, end);
+    pin.mark_dirty();
+    st.prune_stats.records.fetch_add(1, Ordering::Relaxed);
+    st.prune_stats.versions.fetch_add(
+        (plan.dead.len() + plan.unused.len()) as u64,
+        Ordering::Relaxed,
+    );
+    Ok(freed)
+}
+
+/// Sets the `prev` link of the version at `tid`, which transaction `xid` inserted and which no
+/// index entry names yet, to `prev`, and logs it (`LINK`). An insert chooses its new version's
+/// `prev` from the index entry it read before inserting; the uniqueness check may then find
+/// another version at the head of the key's chain (a concurrent update replaced the one it
+/// read, and its transaction then deleted the row), which the entry is about to be pointed
+/// away from: the new version must link to that one, or its `prev` would name a version that
+/// pruning may remove and whose slot it may reuse (DESIGN.md, "Pruning").
+///
+/// # Errors
+/// Corruption if `tid` holds no version of `xid`; I/O errors; the WAL insert's.
+pub fn relink_prev(st: &Storage, rel: &Relation, tid: Tid, prev: Tid, xid: Xid) -> Result<()> {
+    assert_writer(st, xid);
+    let pin = st.pool.pin(rel, tid.block, ReadMode::Normal)?;
+    let mut p = pin.write();
+    let i = tuple_index(&p, tid.slot)?;
+    let item = page::item_mut(&mut p, i).expect("checked");
+    if header_xmin(item) != xid {
+        return Err(Error::corruption(format!(
+            "relinking ({},{}) of transaction {}, which holds a version of transaction {}",
+            tid.block.0,
+            tid.slot,
+            xid.0,
+            header_xmin(item).0
+        )));
+    }
+    item[16..22].copy_from_slice(&prev.to_bytes());
+    let (_, end) = st.wal().insert(&mut |redo| {
+        let mut d = Vec::with_capacity(2 + Tid::SIZE);
+        d.extend_from_slice(&tid.slot.to_le_bytes());
+        d.extend_from_slice(&prev.to_bytes());
+        Record {
+            rmgr: RM_HEAP,
+            info: HEAP_LINK,
+            xid,
+            flags: 0,
+            blocks: vec![st.block_ref(rel.id, tid.block, &p, redo, false, d)],
+            main_data: vec![],
+        }
+    })?;
+    page::set_lsn(&mut p, end);
+    pin.mark_dirty();
+    Ok(())
+}
+
+/// Prunes block `block` of `rel` now, whether or not it is full ([`prune`] under the page's
+/// exclusive latch). Returns the bytes of item space freed.
+///
+/// # Errors
+/// I/O errors reading the page; as [`prune`].
+pub fn prune_block(st: &Storage, rel: &Relation, block: BlockNumber) -> Result<usize> {
+    let pin = st.pool.pin(rel, block, ReadMode::Normal)?;
+    let mut p = pin.write();
+    prune(st, rel, &pin, &mut p)
+}
+
+/// The `xmax`es of the versions a `PRUNE` record removes (its main data; empty when it removes
+/// only aborted inserts), or `None` for another record.
+///
+/// # Errors
+/// Corruption if a `PRUNE` record's main data is not a whole number of u64s.
+pub fn prune_conflicts(r: &Record) -> Result<Option<Vec<Xid>>> {
+    if r.rmgr != RM_HEAP || r.info != HEAP_PRUNE {
+        return Ok(None);
+    }
+    if !r.main_data.len().is_multiple_of(8) {
+        return Err(Error::corruption(format!(
+            "heap prune record's main data of {} bytes is not a list of xids",
+            r.main_data.len()
+        )));
+    }
+    Ok(Some(
+        r.main_data
+            .chunks_exact(8)
+            .map(|b| Xid(u64::from_le_bytes(b.try_into().expect("8"))))
+            .collect(),
+    ))
 }
 
 /// Collects every version on `block` visible to `snap` (TID and row bytes) into `out`.
@@ -741,13 +1044,14 @@ fn redo_add(p: &mut PageBuf, slot: u16, tuple: &[u8]) -> Result<()> {
             tuple.len()
         )));
     }
-    if slot as usize != page::slot_count(p) + 1 || !page::fits(p, tuple.len()) {
+    let n = page::slot_count(p);
+    let reuse = slot >= 1 && page::is_unused(p, slot as usize - 1);
+    if !(reuse || slot as usize == n + 1) || !page::fits(p, tuple.len()) {
         return Err(Error::corruption(format!(
-            "heap redo: slot {slot} does not follow {} on the page",
-            page::slot_count(p)
+            "heap redo: slot {slot} is neither unused nor the next of {n} on the page, or the tuple does not fit",
         )));
     }
-    page::add_item(p, slot as usize - 1, tuple);
+    page::put_item(p, slot as usize - 1, tuple);
     Ok(())
 }
 
@@ -759,6 +1063,28 @@ fn redo_set_xmax(p: &mut PageBuf, slot: u16, xmax: Xid, next: Tid) -> Result<()>
     }
     let i = tuple_index(p, slot)?;
     set_xmax_next(page::item_mut(p, i).expect("checked"), xmax, next);
+    Ok(())
+}
+
+/// Redo of a `PRUNE` record: the same marks and compaction as [`prune`].
+fn redo_prune(p: &mut PageBuf, data: &[u8]) -> Result<()> {
+    let (nd, nu) = (rd_u16(data, 0)? as usize, rd_u16(data, 2)? as usize);
+    let mut slots = Vec::with_capacity(nd + nu);
+    for k in 0..nd + nu {
+        let slot = rd_u16(data, 4 + 2 * k)?;
+        // Each names a tuple on the page, once.
+        let i = tuple_index(p, slot)?;
+        if slots.contains(&(i as u16)) {
+            return Err(Error::corruption(format!(
+                "heap prune record names slot {slot} twice"
+            )));
+        }
+        slots.push(i as u16);
+    }
+    if data.len() != 4 + 2 * (nd + nu) {
+        return Err(Error::corruption("heap prune record has trailing bytes"));
+    }
+    apply_prune(p, &slots[..nd], &slots[nd..]);
     Ok(())
 }
 
@@ -797,6 +1123,17 @@ pub fn redo_block(
             Ok(())
         }
         (HEAP_UPDATE, 1) => redo_add(p, rd_u16(data, 0)?, &data[2..]),
+        (HEAP_PRUNE, 0) => redo_prune(p, data),
+        (HEAP_LINK, 0) => {
+            let i = tuple_index(p, rd_u16(data, 0)?)?;
+            let prev = data
+                .get(2..2 + Tid::SIZE)
+                .filter(|_| data.len() == 2 + Tid::SIZE)
+                .and_then(Tid::from_bytes)
+                .ok_or_else(|| Error::corruption("heap link record is malformed"))?;
+            page::item_mut(p, i).expect("checked")[16..22].copy_from_slice(&prev.to_bytes());
+            Ok(())
+        }
         _ => Err(Error::corruption(format!(
             "unknown heap record info {info:#x} block {block_id}"
         ))),

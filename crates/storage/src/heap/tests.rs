@@ -42,12 +42,12 @@ fn stamping_a_truncated_tuple_panics() {
 }
 
 #[test]
-#[should_panic(expected = "new version is not the page's last slot")]
-fn a_new_version_that_is_not_the_last_slot_panics() {
+#[should_panic(expected = "new version's slot 3 is outside the page's 2 line pointers")]
+fn a_new_version_outside_the_line_pointers_panics() {
     let (a, b) = (tuple(5), tuple(6));
     let p = heap_page(&[&a, &b]);
-    assert_appended(&p, 2, &b); // where the WAL record would say: holds
-    assert_appended(&p, 1, &a); // redo would append it at slot 3, not 1
+    assert_placed(&p, 2, &b); // where the WAL record would say: holds
+    assert_placed(&p, 3, &a); // a slot the page does not have
 }
 
 #[test]
