@@ -21,9 +21,15 @@
 # PostgreSQL comes from ../../shared/bench/postgres18.sh with its tuned settings overridden back to
 # the defaults; walnut runs with no -c at all. Ports 5470 (PostgreSQL) and 5471 (walnut).
 #
+# pgbench_history gains a row per transaction on both servers: its growth is data, not garbage,
+# and alone it exceeds the first target at a few thousand tps. So each relation's size is also
+# taken after the load and at the end (relations.tsv), and table.md gives the growth without
+# pgbench_history beside the total.
+#
 # Writes to OUT (default bench/sustained/results/DATE-TIME): samples.tsv (server, second, data MB,
-# pg_xact kB, tps over the interval ending there), summary.tsv, table.md, chart.svg (if cargo can
-# build bench/sustained/chart), SERVER.pgbench.txt, SERVER.init.txt, server logs.
+# pg_xact kB, tps over the interval ending there), relations.tsv, summary.tsv, table.md,
+# chart.svg (if cargo can build bench/sustained/chart), SERVER.pgbench.txt, SERVER.init.txt,
+# server logs.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd); root=$(cd "$here/../.." && pwd)
 shared=${WALNUT_SHARED:-$root/../shared}
@@ -64,9 +70,27 @@ trap 'exit 130' INT TERM
 
 psql_() { local port=$1; shift; "$PSQL" -h 127.0.0.1 -p "$port" -U postgres -X "$@" postgres; }
 mb() { du -sk "$1" 2>/dev/null | awk '{printf "%.1f", $1 / 1024}'; }
+
+# relations SERVER PORT DIR WHEN: "SERVER WHEN relname MB" for each pgbench relation. walnut's
+# pg_class oid is the relation file's number for an index, but not for a table that pgbench -i
+# truncated (a new file): its size is left empty, and walnut gets no row without
+# pgbench_history (until walnut has pg_relation_size).
+relations() {
+  local server=$1 port=$2 dir=$3 when=$4 oid name
+  if [ "$server" = pg18 ]; then
+    psql_ "$port" -Atc "select relname, pg_relation_size(oid) from pg_class where relname like 'pgbench%' order by relname" |
+      awk -F'|' -v s="$server" -v w="$when" '{printf "%s\t%s\t%s\t%.1f\n", s, w, $1, $2 / 1048576}'
+  else
+    psql_ "$port" -Atc "select oid, relname from pg_class where relname like 'pgbench%' order by relname" |
+      while IFS='|' read -r oid name; do
+        printf '%s\t%s\t%s\t%s\n' "$server" "$when" "$name" "$(mb "$dir/base/$oid")"
+      done
+  fi >>"$out/relations.tsv"
+}
 kb() { du -sk "$1" 2>/dev/null | awk '{print $1}'; }
 
 printf 'server\tsecond\tdata_mb\txact_kb\ttps\n' >"$out/samples.tsv"
+printf 'server\twhen\trelation\tmb\n' >"$out/relations.tsv"
 printf 'server\tload_mb\tend_mb\tmax_mb\tlast_window_growth_pct\ttransactions\tgrowth_mb_per_million\ttps_first\ttps_last\tend_xact_kb\tmean_tps\n' >"$out/summary.tsv"
 
 run_one() { # SERVER PORT DATADIR
@@ -74,6 +98,7 @@ run_one() { # SERVER PORT DATADIR
   "$PGBENCH" -h 127.0.0.1 -p "$port" -U postgres -i -q -s "$scale" postgres >"$out/$server.init.txt" 2>&1
   psql_ "$port" -qc checkpoint >/dev/null 2>&1 || true
   local load_mb; load_mb=$(mb "$dir/base")
+  relations "$server" "$port" "$dir" load
   printf '%s\t0\t%s\t%s\t\n' "$server" "$load_mb" "$(kb "$dir/pg_xact")" >>"$work/sizes.$server"
   t0=$(date +%s)
   ( while sleep "$sample"; do
@@ -84,6 +109,7 @@ run_one() { # SERVER PORT DATADIR
     -T "$seconds" -P "$sample" postgres >"$out/$server.pgbench.txt" 2>&1 || true
   kill "$sampler" 2>/dev/null || true; wait "$sampler" 2>/dev/null || true; sampler=""
   printf '%s\t%d\t%s\t%s\n' "$server" "$seconds" "$(mb "$dir/base")" "$(kb "$dir/pg_xact")" >>"$work/sizes.$server"
+  relations "$server" "$port" "$dir" end
   # tps per interval from pgbench's progress lines, matched to the nearest size sample.
   awk -v s="$server" -F'\t' '
     NR == FNR { if ($0 ~ /^progress:/) { split($0, a, " "); t = int(a[2] + 0.5); tps[t] = a[4] } ; next }
@@ -93,10 +119,11 @@ run_one() { # SERVER PORT DATADIR
     "$work/sizes.$server" >>"$out/samples.tsv"
   local txns mean; txns=$(awk '/number of transactions actually processed/ {print $NF}' "$out/$server.pgbench.txt" | sed 's|/.*||')
   mean=$(awk '/^tps = / {print $3; exit}' "$out/$server.pgbench.txt")
-  awk -F'\t' -v s="$server" -v n="$seconds" -v txns="${txns:-0}" -v mean="${mean:-0}" '
+  awk -F'\t' -v s="$server" -v n="$seconds" -v txns="${txns:-0}" -v mean="${mean:-0}" -v sample="$sample" '
     $1 == s { t[++k] = $2; d[k] = $3; x[k] = $4; p[k] = $5 }
     END {
       win = (n >= 1800 ? 600 : n / 3); edge = (n >= 1800 ? 300 : n / 6)
+      if (edge < sample) edge = sample
       load = d[1]; end = d[k]; max = 0; before = load
       for (i = 1; i <= k; i++) { if (d[i] > max) max = d[i]; if (t[i] <= n - win) before = d[i] }
       f = 0; fn = 0; l = 0; ln = 0
@@ -134,7 +161,7 @@ awk -F'\t' -v minutes="$minutes" '
     print "| server | data after load (MB) | after " minutes " min | max | growth, last window | transactions | growth per million tx (MB) | tps first / last window | mean tps | pg_xact at end |"
     print "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
     for (i = 1; i <= n; i++) { s = order[i]
-      printf "| %s | %s | %s | %s | %s %% | %d | %s | %s / %s | %s | %.1f MB |\n", s, load[s], end[s], max[s], lastg[s], tx[s], gpm[s], first[s], last[s], mean[s], xkb[s] / 1024 }
+      printf "| %s | %s | %s | %s | %s %% | %d | %s | %s / %s | %.0f | %.2f MB |\n", s, load[s], end[s], max[s], lastg[s], tx[s], gpm[s], first[s], last[s], mean[s], xkb[s] / 1024 }
     if ("walnut" in load) {
       w = "walnut"; print ""
       printf "- size after the run <= 1.3x after load: %.2fx: %s\n", end[w] / load[w], (end[w] <= 1.3 * load[w] ? "PASS" : "FAIL")
@@ -144,6 +171,22 @@ awk -F'\t' -v minutes="$minutes" '
       printf "- pg_xact <= 16 MB at the end: %.1f MB: %s\n", xkb[w] / 1024, (xkb[w] <= 16384 ? "PASS" : "FAIL")
     }
   }' "$out/summary.tsv" >"$out/table.md"
+# Without pgbench_history (which gains a row per transaction on both servers).
+awk -F'\t' '
+  NR == FNR { if (FNR > 1) tx[$1] = $6; next }
+  FNR == 1 { next }
+  $4 == "" { next }
+  { v[$1, $2, $3] = $4; if ($3 == "pgbench_history") { hist[$1] = 1; next } tot[$1, $2] += $4; seen[$1] = 1 }
+  END {
+    print ""
+    print "Without pgbench_history (a row per transaction on both servers):"
+    print ""
+    print "| server | relations after load (MB) | at the end | ratio | growth per million tx (MB) | pgbench_history at the end |"
+    print "|---|---:|---:|---:|---:|---:|"
+    for (s in seen) if (s in hist) printf "| %s | %.1f | %.1f | %.2fx | %.1f | %.1f MB |\n", s, tot[s, "load"], tot[s, "end"],
+      (tot[s, "load"] > 0 ? tot[s, "end"] / tot[s, "load"] : 0),
+      (tx[s] > 0 ? (tot[s, "end"] - tot[s, "load"]) / (tx[s] / 1e6) : 0), v[s, "end", "pgbench_history"]
+  }' "$out/summary.tsv" "$out/relations.tsv" >>"$out/table.md"
 
 if command -v cargo >/dev/null && cargo build -q --release --manifest-path "$here/chart/Cargo.toml" 2>"$out/chart.build.txt"; then
   "$here/chart/target/release/sustained-chart" "$out" "pgbench tpcb-like, -c $clients, scale $scale, defaults: data size and tps" || true
