@@ -183,6 +183,21 @@ INSERT INTO pgbench_history (tid, bid, aid, delta, mtime) VALUES (1, 1, :a2, :nd
 END;
 ";
 
+/// pgbench running TRANSFER on `p` with 4 clients for `seconds` (its script written under `dir`).
+fn transfers(p: &Server, dir: &Path, seconds: &str) -> std::process::Child {
+    let script: PathBuf = dir.join("transfer.sql");
+    std::fs::write(&script, TRANSFER).unwrap();
+    Command::new(support::pg_bin("pgbench"))
+        .args(p.conn_args())
+        .args(["-n", "-c", "4", "-j", "2", "-T", seconds, "-f"])
+        .arg(&script)
+        .arg("postgres")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
 /// The reader: one check on the standby; `Err` describes a broken invariant. The accounts
 /// are summed twice: by a heap scan, and by a range scan of the primary-key index (which
 /// starts at each entry's newest version and walks back, so an entry replayed ahead of its
@@ -232,17 +247,7 @@ fn hot_standby_reads_are_consistent_under_replay_and_kill9_of_the_standby() {
     let out = p.pgbench(&["-i", "-s", "1", "-q"]);
     assert!(out.status.success(), "{}", stderr(&out));
     let (mut s, tmp) = standby_of(&p, "s1", PARALLEL);
-    let script: PathBuf = tmp.path().join("transfer.sql");
-    std::fs::write(&script, TRANSFER).unwrap();
-    let load = Command::new(support::pg_bin("pgbench"))
-        .args(p.conn_args())
-        .args(["-n", "-c", "4", "-j", "2", "-T", "30", "-f"])
-        .arg(&script)
-        .arg("postgres")
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let load = transfers(&p, tmp.path(), "30");
     let t0 = Instant::now();
     let mut checks = 0;
     let mut kills = 0;
@@ -290,17 +295,7 @@ fn replayed_prunes_cancel_the_standby_queries_they_conflict_with_and_no_other_ha
     let mut settings = PARALLEL.to_vec();
     settings.push("max_standby_streaming_delay=0");
     let (s, tmp) = standby_of(&p, "s1", &settings);
-    let script: PathBuf = tmp.path().join("transfer.sql");
-    std::fs::write(&script, TRANSFER).unwrap();
-    let load = Command::new(support::pg_bin("pgbench"))
-        .args(p.conn_args())
-        .args(["-n", "-c", "4", "-j", "2", "-T", "15", "-f"])
-        .arg(&script)
-        .arg("postgres")
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let load = transfers(&p, tmp.path(), "15");
     let t0 = Instant::now();
     let (mut reads, mut cancelled) = (0, 0);
     while t0.elapsed() < Duration::from_secs(13) {

@@ -779,10 +779,12 @@ fn check_entry(
         );
         return Ok(());
     };
-    let row_key = decode_row(&types, &v.data)
-        .ok()
-        .map(|r| encode_key(&pk.iter().map(|&i| r[i].clone()).collect::<Vec<_>>()));
-    if row_key.as_deref() != Some(key) {
+    let key_of = |v: &Version| {
+        decode_row(&types, &v.data)
+            .ok()
+            .map(|r| encode_key(&pk.iter().map(|&i| r[i].clone()).collect::<Vec<_>>()))
+    };
+    if key_of(&v).as_deref() != Some(key) {
         c.problem(
             Some(ix),
             Some(BlockNumber(leaf)),
@@ -824,10 +826,7 @@ fn check_entry(
                 }
             }
         }
-        let reached_key = decode_row(&types, &v.data)
-            .ok()
-            .map(|r| encode_key(&pk.iter().map(|&i| r[i].clone()).collect::<Vec<_>>()));
-        if reached_key.as_deref() != Some(key) {
+        if key_of(&v).as_deref() != Some(key) {
             c.problem(
                 Some(ix),
                 Some(BlockNumber(leaf)),

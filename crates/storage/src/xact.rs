@@ -174,12 +174,19 @@ impl XactManager {
         Some(f(&c[(xid.0 % CHUNK) as usize]))
     }
 
+    /// Sets `xid`'s in-memory status and marks its page of the status store dirty.
     fn set(&self, xid: Xid, v: u64) {
         if v != ST_UNKNOWN {
             self.dirty_pages
                 .lock()
                 .insert(xid.0 / crate::control::XACTS_PER_PAGE);
         }
+        self.store(xid, v);
+    }
+
+    /// Sets `xid`'s in-memory status only: for a change the durable status does not see (a
+    /// COMMITTING xid published).
+    fn store(&self, xid: Xid, v: u64) {
         if self.slot(xid, |s| s.store(v, Ordering::Release)).is_some() {
             return;
         }
@@ -341,7 +348,8 @@ impl XactManager {
         {
             let _g = self.publish.lock();
             let csn = self.last_csn.load(Ordering::Relaxed) + 1;
-            self.set(xid, ST_CSN_BASE + csn);
+            // COMMITTING already marked the page dirty (and counts as committed there).
+            self.store(xid, ST_CSN_BASE + csn);
             // SeqCst: a hot standby's replay reads the snapshot slots after it (Dekker with
             // `snapshot_in`).
             self.last_csn.store(csn, Ordering::SeqCst);
@@ -550,11 +558,12 @@ mod tests {
         );
         assert!(m.take_dirty_pages().is_empty(), "taken once");
         m.publish_commit(a);
-        assert_eq!(
-            m.take_dirty_pages().len(),
-            1,
-            "its page again, now published"
+        assert!(
+            m.take_dirty_pages().is_empty(),
+            "publishing changes nothing durable: the page already says committed"
         );
+        m.abort(m.assign_xid());
+        assert_eq!(m.take_dirty_pages().len(), 1, "an abort marks its page");
         m.redirty_pages([7]);
         assert_eq!(m.take_dirty_pages()[0].0, 7);
         // A store loaded at start-up is durable: nothing to write.
