@@ -1297,6 +1297,98 @@ fn full_disk_fails_writes_with_53100_and_loses_nothing() {
     verify_offline(&mut s, &settings);
 }
 
+/// VACUUM VERBOSE reports, as PostgreSQL does, what it freed: the deleted rows' line pointers
+/// and index entries; the rows left read the same, freed slots take new rows, and the data
+/// directory verifies. Then VACUUM runs over and over while pgbench clients delete and
+/// re-insert rows (each its own keys) and read random keys by index: every key always has
+/// exactly one row (a client that finds otherwise fails with a division by zero).
+#[test]
+fn vacuum_frees_deleted_rows_while_readers_and_writers_run() {
+    let mut s = Server::new(&[]);
+    s.query("create table t (id int primary key, v int)");
+    s.query("insert into t select g, g from generate_series(1, 2000) g");
+    assert_eq!(s.query("delete from t where id > 1000"), "DELETE 1000");
+    let out = s.psql("vacuum verbose t");
+    let info = stderr(&out);
+    assert!(out.status.success(), "{info}");
+    for want in [
+        "INFO:  finished vacuuming \"postgres.public.t\": index scans: 1",
+        "dead item identifiers: 1000 removed",
+        "index \"t_pkey\": 1000 entries removed",
+    ] {
+        assert!(info.contains(want), "VACUUM VERBOSE said:\n{info}");
+    }
+    assert_eq!(s.query("select count(*), sum(v) from t"), "1000|500500");
+    assert_eq!(s.query("select count(*) from t where id > 1000"), "0");
+    s.query("insert into t select g, 0 from generate_series(1001, 2000) g");
+    let out = s.psql("vacuum (verbose) t");
+    assert!(
+        stderr(&out).contains("dead item identifiers: 0 removed"),
+        "{}",
+        stderr(&out)
+    );
+    assert_eq!(s.query("select count(*) from t"), "2000");
+    let out = s.psql("vacuum nosuch");
+    assert!(stderr(&out).contains("relation \"nosuch\" does not exist"));
+
+    let dir = tempfile::tempdir().unwrap();
+    let script = dir.path().join("churn.sql");
+    std::fs::write(
+        &script,
+        "\\set k random(1, 500) + 500 * :client_id\n\
+         \\set r random(1, 2000)\n\
+         begin;\n\
+         delete from t where id = :k;\n\
+         insert into t values (:k, :client_id);\n\
+         commit;\n\
+         select count(*) as n from t where id = :r \\gset\n\
+         \\if :n != 1\n\
+         select 1 / 0;\n\
+         \\endif\n",
+    )
+    .unwrap();
+    let done = std::sync::atomic::AtomicBool::new(false);
+    let vacuums = std::thread::scope(|scope| {
+        let vacuum = scope.spawn(|| {
+            let mut n = 0;
+            while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                let out = s.psql("vacuum t");
+                assert!(out.status.success(), "VACUUM failed: {}", stderr(&out));
+                n += 1;
+            }
+            n
+        });
+        let out = s.pgbench(&[
+            "-n",
+            "-M",
+            "prepared",
+            "-c",
+            "4",
+            "-j",
+            "2",
+            "-T",
+            "8",
+            "-f",
+            script.to_str().unwrap(),
+        ]);
+        done.store(true, std::sync::atomic::Ordering::Relaxed);
+        assert!(
+            out.status.success(),
+            "pgbench failed:\n{}\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            stderr(&out)
+        );
+        assert!(processed(&out) > 0);
+        vacuum.join().unwrap()
+    });
+    assert!(vacuums > 0);
+    assert_eq!(s.query("select count(*), sum(id) from t"), "2000|2001000");
+    let out = s.psql("vacuum verbose t");
+    assert!(out.status.success(), "{}", stderr(&out));
+    verify_offline(&mut s, &[]);
+    assert_eq!(s.query("select count(*) from t"), "2000");
+}
+
 /// A single-threaded tokio runtime for a test's client.
 fn current_thread() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_current_thread()

@@ -326,6 +326,88 @@ fn replayed_prunes_cancel_the_standby_queries_they_conflict_with_and_no_other_ha
     eprintln!("{reads} consistent reads, {cancelled} cancelled, {counted} conflicts counted");
 }
 
+/// VACUUM on the primary while its clients move rows between paired keys (`k` and `k + 1000`:
+/// always exactly one of the two exists, each key deleted and inserted again in turn): a hot
+/// standby replays the prunes, index deletes, cleared links and freed slots in parallel while
+/// its readers scan the index from one key of a pair to the other (one statement, one
+/// snapshot), and count the table by a heap scan, and every read finds one row per pair. At the end the two servers hold the same rows and both
+/// data directories verify.
+#[test]
+fn replayed_vacuums_keep_every_standby_read_whole() {
+    let mut p = Server::new(&[]);
+    p.query("create table t (id int primary key, v int)");
+    p.query("insert into t select g, g from generate_series(1, 1000) g");
+    let (mut s, tmp) = standby_of(&p, "s1", PARALLEL);
+    let churn = tmp.path().join("churn.sql");
+    std::fs::write(
+        &churn,
+        "\\set k random(1, 250) + 250 * :client_id\n\
+         begin;\n\
+         select count(*) as here from t where id = :k \\gset\n\
+         \\if :here = 1\n\
+         delete from t where id = :k;\n\
+         insert into t values (:k + 1000, :client_id);\n\
+         \\else\n\
+         delete from t where id = :k + 1000;\n\
+         insert into t values (:k, :client_id);\n\
+         \\endif\n\
+         commit;\n",
+    )
+    .unwrap();
+    let read = tmp.path().join("read.sql");
+    std::fs::write(
+        &read,
+        "\\set r random(1, 1000)\n\
+         select count(*) as n from t where id between :r and :r + 1000 and (id = :r or id = :r + 1000) \\gset\n\
+         \\if :n != 1\n\
+         select 1 / 0;\n\
+         \\endif\n\
+         select count(*) as n from t \\gset\n\
+         \\if :n != 1000\n\
+         select 2 / 0;\n\
+         \\endif\n",
+    )
+    .unwrap();
+    let bench = |server: &Server, script: &Path| {
+        Command::new(support::pg_bin("pgbench"))
+            .args(server.conn_args())
+            .args(["-n", "-c", "4", "-j", "2", "-T", "10", "-f"])
+            .arg(script)
+            .arg("postgres")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let writers = bench(&p, &churn);
+    let readers = bench(&s, &read);
+    let t0 = Instant::now();
+    let mut vacuums = 0;
+    while t0.elapsed() < Duration::from_secs(10) {
+        p.query("vacuum t");
+        vacuums += 1;
+    }
+    for (what, child) in [("the writers", writers), ("the standby's readers", readers)] {
+        let out = child.wait_with_output().unwrap();
+        assert!(
+            out.status.success(),
+            "{what}' pgbench:\n{}\n{}\nstandby log:\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            stderr(&out),
+            s.log()
+        );
+    }
+    assert!(vacuums > 0);
+    p.query("vacuum t");
+    wait_caught_up(&p, &s);
+    let rows = "select * from t order by id";
+    assert_eq!(p.query(rows), s.query(rows), "the standby's rows differ");
+    s.stop();
+    p.stop();
+    verify(&p.dir);
+    verify(&s.dir);
+}
+
 /// `synchronous_commit = remote_apply` with one synchronous standby: a read on the standby
 /// right after a commit returns sees it. Then failover: the primary is killed under load and
 /// the standby promoted (`pg_promote()`); every commit that was acknowledged is there, and the

@@ -15,6 +15,49 @@ use walnut_common::{ColumnDef, DataType, Error, Result, SqlState, TableDef, Tid,
 use walnut_storage::txn::{RowWrite, Txn};
 use walnut_storage::Storage;
 
+/// VACUUM VERBOSE's report on one table, in the shape of PostgreSQL's (`heap_vacuum_rel`'s
+/// "finished vacuuming" message; the lines walnut has figures for).
+fn vacuum_verbose(
+    info: &walnut_storage::catalog::TableInfo,
+    s: &walnut_storage::vacuum::VacuumStats,
+    elapsed: std::time::Duration,
+) -> String {
+    let pct = |part: u64, whole: u64| {
+        if whole == 0 {
+            0.0
+        } else {
+            100.0 * part as f64 / whole as f64
+        }
+    };
+    let mut m = format!(
+        "finished vacuuming \"postgres.public.{}\": index scans: {}\n\
+         pages: 0 removed, {} remain, {} scanned ({:.2}% of total)\n\
+         tuples: {} removed, {} remain, {} are dead but not yet removable\n\
+         dead item identifiers: {} removed",
+        info.def.name,
+        s.index_scans,
+        s.pages,
+        s.pages_scanned,
+        pct(s.pages_scanned as u64, s.pages as u64),
+        s.removed,
+        s.live + s.recently_dead,
+        s.recently_dead,
+        s.dead_items,
+    );
+    if info.index.is_some() {
+        m.push_str(&format!(
+            "\nindex \"{}\": {} entries removed",
+            info.index_name(),
+            s.index_entries_removed
+        ));
+    }
+    m.push_str(&format!(
+        "\nsystem usage: elapsed: {:.2} s",
+        elapsed.as_secs_f64()
+    ));
+    m
+}
+
 /// An open data directory, as an [`Engine`].
 pub struct StorageEngine {
     /// The open data directory.
@@ -58,6 +101,46 @@ impl Engine for StorageEngine {
 
     fn checkpoint(&self) -> Result<()> {
         self.storage.request_checkpoint()
+    }
+
+    fn vacuum(&self, tables: &[String], verbose: bool, cancel: &AtomicBool) -> Result<Vec<String>> {
+        let st = &self.storage;
+        if st.in_recovery() {
+            return Err(Error::user(
+                SqlState::READ_ONLY_SQL_TRANSACTION,
+                "cannot execute VACUUM during recovery",
+            ));
+        }
+        st.catalog.refresh_if_stale(st)?;
+        let infos = if tables.is_empty() {
+            let mut all = st.catalog.all();
+            all.sort_by(|a, b| a.def.name.cmp(&b.def.name));
+            all
+        } else {
+            tables
+                .iter()
+                .map(|n| {
+                    st.catalog
+                        .get(n)
+                        .ok_or_else(|| crate::errors::undefined_table(n))
+                })
+                .collect::<Result<Vec<_>>>()?
+        };
+        let mut info_messages = Vec::new();
+        for info in infos {
+            let started = std::time::Instant::now();
+            let s = walnut_storage::vacuum::vacuum_table(st, &info, &mut || {
+                if cancel.load(std::sync::atomic::Ordering::Relaxed) {
+                    Err(Error::cancelled())
+                } else {
+                    Ok(())
+                }
+            })?;
+            if verbose {
+                info_messages.push(vacuum_verbose(&info, &s, started.elapsed()));
+            }
+        }
+        Ok(info_messages)
     }
 
     fn progress(&self) -> Option<Arc<Registry>> {

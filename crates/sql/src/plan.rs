@@ -59,8 +59,14 @@ pub(crate) enum Plan {
     Show {
         name: Option<String>,
     },
+    /// `VACUUM [ ( options ) ] [ FULL ] [ FREEZE ] [ VERBOSE ] [ ANALYZE ] [ table [, ...] ]`
+    /// and `ANALYZE` (which walnut accepts and does nothing for: it keeps no statistics).
     Vacuum {
         analyze_only: bool,
+        /// INFO messages with what each table's VACUUM did.
+        verbose: bool,
+        /// The tables named (the schema part dropped); none = every table.
+        tables: Vec<String>,
     },
     Checkpoint,
     Copy(CopyPlan),

@@ -316,10 +316,8 @@ pub(crate) fn preparse(stmt: &str) -> Result<Option<Plan>> {
             };
             Plan::Show { name }
         }
-        "vacuum" => Plan::Vacuum {
-            analyze_only: false,
-        },
-        "analyze" | "analyse" => Plan::Vacuum { analyze_only: true },
+        "vacuum" => parse_vacuum(&t, false)?,
+        "analyze" | "analyse" => parse_vacuum(&t, true)?,
         "checkpoint" => {
             if t.len() > 1 {
                 return Err(syntax_near(at(1)));
@@ -329,6 +327,116 @@ pub(crate) fn preparse(stmt: &str) -> Result<Option<Plan>> {
         "copy" => Plan::Copy(parse_copy(&t)?),
         _ => unreachable!("filtered by `known` and `alter`"),
     }))
+}
+
+/// `VACUUM [ ( option [ value ] [, ...] ) ] [ FULL ] [ FREEZE ] [ VERBOSE ] [ ANALYZE ]
+/// [ table [ ( column [, ...] ) ] [, ...] ]`, or `ANALYZE [ ( ... ) ] [ VERBOSE ] [ tables ]`
+/// (`analyze_only`). Options other than VERBOSE are accepted and change nothing: FULL and
+/// FREEZE do what plain VACUUM does (DESIGN.md of the storage, "VACUUM").
+fn parse_vacuum(t: &[Tok], analyze_only: bool) -> Result<Plan> {
+    const OPTIONS: &[&str] = &[
+        "verbose",
+        "analyze",
+        "analyse",
+        "full",
+        "freeze",
+        "skip_locked",
+        "index_cleanup",
+        "process_main",
+        "process_toast",
+        "truncate",
+        "parallel",
+        "disable_page_skipping",
+        "buffer_usage_limit",
+        "skip_database_stats",
+        "only_database_stats",
+    ];
+    let mut verbose = false;
+    let mut i = 1;
+    if matches!(t.get(i), Some(Tok::Punct('('))) {
+        i += 1;
+        loop {
+            let Some(Tok::Word(o)) = t.get(i) else {
+                return Err(syntax_near(t.get(i)));
+            };
+            if !OPTIONS.contains(&o.as_str()) {
+                return Err(Error::syntax(format!(
+                    "unrecognized {} option \"{o}\"",
+                    if analyze_only { "ANALYZE" } else { "VACUUM" }
+                )));
+            }
+            i += 1;
+            // An optional value: a boolean, a number or a quoted size.
+            let mut on = true;
+            if let Some(Tok::Word(v) | Tok::Str(v) | Tok::Num(v)) = t.get(i) {
+                on = !matches!(
+                    v.to_ascii_lowercase().as_str(),
+                    "false" | "off" | "0" | "no"
+                );
+                i += 1;
+            }
+            if o == "verbose" {
+                verbose = on;
+            }
+            match t.get(i) {
+                Some(Tok::Punct(',')) => i += 1,
+                Some(Tok::Punct(')')) => {
+                    i += 1;
+                    break;
+                }
+                other => return Err(syntax_near(other)),
+            }
+        }
+    } else {
+        let words: &[&str] = if analyze_only {
+            &["verbose"]
+        } else {
+            &["full", "freeze", "verbose", "analyze", "analyse"]
+        };
+        while let Some(Tok::Word(w)) = t.get(i) {
+            if !words.contains(&w.as_str()) {
+                break;
+            }
+            verbose |= w == "verbose";
+            i += 1;
+        }
+    }
+    let mut tables = Vec::new();
+    while i < t.len() {
+        let Some(Tok::Word(n) | Tok::QIdent(n)) = t.get(i) else {
+            return Err(syntax_near(t.get(i)));
+        };
+        let mut name = n.clone();
+        i += 1;
+        if matches!(t.get(i), Some(Tok::Punct('.'))) {
+            let Some(Tok::Word(n) | Tok::QIdent(n)) = t.get(i + 1) else {
+                return Err(syntax_near(t.get(i + 1)));
+            };
+            name = n.clone();
+            i += 2;
+        }
+        if matches!(t.get(i), Some(Tok::Punct('('))) {
+            // A column list (ANALYZE's): nothing to do with it.
+            while !matches!(t.get(i), Some(Tok::Punct(')')) | None) {
+                i += 1;
+            }
+            if i == t.len() {
+                return Err(syntax_near(None));
+            }
+            i += 1;
+        }
+        tables.push(name);
+        match t.get(i) {
+            Some(Tok::Punct(',')) if i + 1 < t.len() => i += 1,
+            None => {}
+            other => return Err(syntax_near(other)),
+        }
+    }
+    Ok(Plan::Vacuum {
+        analyze_only,
+        verbose,
+        tables,
+    })
 }
 
 /// `ALTER SYSTEM SET name { = | TO } value | DEFAULT`, `ALTER SYSTEM RESET name | ALL`.
@@ -631,6 +739,44 @@ mod tests {
         };
         assert!(preparse("copy t to stdout").is_err());
         assert!(preparse("copy t from stdin with (format csv)").is_err());
+    }
+
+    #[test]
+    fn vacuum_forms() {
+        let p = |s: &str| match preparse(s).unwrap().unwrap() {
+            Plan::Vacuum {
+                analyze_only,
+                verbose,
+                tables,
+            } => (analyze_only, verbose, tables.join(",")),
+            other => panic!("{s}: {other:?}"),
+        };
+        assert_eq!(p("vacuum"), (false, false, String::new()));
+        assert_eq!(p("VACUUM VERBOSE t"), (false, true, "t".into()));
+        assert_eq!(
+            p("vacuum full freeze verbose analyze public.t, \"U\""),
+            (false, true, "t,U".into())
+        );
+        assert_eq!(
+            p("vacuum (verbose, analyze, index_cleanup off, parallel 2) t"),
+            (false, true, "t".into())
+        );
+        assert_eq!(p("vacuum (verbose false) t"), (false, false, "t".into()));
+        assert_eq!(p("analyze verbose t (a, b), u"), (true, true, "t,u".into()));
+        for bad in [
+            "vacuum (bogus) t",
+            "vacuum (verbose t",
+            "vacuum t u",
+            "vacuum t,",
+            "vacuum verbose 5",
+            "analyze t (a",
+        ] {
+            assert_eq!(
+                preparse(bad).unwrap_err().sqlstate,
+                walnut_common::SqlState::SYNTAX_ERROR,
+                "{bad}"
+            );
+        }
     }
 
     #[test]

@@ -59,6 +59,18 @@ pub trait Engine: Send + Sync + 'static {
     /// I/O errors.
     fn checkpoint(&self) -> Result<()>;
 
+    /// VACUUMs the tables `tables` names (every table if it is empty), one after another, and
+    /// returns, when `verbose`, an INFO message for each with what it did. The default, for an
+    /// engine with nothing to reclaim, does nothing.
+    ///
+    /// # Errors
+    /// 42P01 for a table that does not exist (before any is vacuumed); 25006 on a hot
+    /// standby; 57014 once `cancel` is set; the storage's errors.
+    fn vacuum(&self, tables: &[String], verbose: bool, cancel: &AtomicBool) -> Result<Vec<String>> {
+        let _ = (tables, verbose, cancel);
+        Ok(Vec::new())
+    }
+
     /// Rows for a system view such as `pg_stat_wal`: (column names with types, rows).
     /// `None` if the engine has no view of that name.
     fn system_view(&self, name: &str) -> Option<(Vec<walnut_common::ColumnDef>, Vec<Vec<Value>>)>;

@@ -26,6 +26,7 @@ pub mod standby;
 pub mod stats;
 pub mod timeline;
 pub mod txn;
+pub mod vacuum;
 pub mod verify;
 pub mod writeback;
 pub mod xact;

@@ -322,6 +322,51 @@ pub fn set_unused(p: &mut PageBuf, i: usize) {
     wr16(p, at + 2, 0);
 }
 
+/// Marks dead line pointer `i` unused (VACUUM, once nothing points at its slot any more); it
+/// is free for a new item after [`compact`] sets [`PD_HAS_FREE_LINES`].
+pub fn set_dead_unused(p: &mut PageBuf, i: usize) {
+    assert!(is_dead(p, i), "line pointer {i} made unused is not dead");
+    let at = PAGE_HEADER_SIZE + i * LINE_POINTER_SIZE;
+    wr16(p, at + 2, 0);
+}
+
+/// Removes the items at line pointers `idxs` (ascending, distinct, each holding an item) from
+/// the line-pointer array, shifting the later ones down so that the others keep their order,
+/// then compacts (PostgreSQL's `PageIndexMultiDelete`; B-tree pages, whose order is their
+/// line-pointer order). Deterministic: redo repeats it byte for byte.
+pub fn delete_items(p: &mut PageBuf, idxs: &[usize]) {
+    assert_bounds(p);
+    assert!(
+        idxs.windows(2).all(|w| w[0] < w[1]),
+        "line pointers to delete are not ascending: {idxs:?}"
+    );
+    let n = slot_count(p);
+    let kept: Vec<(usize, usize)> = (0..n)
+        .filter(|i| idxs.binary_search(i).is_err())
+        .map(|i| line_pointer(p, i))
+        .collect();
+    for &i in idxs {
+        assert!(
+            item(p, i).is_some(),
+            "line pointer {i} deleted holds no item"
+        );
+    }
+    for (k, &(off, len)) in kept.iter().enumerate() {
+        let at = PAGE_HEADER_SIZE + k * LINE_POINTER_SIZE;
+        wr16(p, at, off as u16);
+        wr16(p, at + 2, len as u16);
+    }
+    let lower = PAGE_HEADER_SIZE + kept.len() * LINE_POINTER_SIZE;
+    p[lower..PAGE_HEADER_SIZE + n * LINE_POINTER_SIZE].fill(0);
+    wr16(p, 14, lower as u16);
+    compact(p);
+    assert_eq!(
+        slot_count(p),
+        n - idxs.len(),
+        "line pointers after a delete"
+    );
+}
+
 fn flags(p: &PageBuf) -> u16 {
     rd16(p, 20)
 }
@@ -579,6 +624,40 @@ mod tests {
         let at = PAGE_HEADER_SIZE + 3 * LINE_POINTER_SIZE + 2;
         wr16(&mut q, at, 2);
         assert!(check_header(&q).is_err());
+    }
+
+    #[test]
+    fn deleted_items_leave_the_others_in_order_and_a_dead_one_becomes_unused() {
+        let items: Vec<Vec<u8>> = (0..6u8).map(|i| vec![b'a' + i; 3 + i as usize]).collect();
+        let refs: Vec<&[u8]> = items.iter().map(|v| v.as_slice()).collect();
+        let mut p = heap_page_with(&refs);
+        let free = free_space(&p);
+        delete_items(&mut p, &[1, 4]);
+        assert_eq!(slot_count(&p), 4);
+        for (k, i) in [0, 2, 3, 5].into_iter().enumerate() {
+            assert_eq!(item(&p, k), Some(&items[i][..]));
+        }
+        assert_eq!(free_space(&p), free + 4 + 7 + 2 * LINE_POINTER_SIZE);
+        check_header(&p).unwrap();
+        // VACUUM: a dead line pointer made unused is reused by the next item.
+        set_dead(&mut p, 1);
+        compact(&mut p);
+        set_dead_unused(&mut p, 1);
+        compact(&mut p);
+        assert!(is_unused(&p, 1));
+        assert_eq!(place_item(&mut p, b"new"), 1);
+        // The last line pointer made unused is dropped from the array.
+        set_dead(&mut p, 3);
+        set_dead_unused(&mut p, 3);
+        compact(&mut p);
+        assert_eq!(slot_count(&p), 3);
+    }
+
+    #[test]
+    #[should_panic(expected = "is not dead")]
+    fn making_a_live_line_pointer_unused_through_vacuum_panics() {
+        let mut p = heap_page_with(&[b"one"]);
+        set_dead_unused(&mut p, 0);
     }
 
     // The assertions fire when what walnut is about to write breaks the page's invariants.

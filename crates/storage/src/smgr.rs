@@ -132,6 +132,9 @@ pub struct Relation {
     pub insert_hint: AtomicU32,
     /// Serializes relation extension.
     pub extend_lock: Mutex<()>,
+    /// Held by VACUUM of a heap for its whole run: one at a time per relation (PostgreSQL's
+    /// `ShareUpdateExclusiveLock`).
+    pub vacuum_lock: Mutex<()>,
     /// B-tree structure lock: shared for searches and leaf changes, exclusive for splits.
     pub tree_lock: RwLock<()>,
     /// B-tree root block, cached from the meta page (`u32::MAX` = not read yet). Changes only
@@ -282,6 +285,7 @@ impl Smgr {
             nblocks: AtomicU32::new(nblocks),
             insert_hint: AtomicU32::new(nblocks.saturating_sub(1)),
             extend_lock: Mutex::new(()),
+            vacuum_lock: Mutex::new(()),
             tree_lock: RwLock::new(()),
             btree_root: AtomicU32::new(u32::MAX),
             index_heap: OnceLock::new(),

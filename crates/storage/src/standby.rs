@@ -392,6 +392,7 @@ fn startup(weak: Weak<Storage>, rec: Arc<Recovery>, mut reader: WalReader) {
                     ),
                     waiting: VecDeque::new(),
                     catalog_changed: false,
+                    vacuum_unlinks: false,
                 }),
                 Err(e) => {
                     tracing::warn!("{e}; replaying serially");
@@ -723,6 +724,9 @@ struct ParallelReplay {
     waiting: VecDeque<(u64, Effect)>,
     /// A record changed the catalog since the last commit record.
     catalog_changed: bool,
+    /// A B-tree `DELETE` or a `LINK` without an xid (VACUUM's steps 2 and 3) was handed out
+    /// since the last drain.
+    vacuum_unlinks: bool,
 }
 
 impl ParallelReplay {
@@ -764,6 +768,19 @@ impl ParallelReplay {
             }
             return Ok(());
         }
+        if (r.rmgr, r.info) == (crate::heap::RM_HEAP, crate::heap::HEAP_VACUUM)
+            && self.vacuum_unlinks
+        {
+            // VACUUM frees slots only after it removed the index entries and cleared the
+            // `prev` links that named them, and a reader must not follow either to a free
+            // slot: workers apply a round's index blocks after its heap blocks, and blocks of
+            // other workers in no order, so those records must be applied first.
+            self.drain(st, rec, notified)?;
+        }
+        self.vacuum_unlinks |= (r.rmgr, r.info)
+            == (crate::btree::RM_BTREE, crate::btree::BTREE_DELETE)
+            || ((r.rmgr, r.info) == (crate::heap::RM_HEAP, crate::heap::HEAP_LINK)
+                && !r.xid.is_valid());
         let DecodedRecord {
             lsn,
             end_lsn,
@@ -830,6 +847,7 @@ impl ParallelReplay {
     /// # Errors
     /// A worker's failure.
     fn drain(&mut self, st: &Arc<Storage>, rec: &Recovery, notified: &mut Lsn) -> Result<()> {
+        self.vacuum_unlinks = false;
         if !self.pipe.barrier()? {
             return Err(self.failure());
         }

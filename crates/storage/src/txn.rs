@@ -428,26 +428,31 @@ impl Txn {
         let irel = self.st.smgr.open(index)?;
         let prev = match btree::get(&self.st, &irel, &key)? {
             // A chain that pruning ended with a dead line pointer holds nothing anyone sees: the
-            // new version starts a chain of its own.
-            Some(head) if heap::fetch_live(&self.st, &rel, head)?.is_some() => head,
+            // new version starts a chain of its own. (So does one whose slot VACUUM freed
+            // after the lookup, an error here; the check under the leaf's latch below decides
+            // the link for good, and reports a damaged page.)
+            Some(head) if matches!(heap::fetch_live(&self.st, &rel, head), Ok(Some(_))) => head,
             _ => Tid::INVALID,
         };
         let tid = heap::insert(&self.st, &rel, xid, prev, &data, info.def.fillfactor)?;
         let st = self.st.clone();
         let index_name = info.index_name();
         let mut linked = prev;
-        loop {
-            let mut check = |existing: Tid| -> Result<Existing> {
-                let e = existing_state(&st, &rel, existing, xid)?;
+        let r = loop {
+            let mut check = |existing: Option<Tid>| -> Result<Existing> {
+                let e = match existing {
+                    Some(head) => existing_state(&st, &rel, head, xid)?,
+                    None => Existing::Replace,
+                };
                 if e == Existing::Replace {
                     // The entry is about to point at the new version: its `prev` must be the
                     // version the entry named until now (the chain's head), unless pruning
-                    // ended that chain with a dead line pointer. Under the leaf's latch, so
-                    // nobody reads the new version through the entry before.
-                    let want = if heap::fetch_live(&st, &rel, existing)?.is_some() {
-                        existing
-                    } else {
-                        Tid::INVALID
+                    // ended that chain with a dead line pointer, or VACUUM removed the entry
+                    // (and may reuse the slot it named). Under the leaf's latch, so nobody
+                    // reads the new version through the entry before.
+                    let want = match existing {
+                        Some(head) if heap::fetch_live(&st, &rel, head)?.is_some() => head,
+                        _ => Tid::INVALID,
                     };
                     if want != linked {
                         heap::relink_prev(&st, &rel, tid, want, xid)?;
@@ -456,23 +461,38 @@ impl Txn {
                 }
                 Ok(e)
             };
-            let outcome = btree::insert_unique(&st, &irel, xid, &key, tid, &mut check, &index_name)
-                .map_err(|e| {
-                    if e.sqlstate != SqlState::UNIQUE_VIOLATION {
-                        return e;
+            let outcome =
+                match btree::insert_unique(&st, &irel, xid, &key, tid, &mut check, &index_name) {
+                    Ok(o) => o,
+                    Err(e) if e.sqlstate == SqlState::UNIQUE_VIOLATION => {
+                        let pk = info.def.primary_key.as_deref().unwrap_or_default();
+                        let values: Vec<Value> = pk.iter().map(|&c| row[c].clone()).collect();
+                        break Err(e.with_detail(format!(
+                            "{} already exists.",
+                            key_text(&info.def, pk, &values)
+                        )));
                     }
-                    let pk = info.def.primary_key.as_deref().unwrap_or_default();
-                    let values: Vec<Value> = pk.iter().map(|&c| row[c].clone()).collect();
-                    e.with_detail(format!(
-                        "{} already exists.",
-                        key_text(&info.def, pk, &values)
-                    ))
-                })?;
+                    Err(e) => break Err(e),
+                };
             match outcome {
                 InsertOutcome::Done(_) => return Ok(()),
-                InsertOutcome::Wait(x) => st.xact.wait_for(xid, x, &self.cancel)?,
+                InsertOutcome::Wait(x) => {
+                    if let Err(e) = st.xact.wait_for(xid, x, &self.cancel) {
+                        break Err(e);
+                    }
+                }
+            }
+        };
+        // No entry will name the new version, so nothing reaches it, and the statement fails,
+        // and with it the transaction (there are no savepoints): unlinked, it is an aborted insert that replaced nothing, which
+        // pruning removes. Left linked, it would keep its link to a version that VACUUM may
+        // free (no entry names it, so step 3 would not look for it) and never go.
+        if linked.is_valid() {
+            if let Err(e) = heap::relink_prev(&st, &rel, tid, Tid::INVALID, xid) {
+                tracing::warn!("could not unlink a failed insert's version: {e}");
             }
         }
+        r
     }
 
     /// Inserts a row as part of a bulk load (COPY FROM): into a table without a primary key
@@ -588,8 +608,20 @@ impl Txn {
             &irel,
             lo.as_ref().map(|v| v.as_slice()),
             hi.as_ref().map(|v| v.as_slice()),
-            &mut |_k, tid| match heap::visible_version(st, &rel, tid, &snap)? {
-                Some((t, v)) => visit(t, decode_row(&types, &v.data)?),
+            &mut |k, tid| match heap::visible_version(st, &rel, tid, &snap)
+                .or_else(|e| vacuumed_meanwhile(st, &irel, &rel, k, tid, &snap, e))?
+            {
+                Some((t, v)) => {
+                    let row = decode_row(&types, &v.data)?;
+                    // The entry was read before the version: if VACUUM removed the entry
+                    // meanwhile (its row was deleted for everyone) and an insert reused the
+                    // slot it named, the slot holds another key's version, which is not this
+                    // key's row (the storage DESIGN.md, "VACUUM").
+                    if Self::key_of(info, &row).as_deref() != Some(k) {
+                        return Ok(true);
+                    }
+                    visit(t, row)
+                }
                 None => Ok(true),
             },
         )
@@ -876,6 +908,33 @@ fn key_text(def: &TableDef, cols: &[usize], values: &[Value]) -> String {
     format!("Key ({})=({})", names.join(", "), vals.join(", "))
 }
 
+/// What an index scan does with error `e` from reading, for snapshot `snap`, the version at
+/// `tid` of heap `rel`, which the entry for `key` of index `irel` named when the scan read it:
+/// VACUUM may have removed that entry since (its row was deleted for everyone) and freed the
+/// slot, which then names no tuple (DESIGN.md, "VACUUM"). If the entry no longer names `tid`,
+/// the key has nothing to show (`Ok(None)`). If it does, an insert of the same key may have
+/// taken the freed slot meanwhile: the version is read once more, and a second failure stands.
+///
+/// # Errors
+/// `e` if it is not a corruption error; the second read's; the lookup's.
+fn vacuumed_meanwhile(
+    st: &Storage,
+    irel: &Relation,
+    rel: &Relation,
+    key: &[u8],
+    tid: Tid,
+    snap: &Snapshot,
+    e: Error,
+) -> Result<Option<(Tid, heap::Version)>> {
+    if e.kind != walnut_common::ErrorKind::Corruption {
+        return Err(e);
+    }
+    if btree::get(st, irel, key)? != Some(tid) {
+        return Ok(None);
+    }
+    heap::visible_version(st, rel, tid, snap)
+}
+
 /// Uniqueness decision for an existing index entry pointing at `head`.
 fn existing_state(
     st: &Storage,
@@ -884,14 +943,11 @@ fn existing_state(
     me: Xid,
 ) -> Result<Existing> {
     let mut tid = head;
+    // Pruned: deleted, or an aborted insert, long enough ago for everyone.
+    let Some(mut v) = heap::fetch_live(st, rel, tid)? else {
+        return Ok(Existing::Replace);
+    };
     for _ in 0..1_000_000 {
-        if !tid.is_valid() {
-            return Ok(Existing::Replace);
-        }
-        let Some(v) = heap::fetch_live(st, rel, tid)? else {
-            // Pruned: deleted, or an aborted insert, long enough ago for everyone.
-            return Ok(Existing::Replace);
-        };
         let xmin_state = if v.xmin == me {
             XidStatus::Committed(0)
         } else {
@@ -900,7 +956,11 @@ fn existing_state(
         match xmin_state {
             XidStatus::InProgress => return Ok(Existing::Wait(v.xmin)),
             XidStatus::Aborted => {
-                tid = v.prev;
+                // Back to what the aborted version replaced, if anything is left of it.
+                match heap::prev_version(st, rel, tid, &v)? {
+                    Some((t, p)) => (tid, v) = (t, p),
+                    None => return Ok(Existing::Replace),
+                }
                 continue;
             }
             XidStatus::Committed(_) => {}

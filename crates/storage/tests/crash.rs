@@ -73,6 +73,8 @@ use walnut_wal::{CommitOpts, SessionId};
 const ACCOUNTS: i32 = 50;
 const INITIAL: i64 = 1000;
 const WORKERS: u64 = 4;
+/// Keys of table `scratch` ([`churn`]).
+const SCRATCH_KEYS: u64 = 64;
 
 fn env_u64(name: &str, default: u64) -> u64 {
     std::env::var(name)
@@ -173,6 +175,13 @@ fn setup(st: &Arc<Storage>) {
         fillfactor: 100,
     })
     .unwrap();
+    t.create_table(TableDef {
+        name: "scratch".into(),
+        columns: vec![col("k", DataType::Int4), col("v", DataType::Int8)],
+        primary_key: Some(vec![0]),
+        fillfactor: 100,
+    })
+    .unwrap();
     commit(t).unwrap();
     let mut t = Txn::begin(st.clone(), Arc::new(AtomicBool::new(false)));
     let info = t.table("accounts").unwrap();
@@ -258,6 +267,39 @@ fn transfer(
         amount,
         acked_at: 0,
     })
+}
+
+/// One change to table `scratch`, which only VACUUM's records and `verify` check: inserts a
+/// key 0..[`SCRATCH_KEYS`] if it has no row, deletes it if it has; a fifth of them abort. So
+/// pages fill with deleted rows and aborted inserts (dead line pointers for VACUUM, their
+/// index entries to remove) and keys come back after a delete (`prev` links for it to clear).
+fn churn(st: &Arc<Storage>, rng: &mut Rng) -> walnut_common::Result<()> {
+    let k = rng.below(SCRATCH_KEYS) as i32;
+    let mut t = Txn::begin(st.clone(), Arc::new(AtomicBool::new(false)));
+    let info = t.table("scratch").expect("scratch");
+    let key = [Value::Int4(k)];
+    let mut found = None;
+    t.index_scan(
+        &info,
+        Bound::Included(&key[..]),
+        Bound::Included(&key[..]),
+        &mut |tid, _| {
+            found = Some(tid);
+            Ok(false)
+        },
+    )?;
+    match found {
+        Some(tid) => {
+            t.delete(&info, tid)?;
+        }
+        None => t.insert(&info, &[Value::Int4(k), Value::Int8(rng.next() as i64)])?,
+    }
+    if rng.below(5) == 0 {
+        t.rollback();
+        Ok(())
+    } else {
+        commit(t)
+    }
 }
 
 /// Rows of `table` (first column as text or int, second as int) visible now.
@@ -569,6 +611,10 @@ struct Tally {
     half_split: u64,
     /// Pages pruned (`PRUNE` records) while the images were taken.
     prunes: u64,
+    /// Dead line pointers VACUUM freed while the images were taken.
+    vacuumed: u64,
+    /// Index entries VACUUM removed.
+    vacuumed_entries: u64,
 }
 
 impl Tally {
@@ -581,6 +627,8 @@ impl Tally {
         self.mid_split_by_chance += o.mid_split_by_chance;
         self.half_split += o.half_split;
         self.prunes += o.prunes;
+        self.vacuumed += o.vacuumed;
+        self.vacuumed_entries += o.vacuumed_entries;
     }
 }
 
@@ -638,6 +686,37 @@ fn round(seed: u64, images: u64) -> Tally {
             }
         }));
     }
+    let churner = {
+        let (st, stop) = (st.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let mut rng = Rng(seed ^ 0x5C4A_7C41);
+            while !stop.load(Ordering::Relaxed) {
+                match churn(&st, &mut rng) {
+                    Ok(()) => {}
+                    Err(e) if e.sqlstate == SqlState::DEADLOCK_DETECTED => {}
+                    Err(e) => panic!("churn failed: {e}"),
+                }
+            }
+        })
+    };
+    let vacuum = {
+        let (st, stop) = (st.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let mut rng = Rng(seed ^ 0x7AC0);
+            let mut done = walnut_storage::vacuum::VacuumStats::default();
+            while !stop.load(Ordering::Relaxed) {
+                std::thread::sleep(Duration::from_millis(10 + rng.below(40)));
+                for table in ["scratch", "accounts", "history"] {
+                    let info = st.catalog.get(table).expect("table");
+                    let s = walnut_storage::vacuum::vacuum_table(&st, &info, &mut || Ok(()))
+                        .unwrap_or_else(|e| panic!("VACUUM {table}: {e}"));
+                    done.dead_items += s.dead_items;
+                    done.index_entries_removed += s.index_entries_removed;
+                }
+            }
+            done
+        })
+    };
     let ckpt = {
         let (st, stop, probe) = (st.clone(), stop.clone(), probe.clone());
         std::thread::spawn(move || {
@@ -705,6 +784,8 @@ fn round(seed: u64, images: u64) -> Tally {
         w.join().unwrap();
     }
     ckpt.join().unwrap();
+    churner.join().unwrap();
+    let vacuumed = vacuum.join().unwrap();
     let commits = ledger.lock().unwrap().len() as u64;
     let prunes = st.prune_stats.records.load(Ordering::Relaxed);
     st.shutdown().unwrap();
@@ -718,6 +799,8 @@ fn round(seed: u64, images: u64) -> Tally {
         commits,
         images,
         prunes,
+        vacuumed: vacuumed.dead_items,
+        vacuumed_entries: vacuumed.index_entries_removed,
         ..Tally::default()
     };
     for image in &taken {
@@ -955,7 +1038,8 @@ fn acknowledged_commits_survive_random_crashes_and_nothing_is_partial() {
     eprintln!(
         "crash test: {rounds} rounds, {} commits, {} crash images recovered and verified in {:?}: \
          {} mid-checkpoint ({} of them at random moments), {} mid-split ({} at random moments; \
-         {} with a split half on disk); {} pages pruned",
+         {} with a split half on disk); {} pages pruned; VACUUM freed {} dead line pointers and \
+         removed {} index entries",
         t.commits,
         t.images,
         started.elapsed(),
@@ -964,7 +1048,9 @@ fn acknowledged_commits_survive_random_crashes_and_nothing_is_partial() {
         t.mid_split,
         t.mid_split_by_chance,
         t.half_split,
-        t.prunes
+        t.prunes,
+        t.vacuumed,
+        t.vacuumed_entries
     );
     if images >= 3 {
         // The targeted crash points guarantee these.
@@ -984,6 +1070,13 @@ fn acknowledged_commits_survive_random_crashes_and_nothing_is_partial() {
             t.prunes >= rounds,
             "base seed {base}: {} pages pruned in {rounds} rounds",
             t.prunes
+        );
+        // The churn deletes rows and aborts inserts, which VACUUM frees with their entries.
+        assert!(
+            t.vacuumed > 0 && t.vacuumed_entries > 0,
+            "base seed {base}: VACUUM freed {} dead line pointers and {} index entries",
+            t.vacuumed,
+            t.vacuumed_entries
         );
     }
 }

@@ -454,6 +454,8 @@ enum Step {
     Close(u8),
     /// Prune every page of the table.
     Prune,
+    /// VACUUM the table.
+    Vacuum,
 }
 
 fn step() -> impl Strategy<Value = Step> {
@@ -463,6 +465,7 @@ fn step() -> impl Strategy<Value = Step> {
         1 => Just(Step::Open),
         1 => any::<u8>().prop_map(Step::Close),
         2 => Just(Step::Prune),
+        2 => Just(Step::Vacuum),
     ]
 }
 
@@ -599,6 +602,9 @@ proptest! {
                         walnut_storage::heap::prune_block(&st, &rel, BlockNumber(b)).unwrap();
                     }
                 }
+                Step::Vacuum => {
+                    walnut_storage::vacuum::vacuum_table(&st, &info, &mut || Ok(())).unwrap();
+                }
             }
             for (t, seen) in &open {
                 prop_assert_eq!(&read_kv(t), seen, "an open snapshot reads something else now");
@@ -616,6 +622,16 @@ proptest! {
             st.prune_stats.versions.load(std::sync::atomic::Ordering::Relaxed) > pruned_before,
             "nothing was pruned"
         );
+        // With no snapshot left, one VACUUM leaves no dead line pointer and no index entry
+        // without a live row (aborted inserts that linked to a deleted row included: it prunes
+        // them again once it unlinked them).
+        walnut_storage::vacuum::vacuum_table(&st, &info, &mut || Ok(())).unwrap();
+        let again = walnut_storage::vacuum::vacuum_table(&st, &info, &mut || Ok(())).unwrap();
+        prop_assert_eq!((again.dead_items, again.index_entries_removed, again.removed), (0, 0, 0));
+        let mut entries = 0;
+        let irel = st.smgr.open(info.index.unwrap()).unwrap();
+        btree::range(&st, &irel, Bound::Unbounded, Bound::Unbounded, &mut |_, _| { entries += 1; Ok(true) }).unwrap();
+        prop_assert_eq!(entries, model.len());
         // Redo: a crash copy (the WAL is flushed by the commits) comes back as the model, and,
         // once shut down, verifies.
         st.wal().flush(st.wal().insert_lsn()).unwrap();
@@ -667,4 +683,83 @@ fn a_recovery_conflict_fails_the_statement_with_40001_and_the_next_one_runs() {
     assert_eq!(n, 1);
     q.end_statement();
     assert!(st.xact.conflicting_snapshots(u64::MAX).is_empty());
+}
+
+/// What VACUUM leaves of rows that are gone for everyone: nothing. A failed insert (here a
+/// duplicate key) wrote a version that no entry will ever name; once the row it collided with
+/// is deleted and VACUUM freed that row's slot, no version may still link to the slot, or it
+/// would stay for good (and could lead a later reader into a reused slot). And a table without
+/// an index loses its aborted updates too.
+#[test]
+fn vacuum_leaves_nothing_of_failed_inserts_deleted_rows_and_aborted_updates() {
+    let tmp = tempfile::tempdir().unwrap();
+    let st = fresh(tmp.path(), 64);
+    let mut t = Txn::begin(st.clone(), Arc::new(AtomicBool::new(false)));
+    let mut plain = accounts();
+    plain.name = "plain".into();
+    plain.primary_key = None;
+    t.create_table(accounts()).unwrap();
+    t.create_table(plain).unwrap();
+    commit(t);
+    let row = |k: i32, v: i32| vec![Value::Int4(k), Value::Int4(v), Value::Null];
+    let info = st.catalog.get("accounts").unwrap();
+    let plain = st.catalog.get("plain").unwrap();
+    let mut t = Txn::begin(st.clone(), Arc::new(AtomicBool::new(false)));
+    t.insert(&info, &row(1, 0)).unwrap();
+    t.insert(&plain, &row(1, 0)).unwrap();
+    commit(t);
+    let mut t = Txn::begin(st.clone(), Arc::new(AtomicBool::new(false)));
+    let e = t.insert(&info, &row(1, 1)).unwrap_err();
+    assert_eq!(e.sqlstate, SqlState::UNIQUE_VIOLATION);
+    t.rollback();
+    // An aborted update of the table without an index.
+    let mut t = Txn::begin(st.clone(), Arc::new(AtomicBool::new(false)));
+    t.new_statement();
+    let mut found = Vec::new();
+    t.scan(&plain, &mut |tid, r| {
+        found.push((tid, r));
+        Ok(true)
+    })
+    .unwrap();
+    let (tid, old) = found.pop().unwrap();
+    assert_eq!(
+        t.update(&plain, tid, &old, &row(1, 5)).unwrap(),
+        RowWrite::Done
+    );
+    t.rollback();
+    // The row is deleted; nothing of key 1 is left for anyone.
+    let mut t = Txn::begin(st.clone(), Arc::new(AtomicBool::new(false)));
+    t.new_statement();
+    let key = [Value::Int4(1)];
+    let mut found = None;
+    t.index_scan(
+        &info,
+        Bound::Included(&key[..]),
+        Bound::Included(&key[..]),
+        &mut |tid, _| {
+            found = Some(tid);
+            Ok(false)
+        },
+    )
+    .unwrap();
+    assert_eq!(t.delete(&info, found.unwrap()).unwrap(), RowWrite::Done);
+    commit(t);
+    for table in [&info, &plain] {
+        let rel = st.smgr.open(table.relfile).unwrap();
+        for _ in 0..3 {
+            walnut_storage::vacuum::vacuum_table(&st, table, &mut || Ok(())).unwrap();
+        }
+        let mut left = Vec::new();
+        for b in 0..rel.nblocks.load(std::sync::atomic::Ordering::Acquire) {
+            walnut_storage::heap::prev_links(&st, &rel, BlockNumber(b), &|_| true, &mut left)
+                .unwrap();
+        }
+        let s = walnut_storage::vacuum::vacuum_table(&st, table, &mut || Ok(())).unwrap();
+        assert_eq!(
+            (left.len(), s.removed, s.dead_items),
+            (0, 0, 0),
+            "table {}: versions still linked {left:?}, or removed by a fourth VACUUM",
+            table.def.name
+        );
+    }
 }

@@ -221,7 +221,8 @@ impl Gucs {
     /// Whether a notice of `severity` (`NOTICE`, `WARNING`, ...) reaches the client under
     /// `client_min_messages`.
     pub(crate) fn sends(&self, n: &Notice) -> bool {
-        level(n.severity) >= self.min_level
+        // INFO (VACUUM VERBOSE's) always goes to the client, as in PostgreSQL.
+        n.severity == "INFO" || level(n.severity) >= self.min_level
     }
 
     /// Every parameter `RESET ALL` resets.

@@ -576,7 +576,11 @@ impl Session {
                 self.engine.checkpoint()?;
                 Ok(command("CHECKPOINT"))
             }
-            Plan::Vacuum { analyze_only } => {
+            Plan::Vacuum {
+                analyze_only,
+                verbose,
+                tables,
+            } => {
                 if *analyze_only {
                     return Ok(command("ANALYZE"));
                 }
@@ -586,6 +590,18 @@ impl Session {
                         "VACUUM cannot run inside a transaction block",
                     );
                     return self.finish_statement(Err(e), false);
+                }
+                let infos = match self.engine.vacuum(tables, *verbose, &self.cancel) {
+                    Ok(m) => m,
+                    Err(e) => return self.finish_statement(Err(e), false),
+                };
+                for message in infos {
+                    self.notices.push(Notice {
+                        severity: "INFO",
+                        sqlstate: SqlState::SUCCESSFUL_COMPLETION,
+                        message,
+                        detail: None,
+                    });
                 }
                 Ok(command("VACUUM"))
             }

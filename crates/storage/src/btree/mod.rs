@@ -27,6 +27,9 @@
 //! - `SET_TID`: block 0 = leaf; data = u16 line-pointer index, 6-byte TID.
 //! - `SMO`: full-page images of every page a split changed (and new pages, `will_init`).
 //! - `NEWPAGE`: full-page image of one page written by an index build.
+//! - `DELETE`: block 0 = leaf; data = u16 count, then that many u16 line-pointer indexes
+//!   (ascending, none 0): the entries VACUUM removed ([`bulk_delete`]), after which the later
+//!   entries shift down and the page is compacted (`page::delete_items`).
 //!
 //! Invariants, asserted (on in release builds) where this module writes a page, at O(1) cost
 //! around the changed slot: after a leaf or parent insert, the new key sorts strictly between
@@ -74,6 +77,8 @@ pub const BTREE_SET_TID: u8 = 0x10;
 pub const BTREE_SMO: u8 = 0x20;
 /// Page written by an index build, image.
 pub const BTREE_NEWPAGE: u8 = 0x30;
+/// Entries removed by VACUUM.
+pub const BTREE_DELETE: u8 = 0x40;
 
 const SPECIAL_SIZE: usize = page::BTREE_SPECIAL_SIZE;
 const NONE: u32 = u32::MAX;
@@ -413,8 +418,9 @@ pub enum InsertOutcome {
     Wait(Xid),
 }
 
-/// Inserts `key -> tid`. If the key exists, `check(existing_tid)` decides (it runs under the
-/// leaf latch, so it must only read heap pages).
+/// Inserts `key -> tid`. If the key exists, `check(Some(existing_tid))` decides; if not,
+/// `check(None)` is told so before the entry goes in (its answer is not used). It runs under
+/// the leaf latch, so it must only touch heap pages.
 ///
 /// # Errors
 /// 23505 on a live duplicate (message names `index_name`); 54000 for oversized keys;
@@ -425,7 +431,7 @@ pub fn insert_unique(
     xid: Xid,
     key: &[u8],
     tid: Tid,
-    check: &mut dyn FnMut(Tid) -> Result<Existing>,
+    check: &mut dyn FnMut(Option<Tid>) -> Result<Existing>,
     index_name: &str,
 ) -> Result<InsertOutcome> {
     if key.len() > MAX_KEY_SIZE {
@@ -447,7 +453,7 @@ pub fn insert_unique(
             let i = lower_bound(&p, key)?;
             if i < page::slot_count(&p) && key_at(&p, i)? == key {
                 let old = tid_at(&p, i)?;
-                match check(old)? {
+                match check(Some(old))? {
                     Existing::Wait(x) => return Ok(InsertOutcome::Wait(x)),
                     Existing::Duplicate => {
                         return Err(Error::user(
@@ -465,6 +471,7 @@ pub fn insert_unique(
                 }
             }
             if page::fits(&p, item.len()) {
+                check(None)?;
                 check_insert_position(rel.id, leaf, &p, i, key)?;
                 page::add_item(&mut p, i, &item);
                 assert_in_order_at(&p, i);
@@ -549,6 +556,112 @@ pub fn set_tid(st: &Storage, rel: &Relation, xid: Xid, key: &[u8], tid: Tid) -> 
     }
     set_tid_locked(st, rel, leaf, &mut p, i, tid, xid)?;
     pin.mark_dirty();
+    Ok(())
+}
+
+/// Removes every leaf entry of index `rel` whose TID `dead` selects, and returns the TIDs of
+/// the entries removed (VACUUM's index pass, PostgreSQL's `btbulkdelete`). Walks the leaves
+/// left to right along their right links, one leaf at a time under its exclusive latch and the
+/// structure lock held shared, and logs a `DELETE` record for each leaf it changes. A split
+/// meanwhile only moves entries right, onto a page the walk has still to visit. Emptied leaves
+/// stay in the tree (PostgreSQL deletes them; walnut does not yet). `check` runs before each
+/// leaf (cancellation).
+///
+/// The caller must make sure no new entry can name a TID `dead` selects: VACUUM passes the
+/// dead line pointers of its heap, which no insert points an entry at.
+///
+/// # Errors
+/// Corruption and I/O errors; the WAL insert's; `check`'s.
+pub fn bulk_delete(
+    st: &Storage,
+    rel: &Relation,
+    dead: &dyn Fn(Tid) -> bool,
+    check: &mut dyn FnMut() -> Result<()>,
+) -> Result<Vec<Tid>> {
+    let mut removed = Vec::new();
+    let mut next = None;
+    loop {
+        check()?;
+        // Room for the record (with a full-page image) before the page changes: a full disk
+        // fails the VACUUM with 53100.
+        st.wal().check_space(2 * BLCKSZ as u64)?;
+        let _t = rel.tree_lock.read();
+        let leaf = match next {
+            Some(b) => b,
+            None => descend(st, rel, &[])?.0,
+        };
+        let pin = st.pool.pin(rel, leaf, ReadMode::Normal)?;
+        let mut p = pin.write();
+        if page::kind(&p) != Some(PageKind::BTree) || level(&p) != 0 {
+            return Err(index_corrupted(
+                rel.id,
+                leaf,
+                "a leaf that is not a leaf page",
+            ));
+        }
+        let mut idxs = Vec::new();
+        for i in 1..page::slot_count(&p) {
+            let t = tid_at(&p, i)?;
+            if dead(t) {
+                idxs.push(i);
+                removed.push(t);
+            }
+        }
+        if !idxs.is_empty() {
+            page::delete_items(&mut p, &idxs);
+            let (_, end) = st.wal().insert(&mut |redo| {
+                let mut d = Vec::with_capacity(2 + 2 * idxs.len());
+                d.extend_from_slice(&(idxs.len() as u16).to_le_bytes());
+                for &i in &idxs {
+                    d.extend_from_slice(&(i as u16).to_le_bytes());
+                }
+                Record {
+                    rmgr: RM_BTREE,
+                    info: BTREE_DELETE,
+                    xid: Xid::INVALID,
+                    flags: 0,
+                    blocks: vec![st.block_ref(rel.id, leaf, &p, redo, false, d)],
+                    main_data: vec![],
+                }
+            })?;
+            page::set_lsn(&mut p, end);
+            pin.mark_dirty();
+        }
+        match right_link(&p) {
+            Some(b) => next = Some(b),
+            None => return Ok(removed),
+        }
+    }
+}
+
+/// Redo of a `DELETE` record: the line pointers it names (ascending, none the high key, all on
+/// the page) are removed as [`bulk_delete`] removed them.
+fn redo_delete(data: &[u8], p: &mut PageBuf) -> Result<()> {
+    let n = data
+        .get(..2)
+        .map(|b| u16::from_le_bytes([b[0], b[1]]) as usize)
+        .ok_or_else(|| Error::corruption("B-tree delete record is truncated"))?;
+    if data.len() != 2 + 2 * n {
+        return Err(Error::corruption(format!(
+            "B-tree delete record of {} bytes for {n} entries",
+            data.len()
+        )));
+    }
+    let idxs: Vec<usize> = data[2..]
+        .chunks_exact(2)
+        .map(|b| u16::from_le_bytes([b[0], b[1]]) as usize)
+        .collect();
+    let slots = page::slot_count(p);
+    if idxs.first().is_some_and(|&i| i == 0)
+        || idxs.last().is_some_and(|&i| i >= slots)
+        || !idxs.windows(2).all(|w| w[0] < w[1])
+        || (0..slots).any(|i| page::item(p, i).is_none())
+    {
+        return Err(Error::corruption(format!(
+            "B-tree delete record names line pointers {idxs:?} of a page with {slots}"
+        )));
+    }
+    page::delete_items(p, &idxs);
     Ok(())
 }
 
@@ -665,6 +778,14 @@ fn index_heap(st: &Storage, rel: &Relation) -> Option<Arc<Relation>> {
 /// # Errors
 /// Corruption if the record does not fit the page.
 pub fn redo_block(info: u8, data: &[u8], p: &mut PageBuf) -> Result<()> {
+    if info == BTREE_DELETE {
+        if page::kind(p) != Some(PageKind::BTree) || level(p) != 0 {
+            return Err(Error::corruption(
+                "B-tree delete record for a page that is not a leaf",
+            ));
+        }
+        return redo_delete(data, p);
+    }
     let pos = data
         .get(..2)
         .map(|b| u16::from_le_bytes([b[0], b[1]]) as usize)

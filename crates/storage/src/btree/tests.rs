@@ -172,10 +172,30 @@ fn redo_of_a_record_that_does_not_fit_its_page_is_a_corruption_error() {
         d.extend_from_slice(&tid(9).to_bytes());
         d
     };
+    let delete = |idxs: &[u16]| {
+        let mut d = (idxs.len() as u16).to_le_bytes().to_vec();
+        for i in idxs {
+            d.extend_from_slice(&i.to_le_bytes());
+        }
+        d
+    };
     let page = || leaf(b"m", &[b"b", b"d"]);
     redo_block(BTREE_INSERT, &insert(2, b"c"), &mut page()).unwrap();
     redo_block(BTREE_SET_TID, &set_tid(2), &mut page()).unwrap();
-    let cases: [(&str, u8, Vec<u8>, Box<PageBuf>); 8] = [
+    let mut p = page();
+    redo_block(BTREE_DELETE, &delete(&[1]), &mut p).unwrap();
+    assert_eq!(
+        key_at(&p, 1).unwrap(),
+        b"d",
+        "the entry after the deleted one moves down"
+    );
+    assert_eq!(page::slot_count(&p), 2);
+    let mut truncated = delete(&[1, 2]);
+    truncated.pop();
+    // A leaf (say restored from an image) with an unused line pointer: not a B-tree page.
+    let mut holed = page();
+    page::set_unused(&mut holed, 2);
+    let cases: [(&str, u8, Vec<u8>, Box<PageBuf>); 14] = [
         ("insert out of order", BTREE_INSERT, insert(1, b"c"), page()),
         (
             "insert at the high key",
@@ -208,6 +228,27 @@ fn redo_of_a_record_that_does_not_fit_its_page_is_a_corruption_error() {
         }),
         ("set-tid of the high key", BTREE_SET_TID, set_tid(0), page()),
         ("set-tid past the items", BTREE_SET_TID, set_tid(3), page()),
+        (
+            "delete of the high key",
+            BTREE_DELETE,
+            delete(&[0, 1]),
+            page(),
+        ),
+        ("delete past the items", BTREE_DELETE, delete(&[3]), page()),
+        ("delete out of order", BTREE_DELETE, delete(&[2, 1]), page()),
+        ("a truncated delete", BTREE_DELETE, truncated, page()),
+        (
+            "delete on a leaf with a hole",
+            BTREE_DELETE,
+            delete(&[1]),
+            holed,
+        ),
+        (
+            "delete on an internal page",
+            BTREE_DELETE,
+            delete(&[1]),
+            node(1, b"", &[b"", b"d"]),
+        ),
     ];
     for (what, info, data, mut p) in cases {
         assert_sqlstate(redo_block(info, &data, &mut p), "XX001", what);

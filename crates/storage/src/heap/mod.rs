@@ -29,6 +29,9 @@
 //!   hot standby's queries that do not see all of them conflict with it. (Not just the largest,
 //!   as PostgreSQL's `snapshotConflictHorizon`: snapshots here are commit sequence numbers,
 //!   and xid order is not commit order.)
+//! - `VACUUM`: block 0; data = u16 n, then n slots (u16 each), dead line pointers made unused,
+//!   after which the page is compacted ([`vacuum_page`]). No conflict on a hot standby: the
+//!   `PRUNE` that made them dead had it.
 //!
 //! **Pruning** (PostgreSQL's `heap_page_prune`; DESIGN.md, "Pruning"). A version no snapshot
 //! can see any more is removed from its page when the page is found full: by an update of a
@@ -41,7 +44,7 @@
 //! - deleted (`xmax` committed with CSN <= `h`, no `next`), or inserted by an aborted
 //!   transaction and replacing nothing (no `prev`): its line pointer becomes dead. The index
 //!   entry may still point at it, and reads it as the end of a chain with nothing visible;
-//!   VACUUM will remove both;
+//!   VACUUM removes both (`crate::vacuum`);
 //! - anything else stays, including a version of an aborted update that replaced another: the
 //!   index may point at it, and its `prev` leads to the live version.
 //!
@@ -80,6 +83,8 @@ pub const HEAP_DELETE: u8 = 0x20;
 pub const HEAP_PRUNE: u8 = 0x40;
 /// LINK record: a new version's `prev` link set to another version ([`relink_prev`]).
 pub const HEAP_LINK: u8 = 0x50;
+/// VACUUM record: dead line pointers made unused ([`vacuum_page`]).
+pub const HEAP_VACUUM: u8 = 0x60;
 
 /// Tuple header size, bytes.
 pub const TUPLE_HEADER_SIZE: usize = 32;
@@ -490,6 +495,48 @@ pub fn fetch_live(st: &Storage, rel: &Relation, tid: Tid) -> Result<Option<Versi
     }
 }
 
+/// The version that `v`, at `tid`, links to with `prev`, with its TID, for a walk back along a
+/// chain; `None` where the chain ends: no `prev`, a dead line pointer, or a link that VACUUM
+/// cleared since the walk read `v` (DESIGN.md, "VACUUM"). VACUUM clears a link before it frees
+/// the slot the link named, so the slot may hold another row's version, or nothing, by the time
+/// the walk reads it. What the walk read is the version `v` replaced if that version's `next`
+/// names `tid` (the common case: an update's chain, no second read); otherwise it is checked
+/// against `v`'s link, read again after it: the same link means VACUUM had not cleared it yet,
+/// so the version read was the one it named.
+///
+/// # Errors
+/// Corruption if `v`'s `prev` names no tuple and `v` still links to it; I/O errors.
+pub fn prev_version(
+    st: &Storage,
+    rel: &Relation,
+    tid: Tid,
+    v: &Version,
+) -> Result<Option<(Tid, Version)>> {
+    let prev = v.prev;
+    if !prev.is_valid() {
+        return Ok(None);
+    }
+    let got = fetch_live(st, rel, prev);
+    match &got {
+        Ok(Some(p)) if p.next == tid => return Ok(got?.map(|p| (prev, p))),
+        Ok(None) => return Ok(None),
+        Err(e) if e.kind != walnut_common::ErrorKind::Corruption => return got.map(|_| None),
+        _ => {}
+    }
+    // `v` itself may be gone by now (pruned after VACUUM cleared its link): then so is the
+    // link. Anything but a corruption error is an error.
+    let still = match fetch_live(st, rel, tid) {
+        Ok(Some(again)) => again.prev == prev,
+        Ok(None) => false,
+        Err(e) if e.kind == walnut_common::ErrorKind::Corruption => false,
+        Err(e) => return Err(e),
+    };
+    if !still {
+        return Ok(None);
+    }
+    Ok(got?.map(|p| (prev, p)))
+}
+
 /// Walks the version chain from `head` back to the version visible to `snap`.
 /// Returns it with its TID, or `None` if no version is visible or the visible one is deleted.
 ///
@@ -502,20 +549,20 @@ pub fn visible_version(
     snap: &Snapshot,
 ) -> Result<Option<(Tid, Version)>> {
     let mut tid = head;
+    let Some(mut v) = fetch_live(st, rel, tid)? else {
+        return Ok(None);
+    };
     for _ in 0..1_000_000 {
-        if !tid.is_valid() {
-            return Ok(None);
-        }
-        let Some(v) = fetch_live(st, rel, tid)? else {
-            return Ok(None);
-        };
         if st.xact.visible(snap, v.xmin) {
             if v.xmax.is_valid() && st.xact.visible(snap, v.xmax) {
                 return Ok(None);
             }
             return Ok(Some((tid, v)));
         }
-        tid = v.prev;
+        match prev_version(st, rel, tid, &v)? {
+            Some((t, p)) => (tid, v) = (t, p),
+            None => return Ok(None),
+        }
     }
     Err(Error::corruption(format!(
         "version chain from ({},{}) does not end",
@@ -752,8 +799,10 @@ struct PrunePlan {
     conflicts: Vec<Xid>,
 }
 
-/// Decides what pruning `p` at horizon `horizon` (a CSN) removes (module documentation).
-fn plan_prune(st: &Storage, p: &PageBuf, horizon: u64) -> PrunePlan {
+/// Decides what pruning `p` at horizon `horizon` (a CSN) removes (module documentation). In a
+/// table without an index (`unindexed`, which VACUUM knows) nothing follows `prev` links, so
+/// an aborted version goes even when it replaced another.
+fn plan_prune(st: &Storage, p: &PageBuf, horizon: u64, unindexed: bool) -> PrunePlan {
     let mut plan = PrunePlan::default();
     for i in 0..page::slot_count(p) {
         let Some(item) = page::item(p, i).filter(|it| it.len() >= TUPLE_HEADER_SIZE) else {
@@ -761,7 +810,7 @@ fn plan_prune(st: &Storage, p: &PageBuf, horizon: u64) -> PrunePlan {
         };
         match st.xact.status(header_xmin(item)) {
             XidStatus::Aborted => {
-                if !header_prev(item).is_valid() {
+                if unindexed || !header_prev(item).is_valid() {
                     plan.dead.push(i as u16);
                 }
                 continue;
@@ -810,16 +859,28 @@ fn apply_prune(p: &mut PageBuf, dead: &[u16], unused: &[u16]) {
 /// # Errors
 /// Corruption if `p` is not a heap page; the WAL insert's errors (as for any page change).
 pub fn prune(st: &Storage, rel: &Relation, pin: &Pinned<'_>, p: &mut PageBuf) -> Result<usize> {
+    Ok(prune_counted(st, rel, pin, p, false)?.0)
+}
+
+/// [`prune`], returning the bytes freed and the versions removed; `unindexed` as
+/// [`plan_prune`].
+fn prune_counted(
+    st: &Storage,
+    rel: &Relation,
+    pin: &Pinned<'_>,
+    p: &mut PageBuf,
+    unindexed: bool,
+) -> Result<(usize, usize)> {
     if rel.id == walnut_common::RelFileId::CATALOG || st.in_recovery() || page::is_new(p) {
-        return Ok(0);
+        return Ok((0, 0));
     }
     if page::kind(p) != Some(PageKind::Heap) {
         return Err(not_a_heap_page(rel, pin.tag.block, p));
     }
     let horizon = st.xact.horizon();
-    let plan = plan_prune(st, p, horizon);
+    let plan = plan_prune(st, p, horizon, unindexed);
     if plan.dead.is_empty() && plan.unused.is_empty() {
-        return Ok(0);
+        return Ok((0, 0));
     }
     // The record (with a full-page image, and its xids) must find room in the WAL before the
     // page changes: on a full disk pruning is skipped, and the statement that wanted room
@@ -829,7 +890,7 @@ pub fn prune(st: &Storage, rel: &Relation, pin: &Pinned<'_>, p: &mut PageBuf) ->
         .check_space(2 * BLCKSZ as u64 + 8 * plan.conflicts.len() as u64)
         .is_err()
     {
-        return Ok(0);
+        return Ok((0, 0));
     }
     let before = page::free_space(p);
     apply_prune(p, &plan.dead, &plan.unused);
@@ -858,11 +919,11 @@ pub fn prune(st: &Storage, rel: &Relation, pin: &Pinned<'_>, p: &mut PageBuf) ->
     page::set_lsn(p, end);
     pin.mark_dirty();
     st.prune_stats.records.fetch_add(1, Ordering::Relaxed);
-    st.prune_stats.versions.fetch_add(
-        (plan.dead.len() + plan.unused.len()) as u64,
-        Ordering::Relaxed,
-    );
-    Ok(freed)
+    let removed = plan.dead.len() + plan.unused.len();
+    st.prune_stats
+        .versions
+        .fetch_add(removed as u64, Ordering::Relaxed);
+    Ok((freed, removed))
 }
 
 /// Sets the `prev` link of the version at `tid`, which transaction `xid` inserted and which no
@@ -918,6 +979,202 @@ pub fn prune_block(st: &Storage, rel: &Relation, block: BlockNumber) -> Result<u
     let pin = st.pool.pin(rel, block, ReadMode::Normal)?;
     let mut p = pin.write();
     prune(st, rel, &pin, &mut p)
+}
+
+/// What VACUUM's first pass found on a heap page ([`vacuum_scan_page`]).
+#[derive(Debug, Default)]
+pub struct PageScan {
+    /// Versions pruning removed now.
+    pub removed: usize,
+    /// Slots (1-based) of the page's dead line pointers, after pruning.
+    pub dead: Vec<u16>,
+    /// Versions left that some snapshot may see: live, or inserted or deleted by a
+    /// transaction in progress.
+    pub live: u64,
+    /// Versions deleted or replaced by a committed transaction that a snapshot still sees
+    /// (PostgreSQL's "dead but not yet removable").
+    pub recently_dead: u64,
+}
+
+/// VACUUM's first pass over block `block` of `rel` (PostgreSQL's `lazy_scan_prune`): prunes it
+/// ([`prune`]; of a table without an index if `unindexed`, where aborted versions go whatever
+/// they replaced), then lists its dead line pointers and counts what stays, all under the
+/// page's exclusive latch. A new page yields nothing.
+///
+/// # Errors
+/// Corruption if the page is not a heap page; I/O errors; as [`prune`].
+pub fn vacuum_scan_page(
+    st: &Storage,
+    rel: &Relation,
+    block: BlockNumber,
+    unindexed: bool,
+) -> Result<PageScan> {
+    let pin = st.pool.pin(rel, block, ReadMode::Normal)?;
+    let mut p = pin.write();
+    let mut scan = PageScan::default();
+    if page::is_new(&p) {
+        return Ok(scan);
+    }
+    scan.removed = prune_counted(st, rel, &pin, &mut p, unindexed)?.1;
+    for i in 0..page::slot_count(&p) {
+        if page::is_dead(&p, i) {
+            scan.dead.push(i as u16 + 1);
+            continue;
+        }
+        let Some(item) = page::item(&p, i).filter(|it| it.len() >= TUPLE_HEADER_SIZE) else {
+            continue;
+        };
+        let xmax = header_xmax(item);
+        let deleted = xmax.is_valid() && matches!(st.xact.status(xmax), XidStatus::Committed(_));
+        if deleted {
+            scan.recently_dead += 1;
+        } else if st.xact.status(header_xmin(item)) != XidStatus::Aborted {
+            scan.live += 1;
+        }
+    }
+    Ok(scan)
+}
+
+/// Collects into `out` the (TID, `prev`) of every version on block `block` whose `prev`
+/// `want` selects, under the page's shared latch (VACUUM: the versions that still link to a
+/// dead line pointer it is about to make unused).
+///
+/// # Errors
+/// Corruption if the page is not a heap page or a tuple is truncated; I/O errors.
+pub fn prev_links(
+    st: &Storage,
+    rel: &Relation,
+    block: BlockNumber,
+    want: &dyn Fn(Tid) -> bool,
+    out: &mut Vec<(Tid, Tid)>,
+) -> Result<()> {
+    let pin = st.pool.pin(rel, block, ReadMode::Normal)?;
+    let p = pin.read();
+    if page::is_new(&p) {
+        return Ok(());
+    }
+    if page::kind(&p) != Some(PageKind::Heap) {
+        return Err(not_a_heap_page(rel, block, &p));
+    }
+    for i in 0..page::slot_count(&p) {
+        let Some(item) = page::item(&p, i) else {
+            continue;
+        };
+        if item.len() < TUPLE_HEADER_SIZE {
+            return Err(Error::corruption(format!(
+                "heap tuple ({},{}) is truncated",
+                block.0,
+                i + 1
+            )));
+        }
+        let prev = header_prev(item);
+        if prev.is_valid() && want(prev) {
+            let tid = Tid {
+                block,
+                slot: i as u16 + 1,
+            };
+            out.push((tid, prev));
+        }
+    }
+    Ok(())
+}
+
+/// Sets the `prev` of the version at `tid` to none if it still names `expect`, and logs it
+/// (`LINK`, without an xid). VACUUM does this before the dead line pointer `expect` names
+/// becomes unused, and a later insert may reuse its slot for another row. A slot that holds
+/// no version any more (pruned meanwhile) is left alone. Returns whether it changed the page.
+///
+/// # Errors
+/// 53100 if the WAL has no room for the record (nothing changed); I/O errors; the WAL
+/// insert's.
+pub fn clear_prev(st: &Storage, rel: &Relation, tid: Tid, expect: Tid) -> Result<bool> {
+    st.wal().check_space(2 * BLCKSZ as u64)?;
+    let pin = st.pool.pin(rel, tid.block, ReadMode::Normal)?;
+    let mut p = pin.write();
+    let Ok(Slot::Tuple(i)) = slot_state(&p, tid.slot) else {
+        return Ok(false);
+    };
+    let item = page::item_mut(&mut p, i).expect("checked");
+    if header_prev(item) != expect {
+        return Ok(false);
+    }
+    item[16..22].copy_from_slice(&Tid::INVALID.to_bytes());
+    let (_, end) = st.wal().insert(&mut |redo| {
+        let mut d = Vec::with_capacity(2 + Tid::SIZE);
+        d.extend_from_slice(&tid.slot.to_le_bytes());
+        d.extend_from_slice(&Tid::INVALID.to_bytes());
+        Record {
+            rmgr: RM_HEAP,
+            info: HEAP_LINK,
+            xid: Xid::INVALID,
+            flags: 0,
+            blocks: vec![st.block_ref(rel.id, tid.block, &p, redo, false, d)],
+            main_data: vec![],
+        }
+    })?;
+    page::set_lsn(&mut p, end);
+    pin.mark_dirty();
+    Ok(true)
+}
+
+/// VACUUM's last heap step on block `block` of `rel` (PostgreSQL's `lazy_vacuum_heap_page`):
+/// marks its dead line pointers `slots` (1-based) unused, compacts the page (unused line
+/// pointers at the end of the array go) and logs `VACUUM`. The caller has removed every index
+/// entry that named them and cleared every `prev` that did: nothing leads to them any more,
+/// and their slots may be reused.
+///
+/// # Errors
+/// Corruption if a slot is not a dead line pointer; 53100 if the WAL has no room for the
+/// record (nothing changed); I/O errors; the WAL insert's.
+pub fn vacuum_page(st: &Storage, rel: &Relation, block: BlockNumber, slots: &[u16]) -> Result<()> {
+    if slots.is_empty() {
+        return Ok(());
+    }
+    st.wal()
+        .check_space(2 * BLCKSZ as u64 + 2 * slots.len() as u64)?;
+    let pin = st.pool.pin(rel, block, ReadMode::Normal)?;
+    let mut p = pin.write();
+    apply_vacuum(&mut p, slots)?;
+    let (_, end) = st.wal().insert(&mut |redo| {
+        let mut d = Vec::with_capacity(2 + 2 * slots.len());
+        d.extend_from_slice(&(slots.len() as u16).to_le_bytes());
+        for s in slots {
+            d.extend_from_slice(&s.to_le_bytes());
+        }
+        Record {
+            rmgr: RM_HEAP,
+            info: HEAP_VACUUM,
+            xid: Xid::INVALID,
+            flags: 0,
+            blocks: vec![st.block_ref(rel.id, block, &p, redo, false, d)],
+            main_data: vec![],
+        }
+    })?;
+    page::set_lsn(&mut p, end);
+    pin.mark_dirty();
+    Ok(())
+}
+
+/// Makes dead line pointers `slots` (1-based, distinct) of heap page `p` unused and compacts
+/// it; checks first, so that a failure changes nothing ([`vacuum_page`] and its redo).
+fn apply_vacuum(p: &mut PageBuf, slots: &[u16]) -> Result<()> {
+    if page::kind(p) != Some(PageKind::Heap) {
+        return Err(Error::corruption(
+            "heap vacuum of a page that is not a heap page",
+        ));
+    }
+    for (k, &s) in slots.iter().enumerate() {
+        if s == 0 || !page::is_dead(p, s as usize - 1) || slots[..k].contains(&s) {
+            return Err(Error::corruption(format!(
+                "heap vacuum of slot {s}, which is not a dead line pointer (or named twice)"
+            )));
+        }
+    }
+    for &s in slots {
+        page::set_dead_unused(p, s as usize - 1);
+    }
+    page::compact(p);
+    Ok(())
 }
 
 /// The `xmax`es of the versions a `PRUNE` record removes (its main data; empty when it removes
@@ -1124,6 +1381,17 @@ pub fn redo_block(
         }
         (HEAP_UPDATE, 1) => redo_add(p, rd_u16(data, 0)?, &data[2..]),
         (HEAP_PRUNE, 0) => redo_prune(p, data),
+        (HEAP_VACUUM, 0) => {
+            let n = rd_u16(data, 0)? as usize;
+            if data.len() != 2 + 2 * n {
+                return Err(Error::corruption("heap vacuum record is malformed"));
+            }
+            let slots: Vec<u16> = data[2..]
+                .chunks_exact(2)
+                .map(|b| u16::from_le_bytes([b[0], b[1]]))
+                .collect();
+            apply_vacuum(p, &slots)
+        }
         (HEAP_LINK, 0) => {
             let i = tuple_index(p, rd_u16(data, 0)?)?;
             let prev = data

@@ -130,7 +130,24 @@ fn redo_of_a_record_that_does_not_fit_its_page_is_a_corruption_error() {
     page::init(&mut btree, PageKind::BTree, page::BTREE_SPECIAL_SIZE);
     let mut short = heap_page(&[&t]);
     set_item_len(&mut short, 1, 12);
-    let cases: [(&str, u8, Vec<u8>, Box<PageBuf>); 8] = [
+    let vacuum = |slots: &[u16]| {
+        let mut d = (slots.len() as u16).to_le_bytes().to_vec();
+        for s in slots {
+            d.extend_from_slice(&s.to_le_bytes());
+        }
+        d
+    };
+    // A page whose slot 2 is a dead line pointer, VACUUM's.
+    let with_dead = || {
+        let mut p = heap_page(&[&t, &t, &t]);
+        page::set_dead(&mut p, 1);
+        page::compact(&mut p);
+        p
+    };
+    let mut p = with_dead();
+    redo_block(HEAP_VACUUM, 0, 1, &vacuum(&[2]), &mut p).unwrap();
+    assert!(page::is_unused(&p, 1) && page::item(&p, 2).is_some());
+    let cases: [(&str, u8, Vec<u8>, Box<PageBuf>); 12] = [
         (
             "insert onto a B-tree page",
             HEAP_INSERT,
@@ -179,6 +196,25 @@ fn redo_of_a_record_that_does_not_fit_its_page_is_a_corruption_error() {
             update_same_page(3, 2),
             heap_page(&[&t]),
         ),
+        (
+            "vacuum of a live tuple",
+            HEAP_VACUUM,
+            vacuum(&[1]),
+            with_dead(),
+        ),
+        (
+            "vacuum of a slot twice",
+            HEAP_VACUUM,
+            vacuum(&[2, 2]),
+            with_dead(),
+        ),
+        (
+            "vacuum of a missing slot",
+            HEAP_VACUUM,
+            vacuum(&[7]),
+            with_dead(),
+        ),
+        ("a truncated vacuum", HEAP_VACUUM, vec![1, 0], with_dead()),
     ];
     for (what, info, data, mut p) in cases {
         assert_corrupt(redo_block(info, 0, 1, &data, &mut p), what);
