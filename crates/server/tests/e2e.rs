@@ -1320,10 +1320,22 @@ fn vacuum_frees_deleted_rows_while_readers_and_writers_run() {
     }
     assert_eq!(s.query("select count(*), sum(v) from t"), "1000|500500");
     assert_eq!(s.query("select count(*) from t where id > 1000"), "0");
+    // pg_stat_user_tables: what the statements did (the aborted insert counts, and is dead),
+    // and what VACUUM left.
+    s.psql("begin; insert into t values (5000, 0); rollback");
+    assert_eq!(
+        s.query(
+            "select n_tup_ins, n_tup_del, n_live_tup, n_dead_tup, vacuum_count, \
+             last_vacuum is not null, seq_scan > 0, idx_scan > 0 \
+             from pg_stat_user_tables where relname = 't'"
+        ),
+        "2001|1000|1000|1|1|t|t|t"
+    );
     s.query("insert into t select g, 0 from generate_series(1001, 2000) g");
     let out = s.psql("vacuum (verbose) t");
+    // The aborted insert's line pointer.
     assert!(
-        stderr(&out).contains("dead item identifiers: 0 removed"),
+        stderr(&out).contains("dead item identifiers: 1 removed"),
         "{}",
         stderr(&out)
     );

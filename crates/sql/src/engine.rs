@@ -58,6 +58,106 @@ fn vacuum_verbose(
     m
 }
 
+impl StorageEngine {
+    /// `pg_stat_user_tables`, PostgreSQL 18's columns, a row per table (in name order) from
+    /// its counters (`walnut_storage::tabstat`, kept since the server started). `relid` is the
+    /// table's `pg_class.oid`; `last_seq_scan` and `last_idx_scan` are not kept (NULL), nor is
+    /// anything about ANALYZE (walnut keeps no statistics: 0 and NULL); `n_tup_hot_upd` is 0
+    /// (an update always points the index entry at its new version).
+    fn pg_stat_user_tables(&self) -> (Vec<ColumnDef>, Vec<Vec<Value>>) {
+        use std::sync::atomic::Ordering::Relaxed;
+        use DataType::{Float8, Int8, Text, Timestamp};
+        let cols: Vec<ColumnDef> = [
+            ("relid", Int8),
+            ("schemaname", Text),
+            ("relname", Text),
+            ("seq_scan", Int8),
+            ("last_seq_scan", Timestamp),
+            ("seq_tup_read", Int8),
+            ("idx_scan", Int8),
+            ("last_idx_scan", Timestamp),
+            ("idx_tup_fetch", Int8),
+            ("n_tup_ins", Int8),
+            ("n_tup_upd", Int8),
+            ("n_tup_del", Int8),
+            ("n_tup_hot_upd", Int8),
+            ("n_tup_newpage_upd", Int8),
+            ("n_live_tup", Int8),
+            ("n_dead_tup", Int8),
+            ("n_mod_since_analyze", Int8),
+            ("n_ins_since_vacuum", Int8),
+            ("last_vacuum", Timestamp),
+            ("last_autovacuum", Timestamp),
+            ("last_analyze", Timestamp),
+            ("last_autoanalyze", Timestamp),
+            ("vacuum_count", Int8),
+            ("autovacuum_count", Int8),
+            ("analyze_count", Int8),
+            ("autoanalyze_count", Int8),
+            ("total_vacuum_time", Float8),
+            ("total_autovacuum_time", Float8),
+            ("total_analyze_time", Float8),
+            ("total_autoanalyze_time", Float8),
+        ]
+        .into_iter()
+        .map(|(n, t)| col(n, t))
+        .collect();
+        let mut tables = self.storage.catalog.all();
+        tables.sort_by(|a, b| a.def.name.cmp(&b.def.name));
+        let rows = tables
+            .iter()
+            .map(|t| {
+                let c = self.storage.table_stats.of(t.table_id);
+                let n = |a: &std::sync::atomic::AtomicU64| Value::Int8(a.load(Relaxed) as i64);
+                let est = |a: &std::sync::atomic::AtomicI64| Value::Int8(a.load(Relaxed).max(0));
+                let when = |a: &std::sync::atomic::AtomicI64| match a.load(Relaxed) {
+                    0 => Value::Null,
+                    us => Value::Timestamp(us),
+                };
+                let ms = |a: &std::sync::atomic::AtomicU64| Value::Float8(a.load(Relaxed) as f64);
+                let indexed = t.index.is_some();
+                vec![
+                    Value::Int8(t.table_id as i64),
+                    Value::Text("public".into()),
+                    Value::Text(t.def.name.clone()),
+                    n(&c.seq_scan),
+                    Value::Null,
+                    n(&c.seq_tup_read),
+                    if indexed { n(&c.idx_scan) } else { Value::Null },
+                    Value::Null,
+                    if indexed {
+                        n(&c.idx_tup_fetch)
+                    } else {
+                        Value::Null
+                    },
+                    n(&c.n_tup_ins),
+                    n(&c.n_tup_upd),
+                    n(&c.n_tup_del),
+                    Value::Int8(0),
+                    n(&c.n_tup_newpage_upd),
+                    est(&c.n_live_tup),
+                    est(&c.n_dead_tup),
+                    n(&c.n_mod_since_analyze),
+                    n(&c.n_ins_since_vacuum),
+                    when(&c.last_vacuum),
+                    when(&c.last_autovacuum),
+                    Value::Null,
+                    Value::Null,
+                    n(&c.vacuum_count),
+                    n(&c.autovacuum_count),
+                    Value::Int8(0),
+                    Value::Int8(0),
+                    ms(&c.total_vacuum_time_ms),
+                    ms(&c.total_autovacuum_time_ms),
+                    Value::Float8(0.0),
+                    Value::Float8(0.0),
+                ]
+            })
+            .collect();
+        (cols, rows)
+    }
+}
+
 /// An open data directory, as an [`Engine`].
 pub struct StorageEngine {
     /// The open data directory.
@@ -231,6 +331,9 @@ impl Engine for StorageEngine {
             ];
             row.extend([0, 0, snapshot, 0, 0, 0].map(Value::Int8));
             return Some((cols, vec![row]));
+        }
+        if name == "pg_stat_user_tables" {
+            return Some(self.pg_stat_user_tables());
         }
         if name == "pg_stat_recovery_prefetch" {
             let s = &self.storage.recovery_prefetch;

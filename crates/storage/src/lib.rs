@@ -24,6 +24,7 @@ pub mod slots;
 pub mod smgr;
 pub mod standby;
 pub mod stats;
+pub mod tabstat;
 pub mod timeline;
 pub mod txn;
 pub mod vacuum;
@@ -222,6 +223,8 @@ pub struct Storage {
     pub redo_stats: Arc<recovery::parallel::RedoStats>,
     /// Pruning's counters (`heap::prune`).
     pub prune_stats: heap::PruneStats,
+    /// Per-table activity counters (`pg_stat_user_tables`).
+    pub table_stats: tabstat::TableStats,
 }
 
 /// Inserts one WAL record (`rmgr`, `info`) for `xid` carrying `images[i]` as the whole new
@@ -468,6 +471,7 @@ impl Storage {
             recovery_prefetch: Default::default(),
             redo_stats: Default::default(),
             prune_stats: Default::default(),
+            table_stats: Default::default(),
         }
     }
 

@@ -57,6 +57,8 @@ pub struct Txn {
     bulk: Option<heap::BulkInsert>,
     /// Row bytes being encoded (reused by bulk loads).
     row_scratch: Vec<u8>,
+    /// Row changes by table id, added to the table's counters at the end (`crate::tabstat`).
+    pending_stats: HashMap<u64, crate::tabstat::PendingCounts>,
     finished: bool,
 }
 
@@ -83,6 +85,7 @@ impl Txn {
             drop_at_commit: Vec::new(),
             bulk: None,
             row_scratch: Vec::new(),
+            pending_stats: HashMap::new(),
             finished: false,
         }
     }
@@ -396,6 +399,20 @@ impl Txn {
         Ok(keys)
     }
 
+    /// This transaction's pending row counts for table `info`.
+    fn count(&mut self, info: &TableInfo) -> &mut crate::tabstat::PendingCounts {
+        self.pending_stats.entry(info.table_id).or_default()
+    }
+
+    /// Adds the pending row counts to the tables' counters at the transaction's end.
+    fn flush_stats(&mut self, committed: bool) {
+        for (table, p) in self.pending_stats.drain() {
+            self.st
+                .table_stats
+                .with(table, |c| c.end_of_xact(&p, committed));
+        }
+    }
+
     fn key_of(info: &TableInfo, row: &[Value]) -> Option<Vec<u8>> {
         let pk = info.def.primary_key.as_ref()?;
         let key: Vec<Value> = pk.iter().map(|&c| row[c].clone()).collect();
@@ -422,6 +439,7 @@ impl Txn {
                 &data,
                 info.def.fillfactor,
             )?;
+            self.count(info).inserted += 1;
             return Ok(());
         };
         let key = Self::key_of(info, row).expect("a table with an index has a primary key");
@@ -435,6 +453,7 @@ impl Txn {
             _ => Tid::INVALID,
         };
         let tid = heap::insert(&self.st, &rel, xid, prev, &data, info.def.fillfactor)?;
+        self.count(info).inserted += 1;
         let st = self.st.clone();
         let index_name = info.index_name();
         let mut linked = prev;
@@ -533,7 +552,9 @@ impl Txn {
         assert_eq!(bulk.xid(), xid, "bulk load of another transaction");
         self.row_scratch.clear();
         encode_row(info.def.column_types(), row, &mut self.row_scratch);
-        bulk.add(&self.st, &self.row_scratch)
+        bulk.add(&self.st, &self.row_scratch)?;
+        self.count(info).inserted += 1;
+        Ok(())
     }
 
     /// Ends a bulk load, if one is in progress: its last rows enter the relation.
@@ -563,20 +584,29 @@ impl Txn {
         let rel = self.st.smgr.open(info.relfile)?;
         let types = info.def.types();
         let n = rel.nblocks.load(Ordering::Acquire);
-        let mut rows = Vec::new();
-        let mut ahead = crate::aio::ReadAhead::new(&self.st, &rel, n);
-        for b in 0..n {
-            self.check_cancel()?;
-            ahead.before(b);
-            rows.clear();
-            heap::scan_block(&self.st, &rel, BlockNumber(b), &self.snap, &mut rows)?;
-            for (tid, bytes) in rows.drain(..) {
-                if !visit(tid, decode_row(&types, &bytes)?)? {
-                    return Ok(());
+        let mut returned = 0;
+        let r = (|| {
+            let mut rows = Vec::new();
+            let mut ahead = crate::aio::ReadAhead::new(&self.st, &rel, n);
+            for b in 0..n {
+                self.check_cancel()?;
+                ahead.before(b);
+                rows.clear();
+                heap::scan_block(&self.st, &rel, BlockNumber(b), &self.snap, &mut rows)?;
+                for (tid, bytes) in rows.drain(..) {
+                    returned += 1;
+                    if !visit(tid, decode_row(&types, &bytes)?)? {
+                        return Ok(());
+                    }
                 }
             }
-        }
-        Ok(())
+            Ok(())
+        })();
+        self.st.table_stats.with(info.table_id, |c| {
+            c.seq_scan.fetch_add(1, Ordering::Relaxed);
+            c.seq_tup_read.fetch_add(returned, Ordering::Relaxed);
+        });
+        r
     }
 
     /// Primary-key range scan over encoded-key bounds built from value prefixes.
@@ -603,7 +633,8 @@ impl Txn {
         let types = info.def.types();
         let snap = self.snap;
         let st = &self.st;
-        btree::range(
+        let mut returned = 0;
+        let r = btree::range(
             st,
             &irel,
             lo.as_ref().map(|v| v.as_slice()),
@@ -620,11 +651,17 @@ impl Txn {
                     if Self::key_of(info, &row).as_deref() != Some(k) {
                         return Ok(true);
                     }
+                    returned += 1;
                     visit(t, row)
                 }
                 None => Ok(true),
             },
-        )
+        );
+        st.table_stats.with(info.table_id, |c| {
+            c.idx_scan.fetch_add(1, Ordering::Relaxed);
+            c.idx_tup_fetch.fetch_add(returned, Ordering::Relaxed);
+        });
+        r
     }
 
     fn write_loop(
@@ -648,6 +685,14 @@ impl Txn {
             };
             match r {
                 WriteCheck::Done(new) => {
+                    let c = self.count(info);
+                    match new_row {
+                        Some(_) => {
+                            c.updated += 1;
+                            c.newpage_updated += u64::from(new.block != tid.block);
+                        }
+                        None => c.deleted += 1,
+                    }
                     if let (Some(row), Some(index)) = (new_row, info.index) {
                         let key = Self::key_of(info, row).expect("primary key");
                         let irel = self.st.smgr.open(index)?;
@@ -775,6 +820,7 @@ impl Txn {
             st.xact.mark_committing(xid);
             end
         };
+        self.flush_stats(true);
         let durable = opts.synchronous_commit.waits_for_flush();
         if !durable {
             st.wal().async_commit(end);
@@ -872,6 +918,7 @@ impl Txn {
             tracing::warn!("could not log abort of transaction {}: {e}", xid.0);
         }
         self.st.xact.abort(xid);
+        self.flush_stats(false);
         for rel in self.created.drain(..) {
             if let Err(e) = self.st.remove_relation(rel) {
                 tracing::warn!("could not remove relation file {}: {e}", rel.0);

@@ -85,6 +85,7 @@ pub fn vacuum_table(
     }
     let rel = st.smgr.open(info.relfile)?;
     let _one_at_a_time = rel.vacuum_lock.lock();
+    let started = std::time::Instant::now();
     let n = rel.nblocks.load(Ordering::Acquire);
     stats.pages = n;
     let mut dead: Vec<(BlockNumber, Vec<u16>)> = Vec::new();
@@ -131,6 +132,13 @@ pub fn vacuum_table(
         }
         unlinked = free_dead(st, info, &rel, &dead, &mut stats, check)?;
     }
+    st.table_stats.of(info.table_id).vacuumed(
+        false,
+        walnut_common::value::now_timestamp(),
+        started.elapsed().as_millis() as u64,
+        stats.live,
+        stats.recently_dead,
+    );
     Ok(stats)
 }
 
