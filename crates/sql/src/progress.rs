@@ -21,8 +21,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use walnut_common::{ColumnDef, DataType, Value};
 use walnut_storage::progress::{
-    report_index_builds_to, IndexBuildProgress, PHASE_INITIALIZING, PHASE_LOADING,
-    PHASE_SCANNING_TABLE, PHASE_SORTING,
+    report_index_builds_to, report_vacuums_to, IndexBuildProgress, VacuumProgress,
+    PHASE_INITIALIZING, PHASE_LOADING, PHASE_SCANNING_TABLE, PHASE_SORTING,
 };
 
 /// `datid` of every row: walnut has one database, which every connection reaches whatever
@@ -61,6 +61,7 @@ struct Entry {
 enum Work {
     CopyFrom(Arc<CopyCounters>),
     CreateIndex(Arc<IndexBuildProgress>),
+    Vacuum(Arc<VacuumProgress>),
 }
 
 /// The counters of a COPY FROM STDIN.
@@ -156,6 +157,37 @@ impl Registry {
                     .collect();
                 Some((copy_columns(), rows))
             }
+            "pg_stat_progress_vacuum" => {
+                let rows = self
+                    .snapshot()
+                    .iter()
+                    .filter_map(|e| {
+                        let Work::Vacuum(p) = &e.work else {
+                            return None;
+                        };
+                        let phase = p.phase.load(Ordering::Acquire);
+                        let a = |c: &AtomicU64| i(c.load(Ordering::Acquire));
+                        let mut row = head(e);
+                        row[3] = a(&p.relid);
+                        row.extend([
+                            Value::Text(vacuum_phase_name(phase).into()),
+                            a(&p.heap_blks_total),
+                            a(&p.heap_blks_scanned),
+                            a(&p.heap_blks_vacuumed),
+                            a(&p.index_vacuum_count),
+                            // A TID in walnut's dead-item set: about 16 bytes.
+                            i(walnut_storage::vacuum::MAX_DEAD_ITEMS as u64 * 16),
+                            i(p.num_dead_item_ids.load(Ordering::Acquire) * 16),
+                            a(&p.num_dead_item_ids),
+                            a(&p.indexes_total),
+                            a(&p.indexes_processed),
+                            Value::Float8(0.0),
+                        ]);
+                        Some(row)
+                    })
+                    .collect();
+                Some((vacuum_columns(), rows))
+            }
             "pg_stat_progress_create_index" => {
                 let rows = self
                     .snapshot()
@@ -218,6 +250,37 @@ fn copy_columns() -> Vec<ColumnDef> {
         cols.push(col(n, DataType::Int8));
     }
     cols
+}
+
+fn vacuum_columns() -> Vec<ColumnDef> {
+    let mut cols = head_columns();
+    cols.push(col("phase", DataType::Text));
+    for n in [
+        "heap_blks_total",
+        "heap_blks_scanned",
+        "heap_blks_vacuumed",
+        "index_vacuum_count",
+        "max_dead_tuple_bytes",
+        "dead_tuple_bytes",
+        "num_dead_item_ids",
+        "indexes_total",
+        "indexes_processed",
+    ] {
+        cols.push(col(n, DataType::Int8));
+    }
+    cols.push(col("delay_time", DataType::Float8));
+    cols
+}
+
+/// PostgreSQL's `phase` text for a vacuum phase number.
+fn vacuum_phase_name(phase: u32) -> &'static str {
+    match phase {
+        walnut_storage::progress::VACUUM_SCANNING_HEAP => "scanning heap",
+        walnut_storage::progress::VACUUM_VACUUMING_INDEXES => "vacuuming indexes",
+        walnut_storage::progress::VACUUM_VACUUMING_HEAP => "vacuuming heap",
+        walnut_storage::progress::VACUUM_FINAL_CLEANUP => "performing final cleanup",
+        _ => "initializing",
+    }
 }
 
 fn create_index_columns() -> Vec<ColumnDef> {
@@ -334,6 +397,37 @@ impl Reporter {
     }
 }
 
+impl Reporter {
+    /// Registers a VACUUM (its row shows the table being vacuumed) and makes the storage
+    /// engine's VACUUMs on this thread report to it until the returned handle is dropped.
+    pub(crate) fn vacuum(&self) -> VacuumEntry {
+        let p = Arc::new(VacuumProgress::default());
+        let (_, reg) = self.registry.register(Entry {
+            pid: self.pid,
+            datname: self.datname.clone(),
+            relid: 0,
+            work: Work::Vacuum(p.clone()),
+        });
+        VacuumEntry {
+            previous: report_vacuums_to(Some(p)),
+            _reg: reg,
+        }
+    }
+}
+
+/// A registered VACUUM: the row goes, and the thread's previous VACUUM reporting is back, when
+/// this is dropped.
+pub(crate) struct VacuumEntry {
+    previous: Option<Arc<VacuumProgress>>,
+    _reg: Registration,
+}
+
+impl Drop for VacuumEntry {
+    fn drop(&mut self) {
+        report_vacuums_to(self.previous.take());
+    }
+}
+
 /// A registered COPY FROM; the row goes when this is dropped.
 pub(crate) struct CopyProgress {
     counters: Arc<CopyCounters>,
@@ -386,6 +480,28 @@ impl Drop for Installed {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_vacuum_shows_the_table_its_thread_is_vacuuming() {
+        let r = Registry::new();
+        let rep = Reporter::new(r.clone(), 7, "db");
+        let entry = rep.vacuum();
+        let p = walnut_storage::progress::vacuum_progress().expect("installed");
+        p.start(16390, 10, 1);
+        p.heap_blks_scanned.store(4, Ordering::Release);
+        let (cols, rows) = r.view("pg_stat_progress_vacuum").unwrap();
+        assert_eq!(cols.len(), 15);
+        assert_eq!(rows.len(), 1);
+        assert_eq!(rows[0][3], Value::Int8(16390));
+        assert_eq!(rows[0][4], Value::Text("scanning heap".into()));
+        assert_eq!(
+            (&rows[0][5], &rows[0][6]),
+            (&Value::Int8(10), &Value::Int8(4))
+        );
+        drop(entry);
+        assert!(walnut_storage::progress::vacuum_progress().is_none());
+        assert!(r.view("pg_stat_progress_vacuum").unwrap().1.is_empty());
+    }
 
     #[test]
     fn rows_come_and_go_with_their_handles() {

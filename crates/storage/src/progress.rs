@@ -89,3 +89,73 @@ pub fn report_index_builds_to(
 pub fn index_build_progress() -> Option<Arc<IndexBuildProgress>> {
     INDEX_BUILD.with(|c| c.borrow().clone())
 }
+
+/// PostgreSQL's vacuum phase 1 ("scanning heap").
+pub const VACUUM_SCANNING_HEAP: u32 = 1;
+/// PostgreSQL's vacuum phase 2 ("vacuuming indexes").
+pub const VACUUM_VACUUMING_INDEXES: u32 = 2;
+/// PostgreSQL's vacuum phase 3 ("vacuuming heap").
+pub const VACUUM_VACUUMING_HEAP: u32 = 3;
+/// PostgreSQL's vacuum phase 6 ("performing final cleanup").
+pub const VACUUM_FINAL_CLEANUP: u32 = 6;
+
+/// The counters of the VACUUM of one table, for `pg_stat_progress_vacuum`. Written by the
+/// vacuuming thread only (`crate::vacuum::vacuum_table`), which resets them for each table of
+/// a VACUUM of several; the same `Release`/`Acquire` order as [`IndexBuildProgress`] (`phase`
+/// written last, read first).
+#[derive(Debug, Default)]
+pub struct VacuumProgress {
+    /// One of the `VACUUM_*` phases (0: initializing).
+    pub phase: AtomicU32,
+    /// The table's `pg_class` OID (its table id).
+    pub relid: AtomicU64,
+    /// Heap blocks when the scan started, in blocks.
+    pub heap_blks_total: AtomicU64,
+    /// Heap blocks scanned (step 1), in blocks.
+    pub heap_blks_scanned: AtomicU64,
+    /// Heap blocks whose dead line pointers were freed (step 4), in blocks.
+    pub heap_blks_vacuumed: AtomicU64,
+    /// Index scans done (step 2).
+    pub index_vacuum_count: AtomicU64,
+    /// Dead line pointers collected since the last index scan.
+    pub num_dead_item_ids: AtomicU64,
+    /// Indexes the table has (0 or 1).
+    pub indexes_total: AtomicU64,
+    /// Of those, the ones the current index scan has finished.
+    pub indexes_processed: AtomicU64,
+}
+
+impl VacuumProgress {
+    /// Starts the counters over for table `relid` of `blocks` heap blocks and `indexes`
+    /// indexes, in phase "scanning heap".
+    pub fn start(&self, relid: u64, blocks: u64, indexes: u64) {
+        for c in [
+            &self.heap_blks_scanned,
+            &self.heap_blks_vacuumed,
+            &self.index_vacuum_count,
+            &self.num_dead_item_ids,
+            &self.indexes_processed,
+        ] {
+            c.store(0, Ordering::Release);
+        }
+        self.relid.store(relid, Ordering::Release);
+        self.heap_blks_total.store(blocks, Ordering::Release);
+        self.indexes_total.store(indexes, Ordering::Release);
+        self.phase.store(VACUUM_SCANNING_HEAP, Ordering::Release);
+    }
+}
+
+thread_local! {
+    static VACUUM: RefCell<Option<Arc<VacuumProgress>>> = const { RefCell::new(None) };
+}
+
+/// Makes VACUUMs on this thread report to `p` (`None`: to nobody). Returns the previous
+/// setting, for the caller to restore.
+pub fn report_vacuums_to(p: Option<Arc<VacuumProgress>>) -> Option<Arc<VacuumProgress>> {
+    VACUUM.with(|c| c.replace(p))
+}
+
+/// Where VACUUMs on this thread report, if anywhere.
+pub fn vacuum_progress() -> Option<Arc<VacuumProgress>> {
+    VACUUM.with(|c| c.borrow().clone())
+}

@@ -28,6 +28,11 @@
 //! to 4 for each batch (PostgreSQL's `maintenance_work_mem` and its several index scans).
 
 use crate::catalog::TableInfo;
+use crate::progress::{
+    VACUUM_FINAL_CLEANUP as PHASE_FINAL_CLEANUP, VACUUM_SCANNING_HEAP as PHASE_SCANNING_HEAP,
+    VACUUM_VACUUMING_HEAP as PHASE_VACUUMING_HEAP,
+    VACUUM_VACUUMING_INDEXES as PHASE_VACUUMING_INDEXES,
+};
 use crate::{btree, heap, Storage};
 use std::collections::HashSet;
 use std::sync::atomic::Ordering;
@@ -88,6 +93,11 @@ pub fn vacuum_table(
     let started = std::time::Instant::now();
     let n = rel.nblocks.load(Ordering::Acquire);
     stats.pages = n;
+    let progress = crate::progress::vacuum_progress();
+    let progress = progress.as_deref();
+    if let Some(p) = progress {
+        p.start(info.table_id, n as u64, u64::from(info.index.is_some()));
+    }
     let mut dead: Vec<(BlockNumber, Vec<u16>)> = Vec::new();
     let mut count = 0usize;
     // Pages where step 3 unlinked a version: an aborted one may be removable now.
@@ -96,6 +106,11 @@ pub fn vacuum_table(
         check()?;
         let scan = heap::vacuum_scan_page(st, &rel, BlockNumber(b), info.index.is_none())?;
         stats.pages_scanned += 1;
+        if let Some(p) = progress {
+            p.heap_blks_scanned.fetch_add(1, Ordering::Release);
+            p.num_dead_item_ids
+                .fetch_add(scan.dead.len() as u64, Ordering::Release);
+        }
         stats.removed += scan.removed as u64;
         stats.live += scan.live;
         stats.recently_dead += scan.recently_dead;
@@ -132,6 +147,9 @@ pub fn vacuum_table(
         }
         unlinked = free_dead(st, info, &rel, &dead, &mut stats, check)?;
     }
+    if let Some(p) = progress {
+        p.phase.store(PHASE_FINAL_CLEANUP, Ordering::Release);
+    }
     st.table_stats.of(info.table_id).vacuumed(
         false,
         walnut_common::value::now_timestamp(),
@@ -153,6 +171,8 @@ fn free_dead(
     check: &mut dyn FnMut() -> Result<()>,
 ) -> Result<Vec<BlockNumber>> {
     let mut unlinked = Vec::new();
+    let progress = crate::progress::vacuum_progress();
+    let progress = progress.as_deref();
     let set: HashSet<Tid> = dead
         .iter()
         .flat_map(|(block, slots)| {
@@ -164,8 +184,16 @@ fn free_dead(
         .collect();
     if let Some(index) = info.index {
         // Step 2.
+        if let Some(p) = progress {
+            p.indexes_processed.store(0, Ordering::Release);
+            p.phase.store(PHASE_VACUUMING_INDEXES, Ordering::Release);
+        }
         let irel = st.smgr.open(index)?;
         let removed = btree::bulk_delete(st, &irel, &|t| set.contains(&t), check)?;
+        if let Some(p) = progress {
+            p.indexes_processed.store(1, Ordering::Release);
+            p.index_vacuum_count.fetch_add(1, Ordering::Release);
+        }
         stats.index_scans += 1;
         stats.index_entries_removed += removed.len() as u64;
         // Step 3, for the members no entry named. (Not in a table without an index: nothing
@@ -195,10 +223,21 @@ fn free_dead(
         }
     }
     // Step 4.
+    if let Some(p) = progress {
+        p.phase.store(PHASE_VACUUMING_HEAP, Ordering::Release);
+    }
     for (block, slots) in dead {
         check()?;
         heap::vacuum_page(st, rel, *block, slots)?;
         stats.dead_items += slots.len() as u64;
+        if let Some(p) = progress {
+            p.heap_blks_vacuumed.fetch_add(1, Ordering::Release);
+        }
+    }
+    if let Some(p) = progress {
+        // Collected from here on: the next batch's.
+        p.num_dead_item_ids.store(0, Ordering::Release);
+        p.phase.store(PHASE_SCANNING_HEAP, Ordering::Release);
     }
     Ok(unlinked)
 }

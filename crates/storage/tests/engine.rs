@@ -744,6 +744,30 @@ fn vacuum_leaves_nothing_of_failed_inserts_deleted_rows_and_aborted_updates() {
     .unwrap();
     assert_eq!(t.delete(&info, found.unwrap()).unwrap(), RowWrite::Done);
     commit(t);
+    // What pg_stat_progress_vacuum shows of the first VACUUM of `accounts`, once it ended.
+    let progress = Arc::new(walnut_storage::progress::VacuumProgress::default());
+    walnut_storage::progress::report_vacuums_to(Some(progress.clone()));
+    walnut_storage::vacuum::vacuum_table(&st, &info, &mut || Ok(())).unwrap();
+    walnut_storage::progress::report_vacuums_to(None);
+    let get = |c: &std::sync::atomic::AtomicU64| c.load(std::sync::atomic::Ordering::Acquire);
+    assert_eq!(
+        (
+            get(&progress.relid),
+            progress.phase.load(std::sync::atomic::Ordering::Acquire),
+            get(&progress.heap_blks_scanned),
+            get(&progress.heap_blks_total),
+            get(&progress.index_vacuum_count),
+            get(&progress.heap_blks_vacuumed),
+        ),
+        (
+            info.table_id,
+            walnut_storage::progress::VACUUM_FINAL_CLEANUP,
+            1,
+            1,
+            1,
+            1
+        )
+    );
     for table in [&info, &plain] {
         let rel = st.smgr.open(table.relfile).unwrap();
         for _ in 0..3 {

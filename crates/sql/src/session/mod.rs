@@ -591,7 +591,10 @@ impl Session {
                     );
                     return self.finish_statement(Err(e), false);
                 }
-                let infos = match self.engine.vacuum(tables, *verbose, &self.cancel) {
+                let entry = self.progress.as_ref().map(Reporter::vacuum);
+                let r = self.engine.vacuum(tables, *verbose, &self.cancel);
+                drop(entry);
+                let infos = match r {
                     Ok(m) => m,
                     Err(e) => return self.finish_statement(Err(e), false),
                 };
