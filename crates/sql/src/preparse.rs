@@ -264,6 +264,7 @@ pub(crate) fn preparse(stmt: &str) -> Result<Option<Plan>> {
                     t.iter().skip(1).find(|x| !matches!(x, Tok::Word(_))),
                 ));
             }
+            check_isolation(&t[1..])?;
             Plan::Begin
         }
         "commit" | "end" => {
@@ -327,6 +328,33 @@ pub(crate) fn preparse(stmt: &str) -> Result<Option<Plan>> {
         "copy" => Plan::Copy(parse_copy(&t)?),
         _ => unreachable!("filtered by `known` and `alter`"),
     }))
+}
+
+/// Refuses a transaction mode list (BEGIN, START TRANSACTION, SET TRANSACTION) that asks for
+/// an isolation level walnut does not have, as `SET transaction_isolation` does: running the
+/// transaction at READ COMMITTED instead would give it a new snapshot per statement where it
+/// expects one for the whole transaction.
+///
+/// # Errors
+/// 0A000 for ISOLATION LEVEL REPEATABLE READ or SERIALIZABLE.
+fn check_isolation(modes: &[Tok]) -> Result<()> {
+    for (k, tok) in modes.iter().enumerate() {
+        let level = match tok {
+            Tok::Word(w) if w == "serializable" => "serializable",
+            Tok::Word(w) if w == "repeatable" && is_word(modes.get(k + 1), "read") => {
+                "repeatable read"
+            }
+            _ => continue,
+        };
+        return Err(Error::user(
+            walnut_common::SqlState::FEATURE_NOT_SUPPORTED,
+            format!(
+                "transaction isolation = {level} is not supported: walnut runs every \
+                 transaction at READ COMMITTED"
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// `VACUUM [ ( option [ value ] [, ...] ) ] [ FULL ] [ FREEZE ] [ VERBOSE ] [ ANALYZE ]
@@ -487,6 +515,7 @@ fn parse_set(t: &[Tok]) -> Result<Plan> {
         Some(Tok::Word(w))
             if w == "transaction" && !matches!(t.get(i + 1), Some(Tok::Punct('='))) =>
         {
+            check_isolation(&t[i + 1..])?;
             return Ok(Plan::SetNoop);
         }
         Some(Tok::Word(w)) if w == "time" && is_word(t.get(i + 1), "zone") => {

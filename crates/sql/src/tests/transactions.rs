@@ -63,6 +63,19 @@ fn transaction_states() {
         SqlState::UNIQUE_VIOLATION
     );
     assert_eq!(s.txn_status(), TxnStatus::Idle);
+    // An isolation level walnut does not have is refused, not run at READ COMMITTED.
+    for sql in [
+        "begin isolation level repeatable read",
+        "start transaction isolation level serializable, read write",
+        "begin transaction read only, isolation level serializable",
+        "set transaction isolation level repeatable read",
+    ] {
+        assert_eq!(err(&mut s, sql), SqlState::FEATURE_NOT_SUPPORTED, "{sql}");
+        assert_eq!(s.txn_status(), TxnStatus::Idle, "{sql}");
+    }
+    ok(&mut s, "begin isolation level read uncommitted");
+    ok(&mut s, "set transaction isolation level read committed");
+    ok(&mut s, "commit");
     assert_eq!(tag(&mut s, "vacuum"), "VACUUM");
     ok(&mut s, "begin");
     assert_eq!(err(&mut s, "vacuum t"), SqlState::ACTIVE_SQL_TRANSACTION);
