@@ -15,49 +15,6 @@ use walnut_common::{ColumnDef, DataType, Error, Result, SqlState, TableDef, Tid,
 use walnut_storage::txn::{RowWrite, Txn};
 use walnut_storage::Storage;
 
-/// VACUUM VERBOSE's report on one table, in the shape of PostgreSQL's (`heap_vacuum_rel`'s
-/// "finished vacuuming" message; the lines walnut has figures for).
-fn vacuum_verbose(
-    info: &walnut_storage::catalog::TableInfo,
-    s: &walnut_storage::vacuum::VacuumStats,
-    elapsed: std::time::Duration,
-) -> String {
-    let pct = |part: u64, whole: u64| {
-        if whole == 0 {
-            0.0
-        } else {
-            100.0 * part as f64 / whole as f64
-        }
-    };
-    let mut m = format!(
-        "finished vacuuming \"postgres.public.{}\": index scans: {}\n\
-         pages: 0 removed, {} remain, {} scanned ({:.2}% of total)\n\
-         tuples: {} removed, {} remain, {} are dead but not yet removable\n\
-         dead item identifiers: {} removed",
-        info.def.name,
-        s.index_scans,
-        s.pages,
-        s.pages_scanned,
-        pct(s.pages_scanned as u64, s.pages as u64),
-        s.removed,
-        s.live + s.recently_dead,
-        s.recently_dead,
-        s.dead_items,
-    );
-    if info.index.is_some() {
-        m.push_str(&format!(
-            "\nindex \"{}\": {} entries removed",
-            info.index_name(),
-            s.index_entries_removed
-        ));
-    }
-    m.push_str(&format!(
-        "\nsystem usage: elapsed: {:.2} s",
-        elapsed.as_secs_f64()
-    ));
-    m
-}
-
 impl StorageEngine {
     /// `pg_stat_user_tables`, PostgreSQL 18's columns, a row per table (in name order) from
     /// its counters (`walnut_storage::tabstat`, kept since the server started). `relid` is the
@@ -237,7 +194,12 @@ impl Engine for StorageEngine {
                 }
             })?;
             if verbose {
-                info_messages.push(vacuum_verbose(&info, &s, started.elapsed()));
+                info_messages.push(walnut_storage::vacuum::report(
+                    "finished vacuuming",
+                    &info,
+                    &s,
+                    started.elapsed(),
+                ));
             }
         }
         Ok(info_messages)

@@ -133,9 +133,9 @@ impl Pinned<'_> {
 
     /// Marks the page dirty. Call while holding the exclusive latch, after the change.
     pub fn mark_dirty(&self) {
-        self.pool.frames[self.idx]
-            .dirty
-            .store(true, Ordering::Release);
+        let dirty = &self.pool.frames[self.idx].dirty;
+        crate::vacuum::charge_dirty(dirty);
+        dirty.store(true, Ordering::Release);
     }
 }
 
@@ -283,6 +283,7 @@ impl BufferPool {
                     f.pins.fetch_add(1, Ordering::AcqRel);
                     drop(map);
                     self.smgr.stats.add_hit();
+                    crate::vacuum::charge_hit();
                     if f.usage.load(Ordering::Relaxed) < USAGE_MAX {
                         f.usage.fetch_add(1, Ordering::Relaxed);
                     }
@@ -330,6 +331,9 @@ impl BufferPool {
             };
             match loaded {
                 Ok(()) => {
+                    if mode == ReadMode::Normal {
+                        crate::vacuum::charge_miss();
+                    }
                     f.usage.store(1, Ordering::Relaxed);
                     f.valid.store(true, Ordering::Release);
                     drop(io);

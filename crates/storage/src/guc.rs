@@ -268,6 +268,21 @@ pub static GUCS: &[&GucDef] = &[
     &RECOVERY_PARALLEL_BACKLOG,
     &RECOVERY_PREFETCH,
     &WAL_DECODE_BUFFER_SIZE,
+    &AUTOVACUUM,
+    &AUTOVACUUM_NAPTIME,
+    &AUTOVACUUM_MAX_WORKERS,
+    &AUTOVACUUM_VACUUM_THRESHOLD,
+    &AUTOVACUUM_VACUUM_MAX_THRESHOLD,
+    &AUTOVACUUM_VACUUM_SCALE_FACTOR,
+    &AUTOVACUUM_VACUUM_INSERT_THRESHOLD,
+    &AUTOVACUUM_VACUUM_INSERT_SCALE_FACTOR,
+    &AUTOVACUUM_VACUUM_COST_DELAY,
+    &AUTOVACUUM_VACUUM_COST_LIMIT,
+    &VACUUM_COST_LIMIT,
+    &VACUUM_COST_PAGE_HIT,
+    &VACUUM_COST_PAGE_MISS,
+    &VACUUM_COST_PAGE_DIRTY,
+    &LOG_AUTOVACUUM_MIN_DURATION,
 ];
 
 fn check_fsync(v: Val) -> Result<Val> {
@@ -644,5 +659,188 @@ pub static MAINTENANCE_IO_CONCURRENCY: GucDef = GucDef {
     context: Context::Sighup,
     category: "Resource Usage / I/O",
     description: "A variant of \"effective_io_concurrency\" that is used for maintenance work.",
+    check: None,
+};
+
+/// `autovacuum`: whether the autovacuum launcher starts workers (`crate::autovacuum`).
+pub static AUTOVACUUM: GucDef = GucDef {
+    name: "autovacuum",
+    kind: Kind::Bool,
+    default: "on",
+    context: Context::Sighup,
+    category: "Vacuuming / Automatic Vacuuming",
+    description: "Starts the autovacuum subprocess.",
+    check: None,
+};
+
+/// `autovacuum_naptime`, seconds: the launcher starts a worker this often.
+pub static AUTOVACUUM_NAPTIME: GucDef = GucDef {
+    name: "autovacuum_naptime",
+    kind: int(1, INT_MAX / 1000, Unit::S),
+    default: "1min",
+    context: Context::Sighup,
+    category: "Vacuuming / Automatic Vacuuming",
+    description: "Time to sleep between autovacuum runs.",
+    check: None,
+};
+
+/// `autovacuum_max_workers`: most autovacuum workers running at once.
+pub static AUTOVACUUM_MAX_WORKERS: GucDef = GucDef {
+    name: "autovacuum_max_workers",
+    kind: int(1, 64, Unit::None),
+    default: "3",
+    context: Context::Sighup,
+    category: "Vacuuming / Automatic Vacuuming",
+    description: "Sets the maximum number of simultaneously running autovacuum worker processes.",
+    check: None,
+};
+
+/// `autovacuum_vacuum_threshold`, rows: dead versions a table needs, beyond the scale
+/// factor's share, before autovacuum vacuums it.
+pub static AUTOVACUUM_VACUUM_THRESHOLD: GucDef = GucDef {
+    name: "autovacuum_vacuum_threshold",
+    kind: int(0, INT_MAX, Unit::None),
+    default: "50",
+    context: Context::Sighup,
+    category: "Vacuuming / Automatic Vacuuming",
+    description: "Minimum number of tuple updates or deletes prior to vacuum.",
+    check: None,
+};
+
+/// `autovacuum_vacuum_max_threshold`, rows (PostgreSQL 18): the dead-version threshold never
+/// exceeds this, whatever the table's size; -1 disables the cap.
+pub static AUTOVACUUM_VACUUM_MAX_THRESHOLD: GucDef = GucDef {
+    name: "autovacuum_vacuum_max_threshold",
+    kind: int(-1, INT_MAX, Unit::None),
+    default: "100000000",
+    context: Context::Sighup,
+    category: "Vacuuming / Automatic Vacuuming",
+    description: "Maximum number of tuple updates or deletes prior to vacuum.",
+    check: None,
+};
+
+/// `autovacuum_vacuum_scale_factor`: the fraction of a table's live rows added to
+/// `autovacuum_vacuum_threshold`.
+pub static AUTOVACUUM_VACUUM_SCALE_FACTOR: GucDef = GucDef {
+    name: "autovacuum_vacuum_scale_factor",
+    kind: Kind::Real {
+        min: 0.0,
+        max: 100.0,
+    },
+    default: "0.2",
+    context: Context::Sighup,
+    category: "Vacuuming / Automatic Vacuuming",
+    description: "Number of tuple updates or deletes prior to vacuum as a fraction of reltuples.",
+    check: None,
+};
+
+/// `autovacuum_vacuum_insert_threshold`, rows: inserts since the last VACUUM, beyond the
+/// insert scale factor's share, that make autovacuum vacuum a table; -1 disables it.
+pub static AUTOVACUUM_VACUUM_INSERT_THRESHOLD: GucDef = GucDef {
+    name: "autovacuum_vacuum_insert_threshold",
+    kind: int(-1, INT_MAX, Unit::None),
+    default: "1000",
+    context: Context::Sighup,
+    category: "Vacuuming / Automatic Vacuuming",
+    description:
+        "Minimum number of tuple inserts prior to vacuum, or -1 to disable insert vacuums.",
+    check: None,
+};
+
+/// `autovacuum_vacuum_insert_scale_factor`: the fraction of a table's live rows added to
+/// `autovacuum_vacuum_insert_threshold`.
+pub static AUTOVACUUM_VACUUM_INSERT_SCALE_FACTOR: GucDef = GucDef {
+    name: "autovacuum_vacuum_insert_scale_factor",
+    kind: Kind::Real {
+        min: 0.0,
+        max: 100.0,
+    },
+    default: "0.2",
+    context: Context::Sighup,
+    category: "Vacuuming / Automatic Vacuuming",
+    description: "Number of tuple inserts prior to vacuum as a fraction of reltuples.",
+    check: None,
+};
+
+/// `autovacuum_vacuum_cost_delay`, ms: an autovacuum worker's pause each time its cost
+/// balance reaches the limit; -1 takes `vacuum_cost_delay`'s 0. Whole milliseconds (PostgreSQL
+/// also takes fractions).
+pub static AUTOVACUUM_VACUUM_COST_DELAY: GucDef = GucDef {
+    name: "autovacuum_vacuum_cost_delay",
+    kind: int(-1, 100, Unit::Ms),
+    default: "2ms",
+    context: Context::Sighup,
+    category: "Vacuuming / Automatic Vacuuming",
+    description: "Vacuum cost delay in milliseconds, for autovacuum.",
+    check: None,
+};
+
+/// `autovacuum_vacuum_cost_limit`: the cost after which an autovacuum worker pauses, shared
+/// among the running workers; -1 takes `vacuum_cost_limit`.
+pub static AUTOVACUUM_VACUUM_COST_LIMIT: GucDef = GucDef {
+    name: "autovacuum_vacuum_cost_limit",
+    kind: int(-1, 10000, Unit::None),
+    default: "-1",
+    context: Context::Sighup,
+    category: "Vacuuming / Automatic Vacuuming",
+    description: "Vacuum cost amount available before napping, for autovacuum.",
+    check: None,
+};
+
+/// `vacuum_cost_limit`: the cost after which a vacuum pauses (PostgreSQL lets a session set
+/// it; walnut reads it server-wide, for autovacuum).
+pub static VACUUM_COST_LIMIT: GucDef = GucDef {
+    name: "vacuum_cost_limit",
+    kind: int(1, 10000, Unit::None),
+    default: "200",
+    context: Context::Sighup,
+    category: "Vacuuming / Cost-Based Vacuum Delay",
+    description: "Vacuum cost amount available before napping.",
+    check: None,
+};
+
+/// `vacuum_cost_page_hit`: the cost of a page a vacuum finds in the buffer pool.
+pub static VACUUM_COST_PAGE_HIT: GucDef = GucDef {
+    name: "vacuum_cost_page_hit",
+    kind: int(0, 10000, Unit::None),
+    default: "1",
+    context: Context::Sighup,
+    category: "Vacuuming / Cost-Based Vacuum Delay",
+    description: "Vacuum cost for a page found in the buffer cache.",
+    check: None,
+};
+
+/// `vacuum_cost_page_miss`: the cost of a page a vacuum reads from its file.
+pub static VACUUM_COST_PAGE_MISS: GucDef = GucDef {
+    name: "vacuum_cost_page_miss",
+    kind: int(0, 10000, Unit::None),
+    default: "2",
+    context: Context::Sighup,
+    category: "Vacuuming / Cost-Based Vacuum Delay",
+    description: "Vacuum cost for a page not found in the buffer cache.",
+    check: None,
+};
+
+/// `vacuum_cost_page_dirty`: the cost of a clean page a vacuum dirties.
+pub static VACUUM_COST_PAGE_DIRTY: GucDef = GucDef {
+    name: "vacuum_cost_page_dirty",
+    kind: int(0, 10000, Unit::None),
+    default: "20",
+    context: Context::Sighup,
+    category: "Vacuuming / Cost-Based Vacuum Delay",
+    description: "Vacuum cost for a page dirtied by vacuum.",
+    check: None,
+};
+
+/// `log_autovacuum_min_duration`, ms: log each autovacuum that runs at least this long; 0
+/// logs all of them, -1 none.
+pub static LOG_AUTOVACUUM_MIN_DURATION: GucDef = GucDef {
+    name: "log_autovacuum_min_duration",
+    kind: int(-1, INT_MAX, Unit::Ms),
+    default: "10min",
+    context: Context::Sighup,
+    category: "Reporting and Logging / What to Log",
+    description:
+        "Sets the minimum execution time above which vacuum actions by autovacuum will be logged.",
     check: None,
 };

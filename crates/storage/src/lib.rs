@@ -7,6 +7,7 @@
 #![forbid(unsafe_code)]
 
 pub mod aio;
+pub mod autovacuum;
 pub mod backup;
 pub mod bgwriter;
 pub mod btree;
@@ -15,6 +16,7 @@ pub mod bulk_write;
 pub mod catalog;
 pub mod checkpointer;
 pub mod control;
+pub mod fsm;
 pub mod guc;
 pub mod heap;
 pub mod page;
@@ -107,6 +109,8 @@ pub struct StorageConfig {
     pub wal_decode_buffer_bytes: u64,
     /// `log_startup_progress_interval`, ms (0: no progress lines).
     pub log_startup_progress_interval_ms: u64,
+    /// Autovacuum's settings (reloadable).
+    pub autovacuum: autovacuum::AutovacuumSettings,
     /// The WAL's configuration (`wal_sync_method`, `wal_buffers`, `group_commit`, ...); its
     /// `dir` is replaced by the data directory's `wal` at open.
     pub wal: WalConfig,
@@ -145,6 +149,7 @@ impl StorageConfig {
             recovery_prefetch: s.text(&guc::RECOVERY_PREFETCH) != "off",
             wal_decode_buffer_bytes: s.int(&guc::WAL_DECODE_BUFFER_SIZE) as u64 * 1024,
             log_startup_progress_interval_ms: s.int(&guc::LOG_STARTUP_PROGRESS_INTERVAL) as u64,
+            autovacuum: autovacuum::AutovacuumSettings::from_settings(s),
             wal,
         }
     }
@@ -225,6 +230,8 @@ pub struct Storage {
     pub prune_stats: heap::PruneStats,
     /// Per-table activity counters (`pg_stat_user_tables`).
     pub table_stats: tabstat::TableStats,
+    /// Autovacuum's settings and workers.
+    pub autovacuum: Arc<autovacuum::Autovacuum>,
 }
 
 /// Inserts one WAL record (`rmgr`, `info`) for `xid` carrying `images[i]` as the whole new
@@ -289,6 +296,7 @@ impl Storage {
             .backend_flush_after
             .store(c.write.backend_flush_after as u32, Ordering::Relaxed);
         *self.write_settings.write() = c.write;
+        self.autovacuum.set_settings(c.autovacuum);
         self.max_parallel_maintenance_workers
             .store(c.max_parallel_maintenance_workers, Ordering::Relaxed);
         if let Some(w) = self.io_workers.get() {
@@ -472,6 +480,7 @@ impl Storage {
             redo_stats: Default::default(),
             prune_stats: Default::default(),
             table_stats: Default::default(),
+            autovacuum: Arc::new(autovacuum::Autovacuum::new(config.autovacuum.clone())),
         }
     }
 
@@ -731,6 +740,11 @@ fn start_checkpointer(st: &Arc<Storage>, first: Option<checkpointer::Cause>) -> 
         .name("checkpointer".into())
         .spawn(move || checkpointer::checkpointer(weak, first))
         .map_err(|e| Error::io("could not start checkpointer", e))?;
+    let weak = Arc::downgrade(st);
+    std::thread::Builder::new()
+        .name("autovacuum launcher".into())
+        .spawn(move || autovacuum::launcher(weak))
+        .map_err(|e| Error::io("could not start autovacuum launcher", e))?;
     Ok(())
 }
 
@@ -772,6 +786,13 @@ impl Storage {
     /// # Errors
     /// I/O errors removing the file.
     pub fn remove_relation(&self, rel: RelFileId) -> Result<()> {
+        // A VACUUM of it stops at its next page and unpins everything (`Relation::dropping`);
+        // one that opens it after the file is gone fails to. Opened, not only looked up, so
+        // that a VACUUM opening it meanwhile shares this `Relation` and sees the flag.
+        if let Ok(r) = self.smgr.open(rel) {
+            r.dropping.store(true, Ordering::Release);
+            drop(r.vacuum_lock.lock());
+        }
         self.pool.drop_relation(rel);
         self.smgr.unlink(rel)
     }
@@ -806,6 +827,8 @@ impl Storage {
         if let Some(rec) = self.recovery.get().filter(|r| !r.ended()) {
             return standby::shutdown(self, rec);
         }
+        // No page may change after the shutdown checkpoint: the workers stop first.
+        self.autovacuum.stop();
         {
             let mut s = self.ckpt.lock();
             s.shutdown = true;

@@ -26,7 +26,7 @@ use crate::stats::{IoOp, IoStats};
 use parking_lot::{Mutex, RwLock};
 use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 use walnut_common::{panic_fatal, BlockNumber, Error, RelFileId, Result, BLCKSZ};
@@ -128,13 +128,23 @@ pub struct Relation {
     /// Blocks allocated: the file holds them (as zeros until a page is written), except after
     /// a crash or redo, when it may hold fewer.
     pub nblocks: AtomicU32,
-    /// Block where the last heap insert found room (a one-entry free-space map).
+    /// Block where the last heap insert found room: where the next one tries first.
     pub insert_hint: AtomicU32,
+    /// The heap's free-space map (in memory; VACUUM fills it, inserts read it when the insert
+    /// hint's page is full).
+    pub fsm: crate::fsm::FreeSpaceMap,
     /// Serializes relation extension.
     pub extend_lock: Mutex<()>,
     /// Held by VACUUM of a heap for its whole run: one at a time per relation (PostgreSQL's
     /// `ShareUpdateExclusiveLock`).
     pub vacuum_lock: Mutex<()>,
+    /// Set by [`crate::Storage::remove_relation`] before it takes `vacuum_lock`: a VACUUM
+    /// that holds the lock stops at its next page (PostgreSQL's DROP TABLE waits for the
+    /// VACUUM's lock instead, and cancels an autovacuum's).
+    pub dropping: AtomicBool,
+    /// VACUUMs waiting for `vacuum_lock`: an autovacuum that holds it stops at its next page
+    /// and lets them have it.
+    pub vacuum_waiters: AtomicU32,
     /// B-tree structure lock: shared for searches and leaf changes, exclusive for splits.
     pub tree_lock: RwLock<()>,
     /// B-tree root block, cached from the meta page (`u32::MAX` = not read yet). Changes only
@@ -286,6 +296,9 @@ impl Smgr {
             insert_hint: AtomicU32::new(nblocks.saturating_sub(1)),
             extend_lock: Mutex::new(()),
             vacuum_lock: Mutex::new(()),
+            dropping: AtomicBool::new(false),
+            vacuum_waiters: AtomicU32::new(0),
+            fsm: Default::default(),
             tree_lock: RwLock::new(()),
             btree_root: AtomicU32::new(u32::MAX),
             index_heap: OnceLock::new(),
@@ -715,7 +728,8 @@ impl Smgr {
     /// # Panics
     /// PANICs if the directory's fsync fails (see `sync_base_dir`).
     pub fn unlink(&self, id: RelFileId) -> Result<()> {
-        self.rels.write().remove(&id);
+        // The file goes first, then the open relation: whoever opens it meanwhile shares the
+        // cached one (`Relation::dropping` set), and afterwards finds no file.
         self.dirty.lock().remove(&id);
         match self.vfs.remove(&self.path(id)) {
             Ok(()) => {}
@@ -727,6 +741,7 @@ impl Smgr {
                 ))
             }
         }
+        self.rels.write().remove(&id);
         self.sync_base_dir();
         Ok(())
     }

@@ -15,6 +15,8 @@ use std::time::{Instant, SystemTime};
 /// Who performs an I/O: PostgreSQL's `backend_type` values that walnut has.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum BackendType {
+    /// An autovacuum worker.
+    AutovacuumWorker,
     /// A session (the default for any thread).
     ClientBackend,
     /// The background writer.
@@ -27,7 +29,8 @@ pub enum BackendType {
 
 impl BackendType {
     /// Every backend type, in `pg_stat_io`'s row order.
-    pub const ALL: [BackendType; 4] = [
+    pub const ALL: [BackendType; 5] = [
+        BackendType::AutovacuumWorker,
         BackendType::BackgroundWriter,
         BackendType::Checkpointer,
         BackendType::ClientBackend,
@@ -37,6 +40,7 @@ impl BackendType {
     /// The name `pg_stat_io.backend_type` shows.
     pub fn name(self) -> &'static str {
         match self {
+            BackendType::AutovacuumWorker => "autovacuum worker",
             BackendType::ClientBackend => "client backend",
             BackendType::BackgroundWriter => "background writer",
             BackendType::Checkpointer => "checkpointer",
@@ -50,6 +54,7 @@ impl BackendType {
             BackendType::Checkpointer => 1,
             BackendType::ClientBackend => 2,
             BackendType::Startup => 3,
+            BackendType::AutovacuumWorker => 4,
         }
     }
 }
@@ -105,8 +110,8 @@ impl IoOp {
 
 /// The counters of one data directory.
 pub struct IoStats {
-    counts: [[AtomicU64; OPS]; 4],
-    time_us: [[AtomicU64; OPS]; 4],
+    counts: [[AtomicU64; OPS]; 5],
+    time_us: [[AtomicU64; OPS]; 5],
     reset: SystemTime,
     /// Checkpoints started because `checkpoint_timeout` passed.
     pub ckpt_timed: AtomicU64,

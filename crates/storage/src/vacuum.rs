@@ -34,9 +34,10 @@ use crate::progress::{
     VACUUM_VACUUMING_INDEXES as PHASE_VACUUMING_INDEXES,
 };
 use crate::{btree, heap, Storage};
+use std::cell::Cell;
 use std::collections::HashSet;
-use std::sync::atomic::Ordering;
-use walnut_common::{BlockNumber, Error, RelFileId, Result, SqlState, Tid};
+use std::sync::atomic::{AtomicBool, Ordering};
+use walnut_common::{BlockNumber, Error, ErrorKind, RelFileId, Result, SqlState, Tid};
 
 /// Dead line pointers remembered before the index is scanned: about 64 MB in the set
 /// (PostgreSQL's default `maintenance_work_mem`), and as much again while the index scan's
@@ -66,17 +67,49 @@ pub struct VacuumStats {
     pub links_cleared: u64,
 }
 
-/// VACUUMs table `info` (module documentation). `check` runs between pages and index leaves:
-/// its error (a cancel) stops the VACUUM where it is, which leaves everything consistent (every
-/// step is logged page by page, and each is correct alone).
+/// How a VACUUM runs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct VacuumParams {
+    /// Run by autovacuum: recorded as `last_autovacuum` and `autovacuum_count`.
+    pub auto: bool,
+    /// Skip the table, rather than wait, if another VACUUM of it is running (PostgreSQL's
+    /// `SKIP_LOCKED`, which autovacuum always uses).
+    pub skip_locked: bool,
+}
+
+/// VACUUMs table `info` (module documentation), as [`vacuum_table_with`] with the default
+/// [`VacuumParams`]; a table dropped before or while it ran gives all-zero figures.
 ///
 /// # Errors
-/// 25006 on a hot standby; `check`'s; corruption and I/O errors; the WAL's.
+/// As [`vacuum_table_with`].
 pub fn vacuum_table(
     st: &Storage,
     info: &TableInfo,
     check: &mut dyn FnMut() -> Result<()>,
 ) -> Result<VacuumStats> {
+    Ok(vacuum_table_with(st, info, VacuumParams::default(), check)?.unwrap_or_default())
+}
+
+/// VACUUMs table `info` (module documentation). `check` runs between pages, index leaves and
+/// links cleared: its error (a cancel) stops the VACUUM where it is, which leaves everything
+/// consistent (every step is logged page by page, and each is correct alone); it also runs
+/// every 100 ms while this waits for another VACUUM of the table to end. Returns `None` if the
+/// table was skipped:
+/// - another VACUUM held it (with `skip_locked`);
+/// - the commit of a DROP TABLE or TRUNCATE removed its file before or while it ran
+///   (`Relation::dropping`; the drop waits for the VACUUM to stop at its next page), or the
+///   catalog no longer names the file;
+/// - an autovacuum (`auto`) gave way to a VACUUM waiting for the table
+///   (`Relation::vacuum_waiters`), as PostgreSQL cancels an autovacuum that blocks a lock.
+///
+/// # Errors
+/// 25006 on a hot standby; `check`'s; corruption and I/O errors; the WAL's.
+pub fn vacuum_table_with(
+    st: &Storage,
+    info: &TableInfo,
+    params: VacuumParams,
+    check: &mut dyn FnMut() -> Result<()>,
+) -> Result<Option<VacuumStats>> {
     if st.in_recovery() {
         return Err(Error::user(
             SqlState::READ_ONLY_SQL_TRANSACTION,
@@ -86,11 +119,80 @@ pub fn vacuum_table(
     let mut stats = VacuumStats::default();
     if info.relfile == RelFileId::CATALOG {
         // The catalog cache reads it with snapshots of its own, which the horizon ignores.
-        return Ok(stats);
+        return Ok(Some(stats));
     }
-    let rel = st.smgr.open(info.relfile)?;
-    let _one_at_a_time = rel.vacuum_lock.lock();
+    let rel = match st.smgr.open(info.relfile) {
+        Ok(rel) => rel,
+        // Dropped (or truncated) and its file removed since the caller read the catalog (which
+        // the dropping commit reloads only after it removed the file).
+        Err(_) if !st.smgr.exists(info.relfile) => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    let _one_at_a_time = if params.skip_locked {
+        match rel.vacuum_lock.try_lock() {
+            Some(g) => g,
+            None => return Ok(None),
+        }
+    } else {
+        rel.vacuum_waiters.fetch_add(1, Ordering::AcqRel);
+        let waited = loop {
+            if let Some(g) = rel
+                .vacuum_lock
+                .try_lock_for(std::time::Duration::from_millis(100))
+            {
+                break Ok(g);
+            }
+            if let Err(e) = check() {
+                break Err(e);
+            }
+        };
+        rel.vacuum_waiters.fetch_sub(1, Ordering::AcqRel);
+        waited?
+    };
+    // `dropping` was set before the drop took the lock, which this thread now holds: seen
+    // here, or the drop waits for `check` below to see it.
+    let give_way = || {
+        rel.dropping.load(Ordering::Acquire)
+            || (params.auto && rel.vacuum_waiters.load(Ordering::Acquire) > 0)
+    };
+    if give_way() {
+        return Ok(None);
+    }
+    let mut check = || {
+        if give_way() {
+            return Err(Error::cancelled());
+        }
+        check()?;
+        if give_way() {
+            return Err(Error::cancelled());
+        }
+        Ok(())
+    };
     let started = std::time::Instant::now();
+    match scan_and_free(st, info, &rel, &mut stats, &mut check) {
+        Ok(()) => {}
+        Err(e) if e.kind == ErrorKind::Cancelled && give_way() => return Ok(None),
+        Err(e) => return Err(e),
+    }
+    st.table_stats.of(info.table_id).vacuumed(
+        params.auto,
+        walnut_common::value::now_timestamp(),
+        started.elapsed().as_millis() as u64,
+        stats.live,
+        stats.recently_dead,
+    );
+    Ok(Some(stats))
+}
+
+/// Steps 1 to 5 of [`vacuum_table_with`] on `rel`, the heap of `info`, whose `vacuum_lock`
+/// the caller holds.
+fn scan_and_free(
+    st: &Storage,
+    info: &TableInfo,
+    rel: &crate::smgr::Relation,
+    stats: &mut VacuumStats,
+    check: &mut dyn FnMut() -> Result<()>,
+) -> Result<()> {
     let n = rel.nblocks.load(Ordering::Acquire);
     stats.pages = n;
     let progress = crate::progress::vacuum_progress();
@@ -104,7 +206,7 @@ pub fn vacuum_table(
     let mut unlinked = Vec::new();
     for b in 0..n {
         check()?;
-        let scan = heap::vacuum_scan_page(st, &rel, BlockNumber(b), info.index.is_none())?;
+        let scan = heap::vacuum_scan_page(st, rel, BlockNumber(b), info.index.is_none())?;
         stats.pages_scanned += 1;
         if let Some(p) = progress {
             p.heap_blks_scanned.fetch_add(1, Ordering::Release);
@@ -120,12 +222,12 @@ pub fn vacuum_table(
         }
         if count >= MAX_DEAD_ITEMS {
             let batch = std::mem::take(&mut dead);
-            unlinked.extend(free_dead(st, info, &rel, &batch, &mut stats, check)?);
+            unlinked.extend(free_dead(st, info, rel, &batch, stats, check)?);
             count = 0;
         }
     }
     if count > 0 {
-        unlinked.extend(free_dead(st, info, &rel, &dead, &mut stats, check)?);
+        unlinked.extend(free_dead(st, info, rel, &dead, stats, check)?);
     }
     // An aborted insert that linked to a member is removable once unlinked, and may itself be
     // what a later aborted insert of its key linked to: the pages step 3 changed are pruned
@@ -136,7 +238,7 @@ pub fn vacuum_table(
         let mut dead = Vec::new();
         for b in std::mem::take(&mut unlinked) {
             check()?;
-            let scan = heap::vacuum_scan_page(st, &rel, b, info.index.is_none())?;
+            let scan = heap::vacuum_scan_page(st, rel, b, info.index.is_none())?;
             stats.removed += scan.removed as u64;
             if scan.removed > 0 {
                 dead.push((b, scan.dead));
@@ -145,19 +247,12 @@ pub fn vacuum_table(
         if dead.is_empty() {
             break;
         }
-        unlinked = free_dead(st, info, &rel, &dead, &mut stats, check)?;
+        unlinked = free_dead(st, info, rel, &dead, stats, check)?;
     }
     if let Some(p) = progress {
         p.phase.store(PHASE_FINAL_CLEANUP, Ordering::Release);
     }
-    st.table_stats.of(info.table_id).vacuumed(
-        false,
-        walnut_common::value::now_timestamp(),
-        started.elapsed().as_millis() as u64,
-        stats.live,
-        stats.recently_dead,
-    );
-    Ok(stats)
+    Ok(())
 }
 
 /// Steps 2 to 4 for dead line pointers `dead` (block, 1-based slots), every one of which was
@@ -215,6 +310,7 @@ fn free_dead(
                 )?;
             }
             for (tid, prev) in links {
+                check()?;
                 if heap::clear_prev(st, rel, tid, prev)? {
                     stats.links_cleared += 1;
                     unlinked.push(tid.block);
@@ -240,4 +336,112 @@ fn free_dead(
         p.phase.store(PHASE_SCANNING_HEAP, Ordering::Release);
     }
     Ok(unlinked)
+}
+
+/// The costs a vacuum charges per page (`vacuum_cost_page_hit`, `_miss`, `_dirty`), for the
+/// cost-based delay (PostgreSQL's `vacuum.c`, `vacuum_delay_point`, and the charges in
+/// `bufmgr.c`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PageCosts {
+    /// A page found in the buffer pool.
+    pub hit: u32,
+    /// A page read from its file.
+    pub miss: u32,
+    /// A clean page made dirty.
+    pub dirty: u32,
+}
+
+thread_local! {
+    /// The page costs this thread charges; `None` (every thread but an autovacuum worker's):
+    /// it charges nothing.
+    static COSTS: Cell<Option<PageCosts>> = const { Cell::new(None) };
+    /// Cost charged since this thread's last pause.
+    static BALANCE: Cell<u64> = const { Cell::new(0) };
+}
+
+/// Makes this thread charge `costs` for the pages it touches from now on (`None`: stop), and
+/// clears its balance.
+pub fn charge_costs(costs: Option<PageCosts>) {
+    COSTS.with(|c| c.set(costs));
+    BALANCE.with(|b| b.set(0));
+}
+
+/// The cost this thread charged since the last [`take_cost_balance`].
+pub fn cost_balance() -> u64 {
+    BALANCE.with(Cell::get)
+}
+
+/// The cost this thread charged since the last call, which clears it.
+pub fn take_cost_balance() -> u64 {
+    BALANCE.with(|b| b.replace(0))
+}
+
+fn charge(pick: fn(PageCosts) -> u32) {
+    if let Some(c) = COSTS.with(Cell::get) {
+        BALANCE.with(|b| b.set(b.get() + u64::from(pick(c))));
+    }
+}
+
+/// Charges a buffer hit (the buffer pool calls it).
+pub(crate) fn charge_hit() {
+    charge(|c| c.hit);
+}
+
+/// Charges a page read from its file (the buffer pool calls it).
+pub(crate) fn charge_miss() {
+    charge(|c| c.miss);
+}
+
+/// Charges the dirtying of the page whose dirty flag is `dirty`, if it is still clean (the
+/// buffer pool calls it before it sets the flag).
+pub(crate) fn charge_dirty(dirty: &AtomicBool) {
+    if COSTS.with(Cell::get).is_some() && !dirty.load(Ordering::Relaxed) {
+        charge(|c| c.dirty);
+    }
+}
+
+/// The report of a VACUUM of `info` that did `s` in `elapsed`, in the shape of PostgreSQL's
+/// (`heap_vacuum_rel`'s), after `heading`: "finished vacuuming" for `VACUUM VERBOSE`'s INFO,
+/// "automatic vacuum of table" for `log_autovacuum_min_duration`'s line. Lines are separated
+/// by `\n`; the database is named `postgres`, the schema `public`.
+pub fn report(
+    heading: &str,
+    info: &TableInfo,
+    s: &VacuumStats,
+    elapsed: std::time::Duration,
+) -> String {
+    let pct = |part: u64, whole: u64| {
+        if whole == 0 {
+            0.0
+        } else {
+            100.0 * part as f64 / whole as f64
+        }
+    };
+    let mut m = format!(
+        "{heading} \"postgres.public.{}\": index scans: {}\n\
+         pages: 0 removed, {} remain, {} scanned ({:.2}% of total)\n\
+         tuples: {} removed, {} remain, {} are dead but not yet removable\n\
+         dead item identifiers: {} removed",
+        info.def.name,
+        s.index_scans,
+        s.pages,
+        s.pages_scanned,
+        pct(s.pages_scanned as u64, s.pages as u64),
+        s.removed,
+        s.live + s.recently_dead,
+        s.recently_dead,
+        s.dead_items,
+    );
+    if info.index.is_some() {
+        m.push_str(&format!(
+            "\nindex \"{}\": {} entries removed",
+            info.index_name(),
+            s.index_entries_removed
+        ));
+    }
+    m.push_str(&format!(
+        "\nsystem usage: elapsed: {:.2} s",
+        elapsed.as_secs_f64()
+    ));
+    m
 }

@@ -787,3 +787,280 @@ fn vacuum_leaves_nothing_of_failed_inserts_deleted_rows_and_aborted_updates() {
         );
     }
 }
+
+/// Raises every balance of `accounts` by 1 in one committed transaction.
+fn raise_every_balance(st: &Arc<Storage>, info: &walnut_storage::catalog::TableInfo) {
+    let mut t = Txn::begin(st.clone(), Arc::new(AtomicBool::new(false)));
+    t.new_statement();
+    let mut rows = Vec::new();
+    t.scan(info, &mut |tid, r| {
+        rows.push((tid, r));
+        Ok(true)
+    })
+    .unwrap();
+    t.new_statement();
+    for (tid, r) in rows {
+        let new = row(
+            r[0].as_i64().unwrap() as i32,
+            r[1].as_i64().unwrap() as i32 + 1,
+        );
+        assert_eq!(t.update(info, tid, &r, &new).unwrap(), RowWrite::Done);
+    }
+    commit(t);
+}
+
+/// Polls `done` every 20 ms until it holds, failing the test after 120 s (a liveness guard:
+/// the test asserts what happened, never how fast).
+fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    while !done() {
+        assert!(
+            std::time::Instant::now() < until,
+            "still waiting for {what}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+/// Autovacuum, at aggressive settings, vacuums a table once its dead versions pass the
+/// threshold, and keeps what an open snapshot still sees: a statement's snapshot taken before
+/// the updates reads the same rows after several autovacuums; once it ends, the dead versions
+/// go, and the table verifies. Fails if autovacuum never runs, or if it removed a version the
+/// snapshot needed.
+#[test]
+fn autovacuum_vacuums_dead_versions_and_keeps_what_an_open_snapshot_sees() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("data");
+    Storage::initdb(Arc::new(walnut_io::RealVfs), &dir).unwrap();
+    let cfg = StorageConfig {
+        autovacuum: walnut_storage::autovacuum::AutovacuumSettings {
+            naptime: std::time::Duration::from_secs(1),
+            vacuum_threshold: 0.0,
+            vacuum_scale_factor: 0.0,
+            log_min_duration: Some(std::time::Duration::ZERO),
+            ..Default::default()
+        },
+        ..config(64)
+    };
+    let st = Storage::open(Arc::new(walnut_io::RealVfs), &dir, cfg).unwrap();
+    let mut t = Txn::begin(st.clone(), Arc::new(AtomicBool::new(false)));
+    t.create_table(accounts()).unwrap();
+    commit(t);
+    let mut t = Txn::begin(st.clone(), Arc::new(AtomicBool::new(false)));
+    let info = t.table("accounts").unwrap();
+    for aid in 1..=300 {
+        t.insert(&info, &row(aid, 0)).unwrap();
+    }
+    commit(t);
+    // An open statement's snapshot, from before the updates.
+    let mut old = Txn::begin(st.clone(), Arc::new(AtomicBool::new(false)));
+    old.new_statement();
+    let read = |t: &Txn| {
+        let mut m = BTreeMap::new();
+        t.scan(&info, &mut |_, r| {
+            m.insert(r[0].as_i64().unwrap(), r[1].as_i64().unwrap());
+            Ok(true)
+        })
+        .unwrap();
+        m
+    };
+    let before = read(&old);
+    assert_eq!(before.len(), 300);
+    let counters = st.table_stats.of(info.table_id);
+    let autovacuums = || {
+        counters
+            .autovacuum_count
+            .load(std::sync::atomic::Ordering::Relaxed)
+    };
+    for _ in 0..3 {
+        raise_every_balance(&st, &info);
+    }
+    wait_until("an autovacuum", || autovacuums() >= 1);
+    // More dead versions, and more autovacuums, while the snapshot stays open.
+    raise_every_balance(&st, &info);
+    wait_until("a second autovacuum", || autovacuums() >= 2);
+    assert_eq!(
+        read(&old),
+        before,
+        "the open snapshot lost versions it sees"
+    );
+    assert!(
+        counters
+            .last_autovacuum
+            .load(std::sync::atomic::Ordering::Relaxed)
+            > 0
+    );
+    assert_eq!(
+        counters
+            .vacuum_count
+            .load(std::sync::atomic::Ordering::Relaxed),
+        0,
+        "autovacuums count as such"
+    );
+    drop(old);
+    // The snapshot gone, what it held is dead: the next autovacuums remove it, until one
+    // finds nothing left that a snapshot might see (with a threshold of 0, every autovacuum
+    // that finds some is followed by another).
+    let ran = autovacuums();
+    wait_until("an autovacuum that leaves no dead version", || {
+        autovacuums() > ran
+            && counters
+                .n_dead_tup
+                .load(std::sync::atomic::Ordering::Relaxed)
+                == 0
+    });
+    let mut now = Txn::begin(st.clone(), Arc::new(AtomicBool::new(false)));
+    now.new_statement();
+    assert_eq!(read(&now), (1..=300).map(|k| (k, 4)).collect());
+    drop(now);
+    let s = walnut_storage::vacuum::vacuum_table(&st, &info, &mut || Ok(())).unwrap();
+    assert_eq!(
+        (s.removed, s.dead_items, s.recently_dead),
+        (0, 0, 0),
+        "autovacuum left dead versions behind"
+    );
+    st.shutdown().unwrap();
+    drop(st);
+    let report = walnut_storage::verify::verify(Arc::new(walnut_io::RealVfs), &dir).unwrap();
+    assert!(report.problems.is_empty(), "{:?}", report.problems);
+}
+
+/// The commit of a DROP TABLE whose table a VACUUM is scanning waits for the VACUUM, which
+/// stops at its next page and returns; nothing is written to the dropped relation after its
+/// buffers are gone, and the data directory verifies. Without `Relation::dropping` the VACUUM
+/// never sees the drop and the test's guard fails.
+#[test]
+fn drop_table_stops_a_vacuum_in_progress() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("data");
+    Storage::initdb(Arc::new(walnut_io::RealVfs), &dir).unwrap();
+    let cfg = StorageConfig {
+        autovacuum: walnut_storage::autovacuum::AutovacuumSettings {
+            enabled: false,
+            ..Default::default()
+        },
+        ..config(64)
+    };
+    let st = Storage::open(Arc::new(walnut_io::RealVfs), &dir, cfg).unwrap();
+    let mut t = Txn::begin(st.clone(), Arc::new(AtomicBool::new(false)));
+    t.create_table(accounts()).unwrap();
+    commit(t);
+    let mut t = Txn::begin(st.clone(), Arc::new(AtomicBool::new(false)));
+    let info = t.table("accounts").unwrap();
+    for aid in 1..=2000 {
+        t.insert(&info, &row(aid, 0)).unwrap();
+    }
+    commit(t);
+    raise_every_balance(&st, &info);
+    let rel = st.smgr.open(info.relfile).unwrap();
+    assert!(rel.nblocks.load(std::sync::atomic::Ordering::Acquire) > 10);
+    let (in_vacuum_tx, in_vacuum) = std::sync::mpsc::channel();
+    std::thread::scope(|scope| {
+        let vacuum = scope.spawn(|| {
+            let mut pages = 0;
+            walnut_storage::vacuum::vacuum_table_with(&st, &info, Default::default(), &mut || {
+                pages += 1;
+                if pages == 3 {
+                    in_vacuum_tx.send(()).unwrap();
+                    wait_until("the drop", || {
+                        rel.dropping.load(std::sync::atomic::Ordering::Acquire)
+                    });
+                }
+                Ok(())
+            })
+            .unwrap()
+        });
+        in_vacuum.recv().unwrap();
+        let mut t = Txn::begin(st.clone(), Arc::new(AtomicBool::new(false)));
+        t.drop_table("accounts").unwrap();
+        commit(t);
+        assert_eq!(vacuum.join().unwrap(), None, "the VACUUM saw the drop");
+    });
+    assert!(st.catalog.get("accounts").is_none());
+    st.shutdown().unwrap();
+    drop(st);
+    let report = walnut_storage::verify::verify(Arc::new(walnut_io::RealVfs), &dir).unwrap();
+    assert!(report.problems.is_empty(), "{:?}", report.problems);
+}
+
+/// Inserts fill the space VACUUM freed before they extend the relation: after half the rows of
+/// a table are deleted and vacuumed, as many new rows fit without a new page, in a table with
+/// a primary key and in one without. Fails without the free-space map (the inserts then go to
+/// the last page and extend).
+#[test]
+fn inserts_reuse_the_space_vacuum_freed_before_extending() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("data");
+    Storage::initdb(Arc::new(walnut_io::RealVfs), &dir).unwrap();
+    let cfg = StorageConfig {
+        autovacuum: walnut_storage::autovacuum::AutovacuumSettings {
+            enabled: false,
+            ..Default::default()
+        },
+        ..config(256)
+    };
+    let st = Storage::open(Arc::new(walnut_io::RealVfs), &dir, cfg).unwrap();
+    let mut t = Txn::begin(st.clone(), Arc::new(AtomicBool::new(false)));
+    t.create_table(accounts()).unwrap();
+    let mut plain = accounts();
+    plain.name = "plain".into();
+    plain.primary_key = None;
+    t.create_table(plain).unwrap();
+    commit(t);
+    for name in ["accounts", "plain"] {
+        let mut t = Txn::begin(st.clone(), Arc::new(AtomicBool::new(false)));
+        let info = t.table(name).unwrap();
+        for aid in 1..=3000 {
+            t.insert(&info, &row(aid, 0)).unwrap();
+        }
+        commit(t);
+        let mut t = Txn::begin(st.clone(), Arc::new(AtomicBool::new(false)));
+        t.new_statement();
+        let mut victims = Vec::new();
+        t.scan(&info, &mut |tid, r| {
+            if r[0].as_i64().unwrap() % 2 == 0 {
+                victims.push(tid);
+            }
+            Ok(true)
+        })
+        .unwrap();
+        for tid in victims {
+            assert_eq!(t.delete(&info, tid).unwrap(), RowWrite::Done);
+        }
+        commit(t);
+        let rel = st.smgr.open(info.relfile).unwrap();
+        let pages = rel.nblocks.load(std::sync::atomic::Ordering::Acquire);
+        let s = walnut_storage::vacuum::vacuum_table(&st, &info, &mut || Ok(())).unwrap();
+        assert_eq!(s.dead_items, 1500, "{name}");
+        // Every page now has room: the map says so.
+        let roomy = (0..pages)
+            .filter(|&b| rel.fsm.recorded(BlockNumber(b)) > 1000)
+            .count();
+        assert!(roomy as u32 >= pages - 1, "{name}: {roomy} of {pages}");
+        let mut t = Txn::begin(st.clone(), Arc::new(AtomicBool::new(false)));
+        for aid in 3001..=4500 {
+            t.insert(&info, &row(aid, 1)).unwrap();
+        }
+        commit(t);
+        assert_eq!(
+            rel.nblocks.load(std::sync::atomic::Ordering::Acquire),
+            pages,
+            "{name}: the inserts extended the relation"
+        );
+        let mut t = Txn::begin(st.clone(), Arc::new(AtomicBool::new(false)));
+        t.new_statement();
+        let mut n = 0;
+        t.scan(&info, &mut |_, r| {
+            let k = r[0].as_i64().unwrap();
+            assert!(k % 2 == 1 || k > 3000, "{name}: deleted row {k} is back");
+            n += 1;
+            Ok(true)
+        })
+        .unwrap();
+        assert_eq!(n, 3000, "{name}");
+    }
+    st.shutdown().unwrap();
+    drop(st);
+    let report = walnut_storage::verify::verify(Arc::new(walnut_io::RealVfs), &dir).unwrap();
+    assert!(report.problems.is_empty(), "{:?}", report.problems);
+}

@@ -86,6 +86,10 @@ pub const HEAP_LINK: u8 = 0x50;
 /// VACUUM record: dead line pointers made unused ([`vacuum_page`]).
 pub const HEAP_VACUUM: u8 = 0x60;
 
+/// Pages an insert takes from the free-space map and finds fuller than their entries said
+/// before it extends the relation instead.
+const FSM_TRIES: usize = 4;
+
 /// Tuple header size, bytes.
 pub const TUPLE_HEADER_SIZE: usize = 32;
 /// Largest tuple (header + data) a page can hold, bytes.
@@ -325,8 +329,10 @@ fn check_xmax(st: &Storage, item: &[u8], me: Xid) -> Option<WriteCheck> {
     }
 }
 
-/// A page found full: point the relation's insert hint past the end (if it still names that
-/// page), so the next insert extends the relation.
+/// A page found full (the caller recorded its room in the free-space map while it held the
+/// latch, so that a VACUUM's later record is not overwritten by an older figure): point the
+/// relation's insert hint past the end (if it still names that page), so the next insert looks
+/// in the map, then extends the relation.
 fn skip_full_page(rel: &Relation, block: BlockNumber) {
     let _ = rel.insert_hint.compare_exchange(
         block.0,
@@ -378,7 +384,36 @@ fn target_page<'a>(
                 drop(p);
                 return Ok(pin);
             }
+            rel.fsm.record(hint, page::free_space(&p));
         }
+    }
+    // A page VACUUM left room on, before a new one (PostgreSQL's `RelationGetBufferForTuple`:
+    // `GetPageWithFreeSpace`, then `RecordAndGetPageWithFreeSpace` for each page that turns out
+    // to be fuller than its entry said).
+    let need = len + page::LINE_POINTER_SIZE + reserve;
+    for _ in 0..FSM_TRIES {
+        let Some(block) = rel.fsm.search(need, avoid) else {
+            break;
+        };
+        if block.0 >= rel.nblocks.load(Ordering::Acquire) {
+            rel.fsm.record(block, 0);
+            continue;
+        }
+        let pin = st.pool.pin(rel, block, ReadMode::Normal)?;
+        {
+            let p = pin.read();
+            let free = match page::kind(&p) {
+                _ if page::is_new(&p) => BLCKSZ,
+                Some(PageKind::Heap) => page::free_space(&p),
+                _ => 0,
+            };
+            if free < need {
+                rel.fsm.record(block, free);
+                continue;
+            }
+        }
+        rel.insert_hint.store(block.0, Ordering::Release);
+        return Ok(pin);
     }
     let _ext = rel.extend_lock.lock();
     let cur = BlockNumber(rel.insert_hint.load(Ordering::Acquire));
@@ -429,8 +464,9 @@ pub fn insert(
         if page::free_space(&p) < need
             && !(!will_init && prune(st, rel, &pin, &mut p)? > 0 && page::free_space(&p) >= need)
         {
+            rel.fsm.record(pin.tag.block, page::free_space(&p));
             drop(p);
-            // Someone filled it: point the hint past the end so the next try extends.
+            // Someone filled it: point the hint past the end so the next try looks elsewhere.
             skip_full_page(rel, pin.tag.block);
             continue;
         }
@@ -733,6 +769,7 @@ pub fn update(st: &Storage, rel: &Relation, old: Tid, xid: Xid, data: &[u8]) -> 
         if !page::fits(&tp, tuple.len())
             && !(prune(st, rel, &tpin, &mut tp)? > 0 && page::fits(&tp, tuple.len()))
         {
+            rel.fsm.record(tpin.tag.block, page::free_space(&tp));
             drop((tp, op));
             skip_full_page(rel, tpin.tag.block);
             continue;
@@ -1013,9 +1050,11 @@ pub fn vacuum_scan_page(
     let mut p = pin.write();
     let mut scan = PageScan::default();
     if page::is_new(&p) {
+        rel.fsm.record(block, BLCKSZ);
         return Ok(scan);
     }
     scan.removed = prune_counted(st, rel, &pin, &mut p, unindexed)?.1;
+    rel.fsm.record(block, page::free_space(&p));
     for i in 0..page::slot_count(&p) {
         if page::is_dead(&p, i) {
             scan.dead.push(i as u16 + 1);
@@ -1135,6 +1174,7 @@ pub fn vacuum_page(st: &Storage, rel: &Relation, block: BlockNumber, slots: &[u1
     let pin = st.pool.pin(rel, block, ReadMode::Normal)?;
     let mut p = pin.write();
     apply_vacuum(&mut p, slots)?;
+    rel.fsm.record(block, page::free_space(&p));
     let (_, end) = st.wal().insert(&mut |redo| {
         let mut d = Vec::with_capacity(2 + 2 * slots.len());
         d.extend_from_slice(&(slots.len() as u16).to_le_bytes());
