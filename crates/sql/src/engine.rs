@@ -126,10 +126,10 @@ pub struct StorageEngine {
 impl StorageEngine {
     /// The engine over `storage`.
     pub fn new(storage: Arc<Storage>) -> Arc<StorageEngine> {
-        Arc::new(StorageEngine {
-            storage,
-            progress: Registry::new(),
-        })
+        let progress = Registry::new();
+        let av = storage.autovacuum.clone();
+        progress.show_other_vacuums(Arc::new(move || av.progress()));
+        Arc::new(StorageEngine { storage, progress })
     }
 }
 

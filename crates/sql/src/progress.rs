@@ -37,9 +37,12 @@ pub struct Registry {
     next_id: AtomicU64,
     /// Test hook: copied into every index build's progress as its `on_report`.
     index_hook: Mutex<Option<IndexHook>>,
+    /// VACUUMs not run by a session (autovacuum workers): pid and counters.
+    other_vacuums: Mutex<Option<VacuumSource>>,
 }
 
 type IndexHook = Arc<dyn Fn() + Send + Sync>;
+type VacuumSource = Arc<dyn Fn() -> Vec<(i32, Arc<VacuumProgress>)> + Send + Sync>;
 
 impl std::fmt::Debug for Registry {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -105,6 +108,12 @@ impl Registry {
         *self.index_hook.lock() = Some(f);
     }
 
+    /// Makes `pg_stat_progress_vacuum` also show the VACUUMs `f` lists (pid and counters):
+    /// the storage's autovacuum workers, while they vacuum a table.
+    pub fn show_other_vacuums(&self, f: VacuumSource) {
+        *self.other_vacuums.lock() = Some(f);
+    }
+
     fn register(self: &Arc<Self>, entry: Entry) -> (Arc<Entry>, Registration) {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let entry = Arc::new(entry);
@@ -158,16 +167,31 @@ impl Registry {
                 Some((copy_columns(), rows))
             }
             "pg_stat_progress_vacuum" => {
+                let others = self.other_vacuums.lock().clone();
+                let others = others.map(|f| f()).unwrap_or_default();
+                // A worker shows once it is vacuuming a table, not while it looks for one.
+                let others = others
+                    .into_iter()
+                    .filter(|(_, p)| p.relid.load(Ordering::Acquire) != 0)
+                    .map(|(pid, p)| {
+                        Arc::new(Entry {
+                            pid,
+                            datname: "postgres".into(),
+                            relid: 0,
+                            work: Work::Vacuum(p),
+                        })
+                    });
                 let rows = self
                     .snapshot()
-                    .iter()
+                    .into_iter()
+                    .chain(others)
                     .filter_map(|e| {
                         let Work::Vacuum(p) = &e.work else {
                             return None;
                         };
                         let phase = p.phase.load(Ordering::Acquire);
                         let a = |c: &AtomicU64| i(c.load(Ordering::Acquire));
-                        let mut row = head(e);
+                        let mut row = head(&e);
                         row[3] = a(&p.relid);
                         row.extend([
                             Value::Text(vacuum_phase_name(phase).into()),
@@ -181,7 +205,7 @@ impl Registry {
                             a(&p.num_dead_item_ids),
                             a(&p.indexes_total),
                             a(&p.indexes_processed),
-                            Value::Float8(0.0),
+                            Value::Float8(p.delay_time_us.load(Ordering::Acquire) as f64 / 1000.0),
                         ]);
                         Some(row)
                     })
@@ -501,6 +525,23 @@ mod tests {
         drop(entry);
         assert!(walnut_storage::progress::vacuum_progress().is_none());
         assert!(r.view("pg_stat_progress_vacuum").unwrap().1.is_empty());
+    }
+
+    #[test]
+    fn autovacuum_workers_show_while_they_vacuum_a_table() {
+        let r = Registry::new();
+        let busy = Arc::new(VacuumProgress::default());
+        busy.start(16400, 3, 0);
+        busy.delay_time_us.store(2500, Ordering::Release);
+        let idle = Arc::new(VacuumProgress::default());
+        let workers = vec![(2_000_000, busy), (2_000_001, idle)];
+        r.show_other_vacuums(Arc::new(move || workers.clone()));
+        let (_, rows) = r.view("pg_stat_progress_vacuum").unwrap();
+        assert_eq!(rows.len(), 1, "the idle worker has no row: {rows:?}");
+        assert_eq!(rows[0][0], Value::Int4(2_000_000));
+        assert_eq!(rows[0][2], Value::Text("postgres".into()));
+        assert_eq!(rows[0][3], Value::Int8(16400));
+        assert_eq!(rows[0][14], Value::Float8(2.5), "delay_time, ms");
     }
 
     #[test]

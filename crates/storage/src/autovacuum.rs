@@ -33,6 +33,7 @@
 use crate::catalog::TableInfo;
 use crate::checkpointer::{WalPressure, BACKOFF, HIGH_PRESSURE};
 use crate::guc;
+use crate::progress::{report_vacuums_to, vacuum_progress, VacuumProgress};
 use crate::stats::{set_backend_type, BackendType};
 use crate::tabstat::TableCounters;
 use crate::vacuum::{
@@ -149,6 +150,10 @@ pub fn needs_vacuum(s: &AutovacuumSettings, c: &TableCounters) -> Option<Reason>
     }
 }
 
+/// The first pid an autovacuum worker shows in `pg_stat_progress_vacuum` (walnut's pids are
+/// its own numbers, not the OS's: sessions take theirs from 10,000 up, well below).
+pub const FIRST_WORKER_PID: i32 = 2_000_000;
+
 #[derive(Default)]
 struct State {
     /// Workers running.
@@ -157,6 +162,10 @@ struct State {
     claimed: HashSet<u64>,
     /// Set at shutdown: no worker starts, and running ones stop.
     stopped: bool,
+    /// The running workers' pids and progress counters.
+    progress: Vec<(i32, Arc<VacuumProgress>)>,
+    /// Workers started so far (the next pid).
+    started: i32,
 }
 
 /// The autovacuum state of one storage: its settings and its workers.
@@ -193,6 +202,11 @@ impl Autovacuum {
         self.state.lock().workers
     }
 
+    /// The running workers' pids and `pg_stat_progress_vacuum` counters.
+    pub fn progress(&self) -> Vec<(i32, Arc<VacuumProgress>)> {
+        self.state.lock().progress.clone()
+    }
+
     /// Workers vacuuming a table now.
     fn vacuuming(&self) -> usize {
         self.state.lock().claimed.len()
@@ -212,19 +226,24 @@ impl Autovacuum {
         self.state.lock().stopped
     }
 
-    /// Counts a new worker in, unless stopped or `max` are running.
-    fn start_worker(&self, max: usize) -> bool {
+    /// Counts a new worker in, unless stopped or `max` are running: its pid and progress.
+    fn start_worker(&self, max: usize) -> Option<(i32, Arc<VacuumProgress>)> {
         let mut s = self.state.lock();
         if s.stopped || s.workers >= max {
-            return false;
+            return None;
         }
         s.workers += 1;
-        true
+        let pid = FIRST_WORKER_PID + s.started % 1_000_000;
+        s.started += 1;
+        let p = Arc::new(VacuumProgress::default());
+        s.progress.push((pid, p.clone()));
+        Some((pid, p))
     }
 
-    fn end_worker(&self) {
+    fn end_worker(&self, pid: i32) {
         let mut s = self.state.lock();
         s.workers -= 1;
+        s.progress.retain(|(p, _)| *p != pid);
         self.ended.notify_all();
     }
 
@@ -253,21 +272,22 @@ pub(crate) fn launcher(weak: Weak<Storage>) {
             continue;
         }
         last = Instant::now();
-        if !st.autovacuum.start_worker(s.max_workers) {
+        let Some((pid, progress)) = st.autovacuum.start_worker(s.max_workers) else {
             continue;
-        }
+        };
         let (weak, av) = (weak.clone(), st.autovacuum.clone());
         let started = std::thread::Builder::new()
             .name("autovacuum worker".into())
             .spawn(move || {
                 // Counted out however the worker ends, a panic included, or shutdown would
                 // wait for it forever.
-                let _out = Finally(|| av.end_worker());
+                let _out = Finally(|| av.end_worker(pid));
+                report_vacuums_to(Some(progress));
                 worker(&weak);
             });
         if let Err(e) = started {
             tracing::warn!("could not start an autovacuum worker: {e}");
-            st.autovacuum.end_worker();
+            st.autovacuum.end_worker(pid);
         }
     }
 }
@@ -341,6 +361,10 @@ fn vacuum_one(st: &Arc<Storage>, info: &TableInfo) -> Result<()> {
         &mut || delay_point(st, &mut pressure),
     );
     charge_costs(None);
+    if let Some(p) = vacuum_progress() {
+        // Off `pg_stat_progress_vacuum` until the next table.
+        p.relid.store(0, Ordering::Release);
+    }
     let Some(stats) = r? else { return Ok(()) };
     let elapsed = started.elapsed();
     if st
@@ -366,15 +390,23 @@ fn delay_point(st: &Arc<Storage>, pressure: &mut WalPressure) -> Result<()> {
     let s = st.autovacuum.settings();
     let workers = st.autovacuum.vacuuming().max(1) as u64;
     let limit = (s.cost_limit / workers).max(1);
+    let mut slept = Duration::ZERO;
     if !s.cost_delay.is_zero() && cost_balance() >= limit {
         // PostgreSQL 17's: the delay in proportion to the balance, at most four times over.
         let balance = take_cost_balance();
         let times = (balance as f64 / limit as f64).min(4.0);
-        std::thread::sleep(s.cost_delay.mul_f64(times));
+        slept += s.cost_delay.mul_f64(times);
     }
     if let Some(wal) = st.wal_if_open() {
         if pressure.sample(wal.flush_latency_us(), Instant::now()) >= HIGH_PRESSURE {
-            std::thread::sleep(BACKOFF);
+            slept += BACKOFF;
+        }
+    }
+    if !slept.is_zero() {
+        std::thread::sleep(slept);
+        if let Some(p) = vacuum_progress() {
+            p.delay_time_us
+                .fetch_add(slept.as_micros() as u64, Ordering::Relaxed);
         }
     }
     if abandoned(st) {

@@ -123,6 +123,8 @@ pub struct VacuumProgress {
     pub indexes_total: AtomicU64,
     /// Of those, the ones the current index scan has finished.
     pub indexes_processed: AtomicU64,
+    /// Time slept in the cost-based delay and the WAL's pauses (autovacuum), µs.
+    pub delay_time_us: AtomicU64,
 }
 
 impl VacuumProgress {
@@ -135,6 +137,7 @@ impl VacuumProgress {
             &self.index_vacuum_count,
             &self.num_dead_item_ids,
             &self.indexes_processed,
+            &self.delay_time_us,
         ] {
             c.store(0, Ordering::Release);
         }
