@@ -329,6 +329,24 @@ fn check_xmax(st: &Storage, item: &[u8], me: Xid) -> Option<WriteCheck> {
     }
 }
 
+/// The tuples of heap page `p`, block `block`: (index, bytes) for each line pointer that holds
+/// one, in slot order, or a corruption error for an item too short for a tuple header (the one
+/// check every reader of a page's tuples makes).
+fn tuples(p: &PageBuf, block: BlockNumber) -> impl Iterator<Item = Result<(usize, &[u8])>> + '_ {
+    (0..page::slot_count(p)).filter_map(move |i| {
+        let item = page::item(p, i)?;
+        Some(if item.len() < TUPLE_HEADER_SIZE {
+            Err(Error::corruption(format!(
+                "heap tuple ({},{}) is truncated",
+                block.0,
+                i + 1
+            )))
+        } else {
+            Ok((i, item))
+        })
+    })
+}
+
 /// A page found full (the caller recorded its room in the free-space map while it held the
 /// latch, so that a VACUUM's later record is not overwritten by an older figure): point the
 /// relation's insert hint past the end (if it still names that page), so the next insert looks
@@ -1039,7 +1057,8 @@ pub struct PageScan {
 /// page's exclusive latch. A new page yields nothing.
 ///
 /// # Errors
-/// Corruption if the page is not a heap page; I/O errors; as [`prune`].
+/// Corruption if the page is not a heap page or a tuple is truncated; I/O errors; as
+/// [`prune`].
 pub fn vacuum_scan_page(
     st: &Storage,
     rel: &Relation,
@@ -1055,14 +1074,12 @@ pub fn vacuum_scan_page(
     }
     scan.removed = prune_counted(st, rel, &pin, &mut p, unindexed)?.1;
     rel.fsm.record(block, page::free_space(&p));
-    for i in 0..page::slot_count(&p) {
-        if page::is_dead(&p, i) {
-            scan.dead.push(i as u16 + 1);
-            continue;
-        }
-        let Some(item) = page::item(&p, i).filter(|it| it.len() >= TUPLE_HEADER_SIZE) else {
-            continue;
-        };
+    scan.dead = (0..page::slot_count(&p))
+        .filter(|&i| page::is_dead(&p, i))
+        .map(|i| i as u16 + 1)
+        .collect();
+    for t in tuples(&p, block) {
+        let (_, item) = t?;
         let xmax = header_xmax(item);
         let deleted = xmax.is_valid() && matches!(st.xact.status(xmax), XidStatus::Committed(_));
         if deleted {
@@ -1095,17 +1112,8 @@ pub fn prev_links(
     if page::kind(&p) != Some(PageKind::Heap) {
         return Err(not_a_heap_page(rel, block, &p));
     }
-    for i in 0..page::slot_count(&p) {
-        let Some(item) = page::item(&p, i) else {
-            continue;
-        };
-        if item.len() < TUPLE_HEADER_SIZE {
-            return Err(Error::corruption(format!(
-                "heap tuple ({},{}) is truncated",
-                block.0,
-                i + 1
-            )));
-        }
+    for t in tuples(&p, block) {
+        let (i, item) = t?;
         let prev = header_prev(item);
         if prev.is_valid() && want(prev) {
             let tid = Tid {
@@ -1275,17 +1283,8 @@ pub fn visit_block(
         return Ok(());
     }
     let mut last_xmin: Option<(Xid, bool)> = None;
-    for i in 0..page::slot_count(&p) {
-        let Some(item) = page::item(&p, i) else {
-            continue;
-        };
-        if item.len() < TUPLE_HEADER_SIZE {
-            return Err(Error::corruption(format!(
-                "heap tuple ({},{}) is truncated",
-                block.0,
-                i + 1
-            )));
-        }
+    for t in tuples(&p, block) {
+        let (i, item) = t?;
         let xmin = Xid(u64::from_le_bytes(item[0..8].try_into().expect("8")));
         // The tuples of a page mostly share their xmin (a bulk load's page has one): ask the
         // transaction status once per run of equal xmins.
