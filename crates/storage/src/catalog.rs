@@ -181,10 +181,12 @@ impl CatalogCache {
     pub fn reload(&self, st: &Storage) -> Result<()> {
         let _serial = self.reload_lock.lock();
         let snap = st.xact.snapshot(Xid::INVALID);
-        let map = scan(st, &snap)?
+        let map: HashMap<String, Arc<TableInfo>> = scan(st, &snap)?
             .into_iter()
             .map(|t| (t.def.name.clone(), Arc::new(t)))
             .collect();
+        st.table_stats
+            .set_heaps(map.values().map(|t| (t.relfile, t.table_id)));
         *self.tables.write() = map;
         self.stale
             .store(false, std::sync::atomic::Ordering::Release);

@@ -12,6 +12,7 @@ use parking_lot::RwLock;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::Arc;
+use walnut_common::RelFileId;
 
 /// One table's counters. Times are µs since 2000-01-01 UTC (0 = never); durations are ms.
 #[derive(Debug, Default)]
@@ -132,6 +133,8 @@ pub struct TableStats {
     /// Tells this instance's entries apart in the threads' caches ([`TableStats::with`]).
     instance: u64,
     tables: RwLock<HashMap<u64, Arc<TableCounters>>>,
+    /// Table ids by heap file, as the catalog last loaded them (pruning knows only the file).
+    heaps: RwLock<HashMap<RelFileId, u64>>,
 }
 
 impl Default for TableStats {
@@ -140,6 +143,7 @@ impl Default for TableStats {
         TableStats {
             instance: NEXT.fetch_add(1, Ordering::Relaxed),
             tables: RwLock::default(),
+            heaps: RwLock::default(),
         }
     }
 }
@@ -178,6 +182,28 @@ impl TableStats {
         self.tables.write().entry(table_id).or_default().clone()
     }
 
+    /// Sets which table each heap file belongs to (the catalog calls it when it loads).
+    pub fn set_heaps(&self, heaps: impl IntoIterator<Item = (RelFileId, u64)>) {
+        *self.heaps.write() = heaps.into_iter().collect();
+    }
+
+    /// Pruning of heap `rel` removed `n` dead versions whole (line pointers made unused): the
+    /// table's dead estimate goes down by as many, not below 0 (PostgreSQL's
+    /// `pgstat_update_heap_dead_tuples`, which also leaves out the dead line pointers pruning
+    /// leaves for VACUUM). A file the catalog does not know (the catalog's own) counts nowhere.
+    pub fn pruned(&self, rel: RelFileId, n: u64) {
+        let Some(table_id) = self.heaps.read().get(&rel).copied() else {
+            return;
+        };
+        self.with(table_id, |c| {
+            let _ = c
+                .n_dead_tup
+                .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |d| {
+                    Some((d - n as i64).max(0))
+                });
+        });
+    }
+
     /// Forgets the counters of a dropped table.
     pub fn remove(&self, table_id: u64) {
         self.tables.write().remove(&table_id);
@@ -187,6 +213,23 @@ impl TableStats {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn pruning_lowers_the_dead_estimate_of_the_table_it_knows() {
+        let s = TableStats::default();
+        s.set_heaps([(RelFileId(20), 7)]);
+        s.of(7).n_dead_tup.store(5, Ordering::Relaxed);
+        s.pruned(RelFileId(20), 3);
+        assert_eq!(s.of(7).n_dead_tup.load(Ordering::Relaxed), 2);
+        s.pruned(RelFileId(20), 3);
+        assert_eq!(
+            s.of(7).n_dead_tup.load(Ordering::Relaxed),
+            0,
+            "never below 0"
+        );
+        s.pruned(RelFileId(21), 3);
+        assert!(s.tables.read().len() == 1, "an unknown file counts nowhere");
+    }
 
     #[test]
     fn a_transactions_end_moves_the_estimates_as_postgresql_does() {

@@ -974,6 +974,7 @@ fn prune_counted(
     page::set_lsn(p, end);
     pin.mark_dirty();
     st.prune_stats.records.fetch_add(1, Ordering::Relaxed);
+    st.table_stats.pruned(rel.id, plan.unused.len() as u64);
     let removed = plan.dead.len() + plan.unused.len();
     st.prune_stats
         .versions
