@@ -170,17 +170,18 @@ impl Registry {
                 let others = self.other_vacuums.lock().clone();
                 let others = others.map(|f| f()).unwrap_or_default();
                 // A worker shows once it is vacuuming a table, not while it looks for one.
-                let others = others
-                    .into_iter()
-                    .filter(|(_, p)| p.relid.load(Ordering::Acquire) != 0)
-                    .map(|(pid, p)| {
+                // Its table read once, for the filter and the row alike.
+                let others = others.into_iter().filter_map(|(pid, p)| {
+                    let relid = p.relid.load(Ordering::Acquire);
+                    (relid != 0).then(|| {
                         Arc::new(Entry {
                             pid,
                             datname: "postgres".into(),
-                            relid: 0,
+                            relid: relid as i64,
                             work: Work::Vacuum(p),
                         })
-                    });
+                    })
+                });
                 let rows = self
                     .snapshot()
                     .into_iter()
@@ -192,7 +193,10 @@ impl Registry {
                         let phase = p.phase.load(Ordering::Acquire);
                         let a = |c: &AtomicU64| i(c.load(Ordering::Acquire));
                         let mut row = head(&e);
-                        row[3] = a(&p.relid);
+                        if e.relid == 0 {
+                            // A session's VACUUM: the table it is at now.
+                            row[3] = a(&p.relid);
+                        }
                         row.extend([
                             Value::Text(vacuum_phase_name(phase).into()),
                             a(&p.heap_blks_total),
@@ -534,11 +538,11 @@ mod tests {
         busy.start(16400, 3, 0);
         busy.delay_time_us.store(2500, Ordering::Release);
         let idle = Arc::new(VacuumProgress::default());
-        let workers = vec![(2_000_000, busy), (2_000_001, idle)];
+        let workers = vec![(2_000_000_000, busy), (2_000_000_001, idle)];
         r.show_other_vacuums(Arc::new(move || workers.clone()));
         let (_, rows) = r.view("pg_stat_progress_vacuum").unwrap();
         assert_eq!(rows.len(), 1, "the idle worker has no row: {rows:?}");
-        assert_eq!(rows[0][0], Value::Int4(2_000_000));
+        assert_eq!(rows[0][0], Value::Int4(2_000_000_000));
         assert_eq!(rows[0][2], Value::Text("postgres".into()));
         assert_eq!(rows[0][3], Value::Int8(16400));
         assert_eq!(rows[0][14], Value::Float8(2.5), "delay_time, ms");

@@ -151,8 +151,9 @@ pub fn needs_vacuum(s: &AutovacuumSettings, c: &TableCounters) -> Option<Reason>
 }
 
 /// The first pid an autovacuum worker shows in `pg_stat_progress_vacuum` (walnut's pids are
-/// its own numbers, not the OS's: sessions take theirs from 10,000 up, well below).
-pub const FIRST_WORKER_PID: i32 = 2_000_000;
+/// its own numbers, not the OS's: sessions count theirs up one per connection from at most
+/// 1,009,900, so they would need about two thousand million connections to get here).
+pub const FIRST_WORKER_PID: i32 = 2_000_000_000;
 
 #[derive(Default)]
 struct State {
@@ -233,7 +234,7 @@ impl Autovacuum {
             return None;
         }
         s.workers += 1;
-        let pid = FIRST_WORKER_PID + s.started % 1_000_000;
+        let pid = FIRST_WORKER_PID + s.started % 100_000_000;
         s.started += 1;
         let p = Arc::new(VacuumProgress::default());
         s.progress.push((pid, p.clone()));

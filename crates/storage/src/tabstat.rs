@@ -192,6 +192,9 @@ impl TableStats {
     /// `pgstat_update_heap_dead_tuples`, which also leaves out the dead line pointers pruning
     /// leaves for VACUUM). A file the catalog does not know (the catalog's own) counts nowhere.
     pub fn pruned(&self, rel: RelFileId, n: u64) {
+        if n == 0 {
+            return;
+        }
         let Some(table_id) = self.heaps.read().get(&rel).copied() else {
             return;
         };
