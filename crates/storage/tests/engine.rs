@@ -788,6 +788,51 @@ fn vacuum_leaves_nothing_of_failed_inserts_deleted_rows_and_aborted_updates() {
     }
 }
 
+/// A fresh data directory at `dir`, opened with a pool of `pages` pages and autovacuum's
+/// settings `autovacuum`.
+fn fresh_with(
+    dir: &Path,
+    pages: usize,
+    autovacuum: walnut_storage::autovacuum::AutovacuumSettings,
+) -> Arc<Storage> {
+    Storage::initdb(Arc::new(walnut_io::RealVfs), dir).unwrap();
+    let cfg = StorageConfig {
+        autovacuum,
+        ..config(pages)
+    };
+    Storage::open(Arc::new(walnut_io::RealVfs), dir, cfg).unwrap()
+}
+
+/// Autovacuum off, for tests that VACUUM themselves.
+fn no_autovacuum() -> walnut_storage::autovacuum::AutovacuumSettings {
+    walnut_storage::autovacuum::AutovacuumSettings {
+        enabled: false,
+        ..Default::default()
+    }
+}
+
+/// Creates table `accounts` with rows 1..=`n`, balance 0, each step committed.
+fn accounts_with_rows(st: &Arc<Storage>, n: i32) -> Arc<walnut_storage::catalog::TableInfo> {
+    let mut t = Txn::begin(st.clone(), Arc::new(AtomicBool::new(false)));
+    t.create_table(accounts()).unwrap();
+    commit(t);
+    let mut t = Txn::begin(st.clone(), Arc::new(AtomicBool::new(false)));
+    let info = t.table("accounts").unwrap();
+    for aid in 1..=n {
+        t.insert(&info, &row(aid, 0)).unwrap();
+    }
+    commit(t);
+    info
+}
+
+/// Shuts `st` down cleanly and checks its data directory `dir` with `walnut verify`'s checks.
+fn shut_down_and_verify(st: Arc<Storage>, dir: &Path) {
+    st.shutdown().unwrap();
+    drop(st);
+    let report = walnut_storage::verify::verify(Arc::new(walnut_io::RealVfs), dir).unwrap();
+    assert!(report.problems.is_empty(), "{:?}", report.problems);
+}
+
 /// Raises every balance of `accounts` by 1 in one committed transaction.
 fn raise_every_balance(st: &Arc<Storage>, info: &walnut_storage::catalog::TableInfo) {
     let mut t = Txn::begin(st.clone(), Arc::new(AtomicBool::new(false)));
@@ -831,27 +876,18 @@ fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
 fn autovacuum_vacuums_dead_versions_and_keeps_what_an_open_snapshot_sees() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("data");
-    Storage::initdb(Arc::new(walnut_io::RealVfs), &dir).unwrap();
-    let cfg = StorageConfig {
-        autovacuum: walnut_storage::autovacuum::AutovacuumSettings {
+    let st = fresh_with(
+        &dir,
+        64,
+        walnut_storage::autovacuum::AutovacuumSettings {
             naptime: std::time::Duration::from_secs(1),
             vacuum_threshold: 0.0,
             vacuum_scale_factor: 0.0,
             log_min_duration: Some(std::time::Duration::ZERO),
             ..Default::default()
         },
-        ..config(64)
-    };
-    let st = Storage::open(Arc::new(walnut_io::RealVfs), &dir, cfg).unwrap();
-    let mut t = Txn::begin(st.clone(), Arc::new(AtomicBool::new(false)));
-    t.create_table(accounts()).unwrap();
-    commit(t);
-    let mut t = Txn::begin(st.clone(), Arc::new(AtomicBool::new(false)));
-    let info = t.table("accounts").unwrap();
-    for aid in 1..=300 {
-        t.insert(&info, &row(aid, 0)).unwrap();
-    }
-    commit(t);
+    );
+    let info = accounts_with_rows(&st, 300);
     // An open statement's snapshot, from before the updates.
     let mut old = Txn::begin(st.clone(), Arc::new(AtomicBool::new(false)));
     old.new_statement();
@@ -919,10 +955,7 @@ fn autovacuum_vacuums_dead_versions_and_keeps_what_an_open_snapshot_sees() {
         (0, 0, 0),
         "autovacuum left dead versions behind"
     );
-    st.shutdown().unwrap();
-    drop(st);
-    let report = walnut_storage::verify::verify(Arc::new(walnut_io::RealVfs), &dir).unwrap();
-    assert!(report.problems.is_empty(), "{:?}", report.problems);
+    shut_down_and_verify(st, &dir);
 }
 
 /// The commit of a DROP TABLE whose table a VACUUM is scanning waits for the VACUUM, which
@@ -933,24 +966,8 @@ fn autovacuum_vacuums_dead_versions_and_keeps_what_an_open_snapshot_sees() {
 fn drop_table_stops_a_vacuum_in_progress() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("data");
-    Storage::initdb(Arc::new(walnut_io::RealVfs), &dir).unwrap();
-    let cfg = StorageConfig {
-        autovacuum: walnut_storage::autovacuum::AutovacuumSettings {
-            enabled: false,
-            ..Default::default()
-        },
-        ..config(64)
-    };
-    let st = Storage::open(Arc::new(walnut_io::RealVfs), &dir, cfg).unwrap();
-    let mut t = Txn::begin(st.clone(), Arc::new(AtomicBool::new(false)));
-    t.create_table(accounts()).unwrap();
-    commit(t);
-    let mut t = Txn::begin(st.clone(), Arc::new(AtomicBool::new(false)));
-    let info = t.table("accounts").unwrap();
-    for aid in 1..=2000 {
-        t.insert(&info, &row(aid, 0)).unwrap();
-    }
-    commit(t);
+    let st = fresh_with(&dir, 64, no_autovacuum());
+    let info = accounts_with_rows(&st, 2000);
     raise_every_balance(&st, &info);
     let rel = st.smgr.open(info.relfile).unwrap();
     assert!(rel.nblocks.load(std::sync::atomic::Ordering::Acquire) > 10);
@@ -977,10 +994,7 @@ fn drop_table_stops_a_vacuum_in_progress() {
         assert_eq!(vacuum.join().unwrap(), None, "the VACUUM saw the drop");
     });
     assert!(st.catalog.get("accounts").is_none());
-    st.shutdown().unwrap();
-    drop(st);
-    let report = walnut_storage::verify::verify(Arc::new(walnut_io::RealVfs), &dir).unwrap();
-    assert!(report.problems.is_empty(), "{:?}", report.problems);
+    shut_down_and_verify(st, &dir);
 }
 
 /// Inserts fill the space VACUUM freed before they extend the relation: after half the rows of
@@ -991,15 +1005,7 @@ fn drop_table_stops_a_vacuum_in_progress() {
 fn inserts_reuse_the_space_vacuum_freed_before_extending() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("data");
-    Storage::initdb(Arc::new(walnut_io::RealVfs), &dir).unwrap();
-    let cfg = StorageConfig {
-        autovacuum: walnut_storage::autovacuum::AutovacuumSettings {
-            enabled: false,
-            ..Default::default()
-        },
-        ..config(256)
-    };
-    let st = Storage::open(Arc::new(walnut_io::RealVfs), &dir, cfg).unwrap();
+    let st = fresh_with(&dir, 256, no_autovacuum());
     let mut t = Txn::begin(st.clone(), Arc::new(AtomicBool::new(false)));
     t.create_table(accounts()).unwrap();
     let mut plain = accounts();
@@ -1059,8 +1065,5 @@ fn inserts_reuse_the_space_vacuum_freed_before_extending() {
         .unwrap();
         assert_eq!(n, 3000, "{name}");
     }
-    st.shutdown().unwrap();
-    drop(st);
-    let report = walnut_storage::verify::verify(Arc::new(walnut_io::RealVfs), &dir).unwrap();
-    assert!(report.problems.is_empty(), "{:?}", report.problems);
+    shut_down_and_verify(st, &dir);
 }
