@@ -64,7 +64,12 @@ pub struct Xid(pub u64);
 impl Xid {
     /// "No transaction": an unset `xmax`.
     pub const INVALID: Xid = Xid(0);
-    /// Rows written before any transaction existed (initdb); always visible.
+    /// A version's `xmin` once VACUUM found its inserter aborted: invisible to every snapshot,
+    /// without the status store (which may then forget the xid). PostgreSQL keeps the xid and
+    /// sets the `HEAP_XMIN_INVALID` hint bit instead.
+    pub const ABORTED: Xid = Xid(1);
+    /// Rows written before any transaction existed (initdb), and an `xmin` or `xmax` VACUUM
+    /// froze (its commit visible to every snapshot): committed, visible to all.
     pub const FROZEN: Xid = Xid(2);
     /// The first xid handed out to a transaction.
     pub const FIRST_NORMAL: Xid = Xid(3);

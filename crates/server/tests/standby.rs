@@ -327,8 +327,9 @@ fn replayed_prunes_cancel_the_standby_queries_they_conflict_with_and_no_other_ha
 }
 
 /// VACUUM on the primary while its clients move rows between paired keys (`k` and `k + 1000`:
-/// always exactly one of the two exists, each key deleted and inserted again in turn): a hot
-/// standby replays the prunes, index deletes, cleared links and freed slots in parallel while
+/// always exactly one of the two exists, each key deleted and inserted again in turn), every
+/// other one a database-wide VACUUM FREEZE followed by a checkpoint: a hot standby replays the
+/// prunes, freezes, index deletes, cleared links and freed slots in parallel while
 /// its readers scan the index from one key of a pair to the other (one statement, one
 /// snapshot), and count the table by a heap scan, and every read finds one row per pair. At the end the two servers hold the same rows and both
 /// data directories verify.
@@ -384,7 +385,12 @@ fn replayed_vacuums_keep_every_standby_read_whole() {
     let t0 = Instant::now();
     let mut vacuums = 0;
     while t0.elapsed() < Duration::from_secs(10) {
-        p.query("vacuum t");
+        if vacuums % 2 == 0 {
+            p.query("vacuum t");
+        } else {
+            p.query("vacuum freeze");
+            p.query("checkpoint");
+        }
         vacuums += 1;
     }
     for (what, child) in [("the writers", writers), ("the standby's readers", readers)] {

@@ -160,7 +160,12 @@ impl Engine for StorageEngine {
         self.storage.request_checkpoint()
     }
 
-    fn vacuum(&self, tables: &[String], verbose: bool, cancel: &AtomicBool) -> Result<Vec<String>> {
+    fn vacuum(
+        &self,
+        tables: &[String],
+        opts: crate::storage::VacuumOptions,
+        cancel: &AtomicBool,
+    ) -> Result<Vec<String>> {
         let st = &self.storage;
         if st.in_recovery() {
             return Err(Error::user(
@@ -184,23 +189,41 @@ impl Engine for StorageEngine {
                 .collect::<Result<Vec<_>>>()?
         };
         let mut info_messages = Vec::new();
-        for info in infos {
+        let check = &mut || {
+            if cancel.load(std::sync::atomic::Ordering::Relaxed) {
+                Err(Error::cancelled())
+            } else {
+                Ok(())
+            }
+        };
+        let params = walnut_storage::vacuum::VacuumParams {
+            freeze_min_age: if opts.freeze {
+                0
+            } else {
+                st.autovacuum.settings().freeze_min_age
+            },
+            ..Default::default()
+        };
+        for info in &infos {
             let started = std::time::Instant::now();
-            let s = walnut_storage::vacuum::vacuum_table(st, &info, &mut || {
-                if cancel.load(std::sync::atomic::Ordering::Relaxed) {
-                    Err(Error::cancelled())
-                } else {
-                    Ok(())
-                }
-            })?;
-            if verbose {
+            // Skipped (dropped meanwhile): nothing to report.
+            let Some(s) = walnut_storage::vacuum::vacuum_table_with(st, info, params, check)?
+            else {
+                continue;
+            };
+            if opts.verbose {
                 info_messages.push(walnut_storage::vacuum::report(
                     "finished vacuuming",
-                    &info,
+                    info,
                     &s,
                     started.elapsed(),
                 ));
             }
+        }
+        if tables.is_empty() {
+            // A database-wide VACUUM also freezes the catalog, as PostgreSQL's VACUUM without a
+            // table list processes the system catalogs.
+            walnut_storage::vacuum::vacuum_catalog(st, params.freeze_min_age, check)?;
         }
         Ok(info_messages)
     }

@@ -65,6 +65,8 @@ pub(crate) enum Plan {
         analyze_only: bool,
         /// INFO messages with what each table's VACUUM did.
         verbose: bool,
+        /// `FREEZE`: freeze as `vacuum_freeze_min_age = 0` would.
+        freeze: bool,
         /// The tables named (the schema part dropped); none = every table.
         tables: Vec<String>,
     },

@@ -359,8 +359,8 @@ fn check_isolation(modes: &[Tok]) -> Result<()> {
 
 /// `VACUUM [ ( option [ value ] [, ...] ) ] [ FULL ] [ FREEZE ] [ VERBOSE ] [ ANALYZE ]
 /// [ table [ ( column [, ...] ) ] [, ...] ]`, or `ANALYZE [ ( ... ) ] [ VERBOSE ] [ tables ]`
-/// (`analyze_only`). Options other than VERBOSE are accepted and change nothing: FULL and
-/// FREEZE do what plain VACUUM does (DESIGN.md of the storage, "VACUUM").
+/// (`analyze_only`). Options other than VERBOSE and FREEZE are accepted and change nothing:
+/// FULL does what plain VACUUM does (DESIGN.md of the storage, "VACUUM").
 fn parse_vacuum(t: &[Tok], analyze_only: bool) -> Result<Plan> {
     const OPTIONS: &[&str] = &[
         "verbose",
@@ -380,6 +380,7 @@ fn parse_vacuum(t: &[Tok], analyze_only: bool) -> Result<Plan> {
         "only_database_stats",
     ];
     let mut verbose = false;
+    let mut freeze = false;
     let mut i = 1;
     if matches!(t.get(i), Some(Tok::Punct('('))) {
         i += 1;
@@ -406,6 +407,9 @@ fn parse_vacuum(t: &[Tok], analyze_only: bool) -> Result<Plan> {
             if o == "verbose" {
                 verbose = on;
             }
+            if o == "freeze" {
+                freeze = on;
+            }
             match t.get(i) {
                 Some(Tok::Punct(',')) => i += 1,
                 Some(Tok::Punct(')')) => {
@@ -426,6 +430,7 @@ fn parse_vacuum(t: &[Tok], analyze_only: bool) -> Result<Plan> {
                 break;
             }
             verbose |= w == "verbose";
+            freeze |= w == "freeze";
             i += 1;
         }
     }
@@ -463,6 +468,7 @@ fn parse_vacuum(t: &[Tok], analyze_only: bool) -> Result<Plan> {
     Ok(Plan::Vacuum {
         analyze_only,
         verbose,
+        freeze,
         tables,
     })
 }
@@ -777,9 +783,13 @@ mod tests {
                 analyze_only,
                 verbose,
                 tables,
+                ..
             } => (analyze_only, verbose, tables.join(",")),
             other => panic!("{s}: {other:?}"),
         };
+        let freeze = |s: &str| matches!(preparse(s), Ok(Some(Plan::Vacuum { freeze: true, .. })));
+        assert!(freeze("vacuum freeze t") && freeze("vacuum (freeze) t"));
+        assert!(!freeze("vacuum t") && !freeze("vacuum (freeze off) t"));
         assert_eq!(p("vacuum"), (false, false, String::new()));
         assert_eq!(p("VACUUM VERBOSE t"), (false, true, "t".into()));
         assert_eq!(

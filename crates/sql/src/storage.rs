@@ -59,15 +59,20 @@ pub trait Engine: Send + Sync + 'static {
     /// I/O errors.
     fn checkpoint(&self) -> Result<()>;
 
-    /// VACUUMs the tables `tables` names (every table if it is empty), one after another, and
-    /// returns, when `verbose`, an INFO message for each with what it did. The default, for an
-    /// engine with nothing to reclaim, does nothing.
+    /// VACUUMs the tables `tables` names (every table and the catalog if it is empty), one
+    /// after another, and returns, when `opts.verbose`, an INFO message for each with what it
+    /// did. The default, for an engine with nothing to reclaim, does nothing.
     ///
     /// # Errors
     /// 42P01 for a table that does not exist (before any is vacuumed); 25006 on a hot
     /// standby; 57014 once `cancel` is set; the storage's errors.
-    fn vacuum(&self, tables: &[String], verbose: bool, cancel: &AtomicBool) -> Result<Vec<String>> {
-        let _ = (tables, verbose, cancel);
+    fn vacuum(
+        &self,
+        tables: &[String],
+        opts: VacuumOptions,
+        cancel: &AtomicBool,
+    ) -> Result<Vec<String>> {
+        let _ = (tables, opts, cancel);
         Ok(Vec::new())
     }
 
@@ -104,6 +109,16 @@ pub trait Engine: Send + Sync + 'static {
         let _ = op;
         Err(not_in_recovery())
     }
+}
+
+/// The options of a VACUUM that change what it does.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct VacuumOptions {
+    /// `VERBOSE`: an INFO message per table.
+    pub verbose: bool,
+    /// `FREEZE`: freeze every xid whose outcome every snapshot sees (`vacuum_freeze_min_age`
+    /// 0).
+    pub freeze: bool,
 }
 
 /// PostgreSQL's error for a recovery function on a primary.

@@ -18,7 +18,12 @@
 //!    the background writer's write-back, it also pauses [`BACKOFF`] per page: its writes
 //!    take the share of the device the commits leave. The pages it dirties are written like
 //!    any session's evictions, through the background writer's write-back queue.
-//! 4. **Logging.** A VACUUM that took `log_autovacuum_min_duration` or longer is logged, in
+//! 4. **Freezing.** A table whose `relfrozenxid` is older than `autovacuum_freeze_max_age` is
+//!    VACUUMed whatever its counters say, and so is the catalog, even with `autovacuum` off
+//!    (PostgreSQL's anti-wraparound autovacuum): that is what lets the transaction status
+//!    store forget old xids ([`crate::vacuum::frozen_cutoff`]). Every VACUUM freezes the xids
+//!    older than `vacuum_freeze_min_age`.
+//! 5. **Logging.** A VACUUM that took `log_autovacuum_min_duration` or longer is logged, in
 //!    the shape of PostgreSQL's "automatic vacuum of table" line.
 //!
 //! A worker stops at its next page when the server shuts down ([`Autovacuum::stop`] waits
@@ -46,7 +51,7 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 use walnut_common::guc::Settings;
-use walnut_common::{Error, ErrorKind, Result};
+use walnut_common::{Error, ErrorKind, RelFileId, Result};
 
 /// The autovacuum settings, as reloaded.
 #[derive(Clone, Debug, PartialEq)]
@@ -76,6 +81,10 @@ pub struct AutovacuumSettings {
     pub page_costs: PageCosts,
     /// `log_autovacuum_min_duration`; `None` for -1 (never log).
     pub log_min_duration: Option<Duration>,
+    /// `vacuum_freeze_min_age`, xids, at most half of `autovacuum_freeze_max_age`.
+    pub freeze_min_age: u64,
+    /// `autovacuum_freeze_max_age`, xids.
+    pub freeze_max_age: u64,
 }
 
 impl AutovacuumSettings {
@@ -107,6 +116,11 @@ impl AutovacuumSettings {
             log_min_duration: u64::try_from(s.int(&guc::LOG_AUTOVACUUM_MIN_DURATION))
                 .ok()
                 .map(Duration::from_millis),
+            // As PostgreSQL's `vacuum_get_cutoffs`: at most half the max age, or a VACUUM could
+            // leave a table due for another at once.
+            freeze_min_age: (s.int(&guc::VACUUM_FREEZE_MIN_AGE).max(0) as u64)
+                .min(s.int(&guc::AUTOVACUUM_FREEZE_MAX_AGE).max(0) as u64 / 2),
+            freeze_max_age: s.int(&guc::AUTOVACUUM_FREEZE_MAX_AGE).max(0) as u64,
         }
     }
 }
@@ -125,6 +139,36 @@ pub enum Reason {
     DeadTuples,
     /// Its inserts since the last VACUUM passed the insert threshold.
     Inserts,
+    /// Its `relfrozenxid` is older than `autovacuum_freeze_max_age`.
+    FreezeAge,
+}
+
+/// Whether heap file `relfile` needs a VACUUM to freeze: its `relfrozenxid` is older than
+/// `autovacuum_freeze_max_age` (PostgreSQL's `relation_needs_vacanalyze`, `force_vacuum`).
+pub fn needs_freeze(st: &Storage, s: &AutovacuumSettings, relfile: RelFileId) -> bool {
+    crate::vacuum::relfrozenxid_age(st, relfile) > s.freeze_max_age
+}
+
+/// Whether any heap needs a VACUUM to freeze (the oldest `relfrozenxid` is too old): the
+/// launcher then starts workers even with `autovacuum` off.
+fn any_needs_freeze(st: &Storage, s: &AutovacuumSettings) -> bool {
+    st.xact
+        .next_xid()
+        .0
+        .saturating_sub(crate::vacuum::frozen_cutoff(st).0)
+        > s.freeze_max_age
+}
+
+/// Whether table `t` needs a VACUUM: for its counters if autovacuum is on, or to freeze
+/// whatever they say.
+fn table_needs(st: &Storage, s: &AutovacuumSettings, t: &TableInfo) -> Option<Reason> {
+    if needs_freeze(st, s, t.relfile) {
+        return Some(Reason::FreezeAge);
+    }
+    if !s.enabled {
+        return None;
+    }
+    needs_vacuum(s, &st.table_stats.of(t.table_id))
 }
 
 /// Whether a table with counters `c` needs a VACUUM under `s` (PostgreSQL's
@@ -269,7 +313,10 @@ pub(crate) fn launcher(weak: Weak<Storage>) {
             return;
         }
         let s = st.autovacuum.settings();
-        if !s.enabled || last.elapsed() < s.naptime || st.in_recovery() {
+        if last.elapsed() < s.naptime || st.in_recovery() {
+            continue;
+        }
+        if !s.enabled && !any_needs_freeze(&st, &s) {
             continue;
         }
         last = Instant::now();
@@ -316,7 +363,7 @@ fn worker(weak: &Weak<Storage>) {
             return;
         }
         let s = av.settings();
-        if !s.enabled || needs_vacuum(&s, &st.table_stats.of(listed.table_id)).is_none() {
+        if table_needs(&st, &s, &listed).is_none() {
             continue;
         }
         if !av.claim(listed.table_id) {
@@ -332,7 +379,7 @@ fn worker(weak: &Weak<Storage>) {
         else {
             continue;
         };
-        if needs_vacuum(&s, &st.table_stats.of(info.table_id)).is_none() {
+        if table_needs(&st, &s, &info).is_none() {
             continue;
         }
         if let Err(e) = vacuum_one(&st, &info) {
@@ -344,7 +391,32 @@ fn worker(weak: &Weak<Storage>) {
             }
         }
     }
+    // The catalog, to freeze only (it is never pruned), claimed under a table id no table has.
+    let Some(st) = weak.upgrade() else { return };
+    let s = st.autovacuum.settings();
+    if abandoned(&st) || !needs_freeze(&st, &s, RelFileId::CATALOG) {
+        return;
+    }
+    if !st.autovacuum.claim(CATALOG_CLAIM) {
+        return;
+    }
+    let av = st.autovacuum.clone();
+    let _release = Finally(|| av.release(CATALOG_CLAIM));
+    charge_costs(Some(s.page_costs));
+    let mut pressure = WalPressure::default();
+    let r = crate::vacuum::vacuum_catalog(&st, s.freeze_min_age, &mut || {
+        delay_point(&st, &mut pressure)
+    });
+    charge_costs(None);
+    if let Err(e) = r {
+        if e.kind != ErrorKind::Cancelled {
+            tracing::warn!("automatic vacuum of the catalog failed: {e}");
+        }
+    }
 }
+
+/// The claim that stands for the catalog (table ids are relation file numbers, below 2^32).
+const CATALOG_CLAIM: u64 = u64::MAX;
 
 /// VACUUMs one table with the cost-based delay, and logs it if it took
 /// `log_autovacuum_min_duration` or longer.
@@ -358,6 +430,7 @@ fn vacuum_one(st: &Arc<Storage>, info: &TableInfo) -> Result<()> {
         VacuumParams {
             auto: true,
             skip_locked: true,
+            freeze_min_age: st.autovacuum.settings().freeze_min_age,
         },
         &mut || delay_point(st, &mut pressure),
     );

@@ -174,14 +174,21 @@ impl CatalogCache {
         self.tables.read().get(name).cloned()
     }
 
-    /// Rebuilds from the catalog heap with a fresh snapshot.
+    /// Rebuilds from the catalog heap with a fresh snapshot, registered while it reads (so
+    /// that freezing, which may make a commit visible to every snapshot, waits for it:
+    /// `XactManager::horizon`).
     ///
     /// # Errors
     /// Corruption and I/O errors.
     pub fn reload(&self, st: &Storage) -> Result<()> {
         let _serial = self.reload_lock.lock();
-        let snap = st.xact.snapshot(Xid::INVALID);
-        let map: HashMap<String, Arc<TableInfo>> = scan(st, &snap)?
+        let slot = st
+            .xact
+            .register(Arc::new(std::sync::atomic::AtomicBool::new(false)));
+        let snap = st.xact.snapshot_in(&slot, Xid::INVALID);
+        let scanned = scan(st, &snap);
+        st.xact.unregister(&slot);
+        let map: HashMap<String, Arc<TableInfo>> = scanned?
             .into_iter()
             .map(|t| (t.def.name.clone(), Arc::new(t)))
             .collect();

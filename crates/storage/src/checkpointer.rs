@@ -276,6 +276,26 @@ struct Report {
 }
 
 impl Storage {
+    /// After a checkpoint or restartpoint made the control file naming `oldest_xid` durable:
+    /// the status store forgets the xids below it, in memory and on disk (PostgreSQL's
+    /// `TruncateCLOG`), and keeps the chunks every snapshot sees whole at two bits per xid
+    /// (`XactManager::settle`). A segment that cannot be removed is logged and left for a
+    /// later checkpoint: the checkpoint itself is complete.
+    pub(crate) fn forget_xids_before(&self, oldest_xid: Xid) {
+        self.xact.truncate(oldest_xid);
+        match crate::control::remove_xact_segments_before(&*self.vfs, &self.dir, oldest_xid) {
+            Ok(0) => {}
+            Ok(removed) => tracing::debug!(
+                removed,
+                oldest = oldest_xid.0,
+                "removed transaction status segments"
+            ),
+            Err(e) => tracing::warn!("could not remove old transaction status segments: {e}"),
+        }
+        self.xact
+            .settle(self.xact.oldest_running(), self.xact.horizon());
+    }
+
     /// The reloadable write-back settings in effect.
     pub fn write_settings(&self) -> WriteSettings {
         self.write_settings.read().clone()
@@ -336,6 +356,12 @@ impl Storage {
             tracing::info!("checkpoint starting: {}", cause.words());
         }
         let wal = self.wal();
+        // Before the redo point: the freezing this relies on is logged before it, so this
+        // checkpoint writes those pages, and a crash after it never replays them (DESIGN.md,
+        // "Freezing").
+        let oldest_xid = self
+            .xact
+            .next_oldest_xid(crate::vacuum::frozen_cutoff(self));
         let redo = {
             let _c = self.xact.commit_lock.write();
             wal.begin_checkpoint()
@@ -414,10 +440,11 @@ impl Storage {
         }
         let next_xid = self.xact.next_xid();
         let next_relfile = self.next_relfile.load(Ordering::Acquire);
-        let mut main = Vec::with_capacity(20);
+        let mut main = Vec::with_capacity(28);
         main.extend_from_slice(&redo.0.to_le_bytes());
         main.extend_from_slice(&next_xid.0.to_le_bytes());
         main.extend_from_slice(&next_relfile.to_le_bytes());
+        main.extend_from_slice(&oldest_xid.0.to_le_bytes());
         let (start, end) = wal.insert(&mut |_| Record {
             rmgr: RM_XLOG,
             info: XLOG_CHECKPOINT,
@@ -435,8 +462,10 @@ impl Storage {
             next_relfile,
             timeline: self.timeline(),
             system_identifier: self.system_identifier,
+            oldest_xid,
         }
         .write(&*self.vfs, &self.dir)?;
+        self.forget_xids_before(oldest_xid);
         let distance_kb = wal_since_previous / 1024;
         let estimate_kb = {
             // PostgreSQL's UpdateCheckPointDistanceEstimate: a decaying average of distances.

@@ -1,6 +1,6 @@
 //! The control file `global/pg_control` and the transaction status store `pg_xact/`.
 //!
-//! Control file, 56 bytes, little-endian:
+//! Control file, 64 bytes, little-endian:
 //! ```text
 //!  0 u32 magic "WLNT" (0x544E_4C57)
 //!  4 u32 format version ([`FORMAT_VERSION`])
@@ -11,8 +11,11 @@
 //! 32 u64 next_xid
 //! 40 u32 next_relfile
 //! 44 u64 system_identifier  chosen by initdb, never changed (IDENTIFY_SYSTEM's systemid)
-//! 52 u32 crc32c of bytes 0..52
+//! 52 u64 oldest_xid      xids below are frozen out of every heap (PostgreSQL's oldestXid)
+//! 60 u32 crc32c of bytes 0..60
 //! ```
+//! A format-4 file is 56 bytes, without `oldest_xid` (read as the first normal xid), its CRC at
+//! 52; it is read, and written back in format 5.
 //! The control file is replaced atomically: write `pg_control.tmp`, fsync it, rename over
 //! `pg_control`, fsync the directory. A crash leaves either the old or the new file.
 //!
@@ -39,10 +42,16 @@ const MAGIC: u32 = 0x544E_4C57;
 /// is refused at start-up. History: 1, the first; 2, heap rows store a string's length in one
 /// byte when it is under 128 bytes, and `char(n)` without its trailing blanks; 3, the control
 /// file holds the system identifier; 4, the transaction status store is paged (`pg_xact/0000`
-/// segments of two bits per xid instead of one `pg_xact/status` file of a byte per xid).
-pub const FORMAT_VERSION: u32 = 4;
+/// segments of two bits per xid instead of one `pg_xact/status` file of a byte per xid); 5, the
+/// control file holds the oldest xid, and a heap `xmin` may be `Xid::ABORTED` (a format-4
+/// directory is read as it is: it has neither).
+pub const FORMAT_VERSION: u32 = 5;
+/// The previous format, which this version reads.
+const FORMAT_VERSION_4: u32 = 4;
 /// Size of the control file, bytes.
-const CONTROL_LEN: usize = 56;
+const CONTROL_LEN: usize = 64;
+/// Size of a format-4 control file, bytes.
+const CONTROL_LEN_4: usize = 56;
 
 /// Transactions per page of the status store: two bits each (PostgreSQL's
 /// `CLOG_XACTS_PER_PAGE`).
@@ -81,6 +90,9 @@ pub struct ControlFile {
     /// The data directory's identity, chosen by initdb ([`new_system_identifier`]) and copied
     /// by base backups: a standby streams only from a primary with the same one.
     pub system_identifier: u64,
+    /// Xids below this are frozen out of every heap and forgotten by the status store
+    /// (PostgreSQL's `oldestXid`; DESIGN.md, "Freezing").
+    pub oldest_xid: Xid,
 }
 
 /// A new system identifier, as PostgreSQL's `BootStrapXLOG` makes one: the seconds of the
@@ -157,7 +169,7 @@ pub fn read_all(vfs: &dyn Vfs, path: &Path) -> Result<Option<Vec<u8>>> {
 }
 
 impl ControlFile {
-    /// Encodes to the 56-byte format.
+    /// Encodes to the 64-byte format.
     pub fn encode(&self) -> Vec<u8> {
         let mut b = Vec::with_capacity(CONTROL_LEN);
         b.extend_from_slice(&MAGIC.to_le_bytes());
@@ -169,6 +181,7 @@ impl ControlFile {
         b.extend_from_slice(&self.next_xid.0.to_le_bytes());
         b.extend_from_slice(&self.next_relfile.to_le_bytes());
         b.extend_from_slice(&self.system_identifier.to_le_bytes());
+        b.extend_from_slice(&self.oldest_xid.0.to_le_bytes());
         let crc = walnut_common::crc32c(&b);
         b.extend_from_slice(&crc.to_le_bytes());
         b
@@ -180,7 +193,13 @@ impl ControlFile {
     /// Corruption for a wrong magic, version, size or CRC.
     pub fn decode(b: &[u8]) -> Result<ControlFile> {
         // The version comes first: an older directory's file is shorter.
-        if b.len() >= 8 && b[..4] == MAGIC.to_le_bytes() && b[4..8] != FORMAT_VERSION.to_le_bytes()
+        let version = b
+            .get(4..8)
+            .map(|v| u32::from_le_bytes(v.try_into().expect("4")));
+        if b.len() >= 8
+            && b[..4] == MAGIC.to_le_bytes()
+            && version != Some(FORMAT_VERSION)
+            && version != Some(FORMAT_VERSION_4)
         {
             return Err(Error::corruption(format!(
                 "database files are incompatible with server: the data directory was \
@@ -189,9 +208,14 @@ impl ControlFile {
                 u32::from_le_bytes([b[4], b[5], b[6], b[7]])
             )));
         }
-        if b.len() != CONTROL_LEN {
+        let len = if version == Some(FORMAT_VERSION_4) {
+            CONTROL_LEN_4
+        } else {
+            CONTROL_LEN
+        };
+        if b.len() != len {
             return Err(Error::corruption(format!(
-                "control file has {} bytes, expected {CONTROL_LEN}",
+                "control file has {} bytes, expected {len}",
                 b.len()
             )));
         }
@@ -200,7 +224,7 @@ impl ControlFile {
         if u32_at(0) != MAGIC {
             return Err(Error::corruption("control file has a wrong magic number"));
         }
-        if walnut_common::crc32c(&b[..52]) != u32_at(52) {
+        if walnut_common::crc32c(&b[..len - 4]) != u32_at(len - 4) {
             return Err(Error::corruption("incorrect checksum in control file"));
         }
         let state = match u32_at(8) {
@@ -220,6 +244,11 @@ impl ControlFile {
             next_relfile: u32_at(40),
             timeline: u32_at(12).max(1),
             system_identifier: u64_at(44),
+            oldest_xid: if len == CONTROL_LEN {
+                Xid(u64_at(52))
+            } else {
+                Xid::FIRST_NORMAL
+            },
         })
     }
 
@@ -343,15 +372,34 @@ pub fn write_xact_pages(
     Ok(())
 }
 
-/// Reads the whole status store: one byte per xid, from xid 0 to the end of the last segment
-/// ([`crate::xact::CLOG_UNKNOWN`], [`crate::xact::CLOG_ABORTED`] or
-/// [`crate::xact::CLOG_COMMITTED`]); empty if there is none yet. A page past a segment's end
-/// reads as all unknown.
+/// The status store as read at start-up: a byte per xid from xid `base`.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct XactStatus {
+    /// The first xid of `status` (the start of the segment holding the oldest xid).
+    pub base: u64,
+    /// [`crate::xact::CLOG_UNKNOWN`], [`crate::xact::CLOG_ABORTED`] or
+    /// [`crate::xact::CLOG_COMMITTED`], one per xid.
+    pub status: Vec<u8>,
+}
+
+impl XactStatus {
+    /// The status of `xid`: unknown if the store does not reach it.
+    pub fn get(&self, xid: Xid) -> u8 {
+        xid.0
+            .checked_sub(self.base)
+            .and_then(|i| self.status.get(i as usize).copied())
+            .unwrap_or(crate::xact::CLOG_UNKNOWN)
+    }
+}
+
+/// Xids per segment file of the status store.
+const XACTS_PER_SEGMENT: u64 = XACTS_PER_PAGE * XACT_PAGES_PER_SEGMENT;
+
+/// The segment numbers in `pg_xact`, ascending (none if the directory is missing).
 ///
 /// # Errors
-/// I/O errors; corruption for a file in `pg_xact` that is not a segment, or an xid with the
-/// bits `11` (which walnut never writes).
-pub fn read_xact_status(vfs: &dyn Vfs, datadir: &Path) -> Result<Vec<u8>> {
+/// I/O errors; corruption for a file that is not a segment.
+fn xact_segments(vfs: &dyn Vfs, datadir: &Path) -> Result<Vec<u64>> {
     let dir = datadir.join("pg_xact");
     if !vfs.exists(&dir) {
         return Ok(Vec::new());
@@ -382,18 +430,36 @@ pub fn read_xact_status(vfs: &dyn Vfs, datadir: &Path) -> Result<Vec<u8>> {
         }
     }
     segments.sort_unstable();
-    let per_segment = XACTS_PER_PAGE * XACT_PAGES_PER_SEGMENT;
+    Ok(segments)
+}
+
+/// Reads the status store from the segment holding `oldest` (the control file's oldest xid)
+/// to the end of the last segment; segments wholly below `oldest` (a crash came before the
+/// checkpoint removed them) are skipped. A page past a segment's end, and a missing segment,
+/// read as all unknown.
+///
+/// # Errors
+/// I/O errors; corruption for a file in `pg_xact` that is not a segment, or an xid with the
+/// bits `11` (which walnut never writes).
+pub fn read_xact_status(vfs: &dyn Vfs, datadir: &Path, oldest: Xid) -> Result<XactStatus> {
+    let per_segment = XACTS_PER_SEGMENT;
+    let first = oldest.0 / per_segment;
+    let segments: Vec<u64> = xact_segments(vfs, datadir)?
+        .into_iter()
+        .filter(|&s| s >= first)
+        .collect();
     let Some(&last) = segments.last() else {
-        return Ok(Vec::new());
+        return Ok(XactStatus::default());
     };
-    let mut out = vec![crate::xact::CLOG_UNKNOWN; ((last + 1) * per_segment) as usize];
+    let base = first * per_segment;
+    let mut out = vec![crate::xact::CLOG_UNKNOWN; ((last + 1 - first) * per_segment) as usize];
     for seg in segments {
         let path = xact_segment_path(datadir, seg * XACT_PAGES_PER_SEGMENT);
         let b = read_all(vfs, &path)?.unwrap_or_default();
         for (byte_no, &byte) in b.iter().enumerate().take((per_segment / 4) as usize) {
             for k in 0..4u64 {
                 let xid = seg * per_segment + byte_no as u64 * 4 + k;
-                out[xid as usize] = match (byte >> (2 * k)) & 0b11 {
+                out[(xid - base) as usize] = match (byte >> (2 * k)) & 0b11 {
                     0 => crate::xact::CLOG_UNKNOWN,
                     XACT_BITS_COMMITTED => crate::xact::CLOG_COMMITTED,
                     XACT_BITS_ABORTED => crate::xact::CLOG_ABORTED,
@@ -407,7 +473,37 @@ pub fn read_xact_status(vfs: &dyn Vfs, datadir: &Path) -> Result<Vec<u8>> {
             }
         }
     }
-    Ok(out)
+    Ok(XactStatus { base, status: out })
+}
+
+/// Removes the segments of the status store wholly below `oldest` (PostgreSQL's
+/// `TruncateCLOG`), after the control file naming `oldest` is durable; then fsyncs
+/// `pg_xact`. Returns how many it removed.
+///
+/// # Errors
+/// I/O errors listing or removing (what is left is removed by a later call); corruption for a
+/// file that is not a segment. A failed fsync is a PANIC.
+pub fn remove_xact_segments_before(vfs: &dyn Vfs, datadir: &Path, oldest: Xid) -> Result<usize> {
+    let mut removed = 0;
+    for seg in xact_segments(vfs, datadir)? {
+        if (seg + 1) * XACTS_PER_SEGMENT > oldest.0 {
+            break;
+        }
+        let path = xact_segment_path(datadir, seg * XACT_PAGES_PER_SEGMENT);
+        vfs.remove(&path)
+            .map_err(|e| Error::io(format!("could not remove \"{}\"", path.display()), e))?;
+        removed += 1;
+    }
+    if removed > 0 {
+        let dir = datadir.join("pg_xact");
+        if let Err(e) = vfs.sync_dir(&dir) {
+            panic_fatal(&format!(
+                "could not fsync directory \"{}\": {e}",
+                dir.display()
+            ));
+        }
+    }
+    Ok(removed)
 }
 
 #[cfg(test)]
@@ -424,11 +520,44 @@ mod tests {
             next_relfile: 16390,
             timeline: 3,
             system_identifier: 7_000_000_000_000_000_001,
+            oldest_xid: Xid(5),
         };
         let mut b = c.encode();
+        assert_eq!(b.len(), CONTROL_LEN);
         assert_eq!(ControlFile::decode(&b).unwrap(), c);
         b[20] ^= 1;
         assert!(ControlFile::decode(&b).is_err());
+    }
+
+    #[test]
+    fn a_format_4_control_file_is_read_with_the_first_xid_as_the_oldest() {
+        let c = ControlFile {
+            state: DbState::ShutDown,
+            checkpoint_lsn: Lsn(100),
+            redo_lsn: Lsn(100),
+            next_xid: Xid(77),
+            next_relfile: 16385,
+            timeline: 1,
+            system_identifier: 9,
+            oldest_xid: Xid(50),
+        };
+        // Format 4: no oldest xid, the CRC at 52.
+        let mut b = c.encode();
+        b.truncate(52);
+        b[4..8].copy_from_slice(&FORMAT_VERSION_4.to_le_bytes());
+        let crc = walnut_common::crc32c(&b);
+        b.extend_from_slice(&crc.to_le_bytes());
+        let read = ControlFile::decode(&b).unwrap();
+        assert_eq!(
+            read,
+            ControlFile {
+                oldest_xid: Xid::FIRST_NORMAL,
+                ..c
+            }
+        );
+        assert_eq!(ControlFile::decode(&read.encode()).unwrap(), read);
+        b[10] ^= 1;
+        assert!(ControlFile::decode(&b).is_err(), "its CRC is checked");
     }
 
     #[test]
@@ -441,11 +570,12 @@ mod tests {
             next_relfile: 16385,
             timeline: 1,
             system_identifier: 1,
+            oldest_xid: Xid(3),
         };
         let mut b = c.encode();
         b[4..8].copy_from_slice(&2u32.to_le_bytes());
-        let crc = walnut_common::crc32c(&b[..52]);
-        b[52..56].copy_from_slice(&crc.to_le_bytes());
+        let crc = walnut_common::crc32c(&b[..60]);
+        b[60..64].copy_from_slice(&crc.to_le_bytes());
         let err = ControlFile::decode(&b).unwrap_err().to_string();
         assert!(
             err.contains("incompatible") && err.contains("version 2") && err.contains("initdb"),
@@ -476,7 +606,9 @@ mod tests {
         write_xact_pages(&vfs, tmp.path(), &pages).unwrap();
         assert!(vfs.exists(&tmp.path().join("pg_xact/0000")));
         assert!(vfs.exists(&tmp.path().join("pg_xact/0001")));
-        let read = read_xact_status(&vfs, tmp.path()).unwrap();
+        let read = read_xact_status(&vfs, tmp.path(), Xid::FIRST_NORMAL).unwrap();
+        assert_eq!(read.base, 0);
+        let read = read.status;
         assert_eq!(
             read.len() as u64,
             2 * XACT_PAGES_PER_SEGMENT * XACTS_PER_PAGE
@@ -495,7 +627,9 @@ mod tests {
         // A later write of page 0 changes only that page's bytes.
         let all_committed = encode_xact_page(0, |_| CLOG_COMMITTED);
         write_xact_pages(&vfs, tmp.path(), &[(0, all_committed)]).unwrap();
-        let again = read_xact_status(&vfs, tmp.path()).unwrap();
+        let again = read_xact_status(&vfs, tmp.path(), Xid::FIRST_NORMAL)
+            .unwrap()
+            .status;
         assert!(again[..XACTS_PER_PAGE as usize]
             .iter()
             .all(|&s| s == CLOG_COMMITTED));
@@ -509,15 +643,38 @@ mod tests {
         f.write_at(&[0b11], 5).unwrap();
         drop(f);
         assert_eq!(
-            read_xact_status(&vfs, tmp.path()).unwrap_err().sqlstate.0,
+            read_xact_status(&vfs, tmp.path(), Xid::FIRST_NORMAL)
+                .unwrap_err()
+                .sqlstate
+                .0,
             "XX001"
         );
+        // Read from the segment of a later oldest xid, segment 0 is not read at all.
+        let per_segment = XACT_PAGES_PER_SEGMENT * XACTS_PER_PAGE;
+        let later = read_xact_status(&vfs, tmp.path(), Xid(per_segment + 9)).unwrap();
+        assert_eq!(later.base, per_segment);
+        assert_eq!(later.status[..], read[per_segment as usize..]);
+        assert_eq!(later.get(Xid(per_segment - 1)), CLOG_UNKNOWN);
+        // Removal takes the segments wholly below the oldest xid, and only those.
+        assert_eq!(
+            remove_xact_segments_before(&vfs, tmp.path(), Xid(per_segment - 1)).unwrap(),
+            0
+        );
+        assert_eq!(
+            remove_xact_segments_before(&vfs, tmp.path(), Xid(per_segment + 9)).unwrap(),
+            1
+        );
+        assert!(!vfs.exists(&seg) && vfs.exists(&tmp.path().join("pg_xact/0001")));
+        std::fs::copy(tmp.path().join("pg_xact/0001"), &seg).unwrap();
         let f = vfs.open(&seg, walnut_io::OpenMode::default()).unwrap();
         f.write_at(&[0], 5).unwrap();
         drop(f);
         std::fs::write(tmp.path().join("pg_xact/status"), b"old").unwrap();
         assert_eq!(
-            read_xact_status(&vfs, tmp.path()).unwrap_err().sqlstate.0,
+            read_xact_status(&vfs, tmp.path(), Xid::FIRST_NORMAL)
+                .unwrap_err()
+                .sqlstate
+                .0,
             "XX001"
         );
     }

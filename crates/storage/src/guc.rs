@@ -283,6 +283,8 @@ pub static GUCS: &[&GucDef] = &[
     &VACUUM_COST_PAGE_MISS,
     &VACUUM_COST_PAGE_DIRTY,
     &LOG_AUTOVACUUM_MIN_DURATION,
+    &VACUUM_FREEZE_MIN_AGE,
+    &AUTOVACUUM_FREEZE_MAX_AGE,
 ];
 
 fn check_fsync(v: Val) -> Result<Val> {
@@ -692,6 +694,32 @@ pub static AUTOVACUUM_MAX_WORKERS: GucDef = GucDef {
     context: Context::Sighup,
     category: "Vacuuming / Automatic Vacuuming",
     description: "Sets the maximum number of simultaneously running autovacuum worker processes.",
+    check: None,
+};
+
+/// `vacuum_freeze_min_age`, xids: VACUUM freezes the xids at least this much older than the
+/// oldest running one (DESIGN.md of the storage, "Freezing"). Server-wide in walnut (PostgreSQL
+/// lets a session set it); `VACUUM FREEZE` uses 0.
+pub static VACUUM_FREEZE_MIN_AGE: GucDef = GucDef {
+    name: "vacuum_freeze_min_age",
+    kind: int(0, 1_000_000_000, Unit::None),
+    default: "50000000",
+    context: Context::Sighup,
+    category: "Client Connection Defaults / Statement Behavior",
+    description: "Minimum age at which VACUUM should freeze a table row.",
+    check: None,
+};
+
+/// `autovacuum_freeze_max_age`, xids: autovacuum VACUUMs a table whose `relfrozenxid` is
+/// older than this, even with `autovacuum = off`, so that the transaction status store can
+/// forget the xids below it.
+pub static AUTOVACUUM_FREEZE_MAX_AGE: GucDef = GucDef {
+    name: "autovacuum_freeze_max_age",
+    kind: int(100_000, 2_000_000_000, Unit::None),
+    default: "200000000",
+    context: Context::Postmaster,
+    category: "Vacuuming / Automatic Vacuuming",
+    description: "Age at which to autovacuum a table to prevent transaction ID wraparound.",
     check: None,
 };
 

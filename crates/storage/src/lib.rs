@@ -39,6 +39,7 @@ pub use checkpointer::{Cause, WriteSettings};
 use control::{ControlFile, DbState};
 use parking_lot::{Condvar, Mutex, RwLock};
 use smgr::Smgr;
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
@@ -232,6 +233,10 @@ pub struct Storage {
     pub table_stats: tabstat::TableStats,
     /// Autovacuum's settings and workers.
     pub autovacuum: Arc<autovacuum::Autovacuum>,
+    /// Per heap file, the oldest xid a VACUUM since start-up left in it (PostgreSQL's
+    /// `pg_class.relfrozenxid`, in memory only: a file without an entry counts as the
+    /// status store's oldest xid). See [`vacuum::frozen_cutoff`].
+    pub relfrozenxid: Mutex<HashMap<RelFileId, Xid>>,
 }
 
 /// Inserts one WAL record (`rmgr`, `info`) for `xid` carrying `images[i]` as the whole new
@@ -411,6 +416,7 @@ impl Storage {
             next_relfile: RelFileId::FIRST_USER.0,
             timeline: 1,
             system_identifier: control::new_system_identifier(),
+            oldest_xid: Xid::FIRST_NORMAL,
         };
         let st = Storage::new(
             vfs.clone(),
@@ -420,7 +426,7 @@ impl Storage {
                 ..Default::default()
             },
             &ctl,
-            &[],
+            &control::XactStatus::default(),
             slots::ReplicationSlots::load(vfs.clone(), dir)?,
         );
         let wal = Wal::open(vfs.clone(), cfg, Lsn::FIRST, Lsn::FIRST)?;
@@ -437,7 +443,7 @@ impl Storage {
         dir: &Path,
         config: StorageConfig,
         ctl: &ControlFile,
-        xact_status: &[u8],
+        xact_status: &control::XactStatus,
         slots: Arc<slots::ReplicationSlots>,
     ) -> Storage {
         let smgr = Arc::new(
@@ -450,7 +456,12 @@ impl Storage {
             vfs,
             pool: BufferPool::new(config.shared_buffers_pages, smgr.clone()),
             smgr,
-            xact: XactManager::new(ctl.next_xid, xact_status),
+            xact: XactManager::load(
+                ctl.next_xid,
+                ctl.oldest_xid,
+                xact_status.base,
+                &xact_status.status,
+            ),
             system_identifier: ctl.system_identifier,
             timeline: AtomicU32::new(ctl.timeline),
             slots,
@@ -481,6 +492,7 @@ impl Storage {
             prune_stats: Default::default(),
             table_stats: Default::default(),
             autovacuum: Arc::new(autovacuum::Autovacuum::new(config.autovacuum.clone())),
+            relfrozenxid: Mutex::new(HashMap::new()),
         }
     }
 
@@ -531,7 +543,7 @@ impl Storage {
         if ctl.state != DbState::ShutDown {
             sync_data_directory(&*vfs, dir)?;
         }
-        let status = control::read_xact_status(&*vfs, dir)?;
+        let status = control::read_xact_status(&*vfs, dir, ctl.oldest_xid)?;
         // A base backup's copy: recovery must reach the backup's end (backup.rs).
         let label_path = dir.join(backup::BACKUP_LABEL);
         let label = match control::read_all(&*vfs, &label_path)? {

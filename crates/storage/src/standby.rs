@@ -87,7 +87,7 @@ pub struct Recovery {
     apply_records_per_sec: AtomicU64,
     /// The last checkpoint record replayed: (its LSN, its redo point), a restartpoint's
     /// candidate.
-    restart_candidate: Mutex<Option<(Lsn, Lsn)>>,
+    restart_candidate: Mutex<Option<recovery::CheckpointSeen>>,
     /// The checkpoint record of the last restartpoint (or of the control file at start-up).
     last_restartpoint: Mutex<Lsn>,
     /// Guards the waits below.
@@ -518,7 +518,7 @@ fn startup(weak: Weak<Storage>, rec: Arc<Recovery>, mut reader: WalReader) {
                 }
             }
         }
-        let conflicts = crate::heap::prune_conflicts(&r.record).unwrap_or_else(|e| fatal(e));
+        let conflicts = crate::heap::snapshot_conflicts(&r.record).unwrap_or_else(|e| fatal(e));
         if let Some(xids) = conflicts.filter(|x| !x.is_empty()) {
             let published =
                 |x: &Xid| matches!(st.xact.status(*x), crate::xact::XidStatus::Committed(_));
@@ -698,8 +698,11 @@ enum Effect {
         catalog: bool,
         end: Lsn,
     },
-    /// A checkpoint record (its LSN, its redo point): a restartpoint candidate.
-    Checkpoint { lsn: Lsn, redo: Lsn, end: Lsn },
+    /// A checkpoint record: a restartpoint candidate; `end` is the record's end.
+    Checkpoint {
+        seen: recovery::CheckpointSeen,
+        end: Lsn,
+    },
 }
 
 /// A standby's replay with `recovery_workers` > 1, during a parallel stretch (from a record
@@ -762,9 +765,9 @@ impl ParallelReplay {
             } else {
                 Self::publish_one(st, rec, Effect::Replayed(d.end_lsn), notified);
             }
-            if let Some((lsn, redo)) = a.checkpoint {
+            if let Some(seen) = a.checkpoint {
                 let end = d.end_lsn;
-                Self::publish_one(st, rec, Effect::Checkpoint { lsn, redo, end }, notified);
+                Self::publish_one(st, rec, Effect::Checkpoint { seen, end }, notified);
             }
             return Ok(());
         }
@@ -808,11 +811,7 @@ impl ParallelReplay {
             let mut a = Applied::default();
             recovery::apply_main(st, lsn, &r, &mut a).map_err(|e| recovery::at_record(lsn, e))?;
             match a.checkpoint {
-                Some((lsn, redo)) => Effect::Checkpoint {
-                    lsn,
-                    redo,
-                    end: end_lsn,
-                },
+                Some(seen) => Effect::Checkpoint { seen, end: end_lsn },
                 None => Effect::Replayed(end_lsn),
             }
         };
@@ -905,8 +904,8 @@ impl ParallelReplay {
                     rec.applied.notify_all();
                 }
             }
-            Effect::Checkpoint { lsn, redo, end } => {
-                *rec.restart_candidate.lock() = Some((lsn, redo));
+            Effect::Checkpoint { seen, end } => {
+                *rec.restart_candidate.lock() = Some(seen);
                 rec.replayed.store(end.0, Ordering::Release);
                 let _g = rec.lock.lock();
                 rec.restart_wake.notify_all();
@@ -1095,7 +1094,10 @@ fn restartpointer(weak: Weak<Storage>, rec: Arc<Recovery>) {
             return;
         }
         let Some(st) = weak.upgrade() else { return };
-        let Some((ckpt, redo)) = *rec.restart_candidate.lock() else {
+        let Some(recovery::CheckpointSeen {
+            lsn: ckpt, redo, ..
+        }) = *rec.restart_candidate.lock()
+        else {
             continue;
         };
         if ckpt <= *rec.last_restartpoint.lock() {
@@ -1128,12 +1130,20 @@ fn restartpointer(weak: Weak<Storage>, rec: Arc<Recovery>) {
 /// I/O errors writing pages or files. A failed fsync is a PANIC.
 fn restartpoint(st: &Storage, rec: &Recovery, state: DbState) -> Result<Option<Lsn>> {
     let _running = st.ckpt_running.lock();
-    let Some((ckpt, redo)) = *rec.restart_candidate.lock() else {
+    let Some(recovery::CheckpointSeen {
+        lsn: ckpt,
+        redo,
+        oldest_xid,
+    }) = *rec.restart_candidate.lock()
+    else {
         return Ok(None);
     };
     if ckpt <= *rec.last_restartpoint.lock() && state != DbState::ShutDown {
         return Ok(None);
     }
+    // The primary's cut, once no standby query that began before it was replayed can still
+    // hold a header it copied (`XactManager::next_oldest_xid`); never back.
+    let oldest_xid = st.xact.next_oldest_xid(oldest_xid);
     let log = st.write_settings().log_checkpoints;
     if log {
         tracing::info!("restartpoint starting: time");
@@ -1164,8 +1174,10 @@ fn restartpoint(st: &Storage, rec: &Recovery, state: DbState) -> Result<Option<L
         next_relfile: st.next_relfile.load(Ordering::Acquire),
         timeline: st.timeline(),
         system_identifier: st.system_identifier,
+        oldest_xid,
     }
     .write(&*st.vfs, &st.dir)?;
+    st.forget_xids_before(oldest_xid);
     *rec.last_restartpoint.lock() = ckpt;
     let removed = remove_segments_before(st, segment_of(redo.0))?;
     st.smgr.stats.ckpt_done.fetch_add(1, Ordering::AcqRel);
@@ -1241,11 +1253,7 @@ fn finish_recovery(st: &Arc<Storage>, rec: &Recovery, end: Lsn) -> Result<()> {
     st.set_timeline(new);
     tracing::info!("selected new timeline ID: {new}");
     st.xact.abort_unresolved();
-    let redo = rec
-        .restart_candidate
-        .lock()
-        .map(|(_, redo)| redo)
-        .unwrap_or(end);
+    let redo = rec.restart_candidate.lock().map(|c| c.redo).unwrap_or(end);
     st.attach_wal(end, redo)?;
     rec.ended.store(true, Ordering::Release);
     st.checkpoint_now(DbState::InProduction)?;

@@ -26,6 +26,12 @@
 //!
 //! `D` is kept in memory, at most [`MAX_DEAD_ITEMS`] at a time: a table with more runs steps 2
 //! to 4 for each batch (PostgreSQL's `maintenance_work_mem` and its several index scans).
+//!
+//! **Freezing** (DESIGN.md, "Freezing"). Step 1 also freezes, on each page, the xids older than
+//! `vacuum_freeze_min_age` whose outcome every snapshot sees, and notes the oldest xid it left.
+//! A VACUUM that ran to its end records that (or the oldest running xid, if older) as the
+//! table's `relfrozenxid` ([`Storage::relfrozenxid`]); the oldest of them all,
+//! [`frozen_cutoff`], is what a checkpoint lets the status store forget.
 
 use crate::catalog::TableInfo;
 use crate::progress::{
@@ -37,7 +43,7 @@ use crate::{btree, heap, Storage};
 use std::cell::Cell;
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, Ordering};
-use walnut_common::{BlockNumber, Error, ErrorKind, RelFileId, Result, SqlState, Tid};
+use walnut_common::{BlockNumber, Error, ErrorKind, RelFileId, Result, SqlState, Tid, Xid};
 
 /// Dead line pointers remembered before the index is scanned: about 64 MB in the set
 /// (PostgreSQL's default `maintenance_work_mem`), and as much again while the index scan's
@@ -65,16 +71,120 @@ pub struct VacuumStats {
     pub index_scans: u32,
     /// `prev` links cleared (step 3).
     pub links_cleared: u64,
+    /// Versions whose `xmin` or `xmax` step 1 froze.
+    pub frozen: u64,
+    /// Pages on which step 1 froze something.
+    pub pages_frozen: u32,
+    /// The table's new `relfrozenxid`: the oldest xid a version may still name.
+    pub relfrozenxid: Xid,
 }
 
+/// PostgreSQL's default `vacuum_freeze_min_age`, xids.
+pub const DEFAULT_FREEZE_MIN_AGE: u64 = 50_000_000;
+
 /// How a VACUUM runs.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct VacuumParams {
     /// Run by autovacuum: recorded as `last_autovacuum` and `autovacuum_count`.
     pub auto: bool,
     /// Skip the table, rather than wait, if another VACUUM of it is running (PostgreSQL's
     /// `SKIP_LOCKED`, which autovacuum always uses).
     pub skip_locked: bool,
+    /// Xids at least this much older than the oldest running one are frozen
+    /// (`vacuum_freeze_min_age`; 0 for `VACUUM FREEZE`).
+    pub freeze_min_age: u64,
+}
+
+impl Default for VacuumParams {
+    fn default() -> VacuumParams {
+        VacuumParams {
+            auto: false,
+            skip_locked: false,
+            freeze_min_age: DEFAULT_FREEZE_MIN_AGE,
+        }
+    }
+}
+
+/// The oldest xid any heap may still name, as far as this server knows (PostgreSQL's
+/// `datfrozenxid`, from `vac_update_datfrozenxid`): the oldest `relfrozenxid` of the catalog
+/// and of every table the catalog names, where a heap no VACUUM finished since start-up counts
+/// as the status store's oldest xid. Never below that. Entries of heaps the catalog no longer
+/// names are dropped.
+pub fn frozen_cutoff(st: &Storage) -> Xid {
+    let oldest = st.xact.oldest_xid();
+    let tables = st.catalog.all();
+    let mut map = st.relfrozenxid.lock();
+    let live: HashSet<RelFileId> = tables
+        .iter()
+        .map(|t| t.relfile)
+        .chain([RelFileId::CATALOG])
+        .collect();
+    map.retain(|f, _| live.contains(f));
+    live.iter()
+        .map(|f| map.get(f).copied().unwrap_or(oldest))
+        .min()
+        .unwrap_or(oldest)
+        .max(oldest)
+}
+
+/// Heap file `relfile`'s `relfrozenxid` (PostgreSQL's `pg_class.relfrozenxid`): what the last
+/// VACUUM that ran to its end left, else the status store's oldest xid.
+pub fn relfrozenxid(st: &Storage, relfile: RelFileId) -> Xid {
+    let oldest = st.xact.oldest_xid();
+    st.relfrozenxid
+        .lock()
+        .get(&relfile)
+        .copied()
+        .unwrap_or(oldest)
+        .max(oldest)
+}
+
+/// The age of `relfile`'s `relfrozenxid` in xids (PostgreSQL's `age(relfrozenxid)`):
+/// autovacuum VACUUMs a table whose age passes `autovacuum_freeze_max_age`.
+pub fn relfrozenxid_age(st: &Storage, relfile: RelFileId) -> u64 {
+    st.xact
+        .next_xid()
+        .0
+        .saturating_sub(relfrozenxid(st, relfile).0)
+}
+
+/// VACUUMs the catalog: freezes its old xids (it is never pruned: DESIGN.md, "Freezing"), one
+/// page at a time under `check`, and records its `relfrozenxid`. A VACUUM of it already
+/// running makes this return at once.
+///
+/// # Errors
+/// 25006 on a hot standby; `check`'s; corruption and I/O errors; the WAL's.
+pub fn vacuum_catalog(
+    st: &Storage,
+    freeze_min_age: u64,
+    check: &mut dyn FnMut() -> Result<()>,
+) -> Result<()> {
+    if st.in_recovery() {
+        return Err(Error::user(
+            SqlState::READ_ONLY_SQL_TRANSACTION,
+            "cannot execute VACUUM during recovery",
+        ));
+    }
+    let rel = st.smgr.open(RelFileId::CATALOG)?;
+    let Some(_one_at_a_time) = rel.vacuum_lock.try_lock() else {
+        return Ok(());
+    };
+    let running = st.xact.oldest_running();
+    let limit = freeze_limit(running, freeze_min_age);
+    let mut oldest = running;
+    for b in 0..rel.nblocks.load(Ordering::Acquire) {
+        check()?;
+        let scan = heap::vacuum_scan_page(st, &rel, BlockNumber(b), false, limit)?;
+        oldest = scan.oldest_xid.map_or(oldest, |x| x.min(oldest));
+    }
+    st.relfrozenxid.lock().insert(RelFileId::CATALOG, oldest);
+    Ok(())
+}
+
+/// Xids below this are frozen by a VACUUM that starts when `running` is the oldest running xid
+/// (PostgreSQL's `FreezeLimit`).
+fn freeze_limit(running: Xid, freeze_min_age: u64) -> Xid {
+    Xid(running.0.saturating_sub(freeze_min_age)).max(Xid::FIRST_NORMAL)
 }
 
 /// VACUUMs table `info` (module documentation), as [`vacuum_table_with`] with the default
@@ -118,7 +228,7 @@ pub fn vacuum_table_with(
     }
     let mut stats = VacuumStats::default();
     if info.relfile == RelFileId::CATALOG {
-        // The catalog cache reads it with snapshots of its own, which the horizon ignores.
+        // Not pruned: see `vacuum_catalog`.
         return Ok(Some(stats));
     }
     let rel = match st.smgr.open(info.relfile) {
@@ -169,11 +279,19 @@ pub fn vacuum_table_with(
         Ok(())
     };
     let started = std::time::Instant::now();
-    match scan_and_free(st, info, &rel, &mut stats, &mut check) {
+    // Every xid below the oldest running one has ended; a version written after its page was
+    // scanned names a running xid or a later one.
+    let running = st.xact.oldest_running();
+    let limit = freeze_limit(running, params.freeze_min_age);
+    stats.relfrozenxid = running;
+    match scan_and_free(st, info, &rel, limit, &mut stats, &mut check) {
         Ok(()) => {}
         Err(e) if e.kind == ErrorKind::Cancelled && give_way() => return Ok(None),
         Err(e) => return Err(e),
     }
+    st.relfrozenxid
+        .lock()
+        .insert(info.relfile, stats.relfrozenxid);
     st.table_stats.of(info.table_id).vacuumed(
         params.auto,
         walnut_common::value::now_timestamp(),
@@ -190,6 +308,7 @@ fn scan_and_free(
     st: &Storage,
     info: &TableInfo,
     rel: &crate::smgr::Relation,
+    limit: Xid,
     stats: &mut VacuumStats,
     check: &mut dyn FnMut() -> Result<()>,
 ) -> Result<()> {
@@ -206,8 +325,13 @@ fn scan_and_free(
     let mut unlinked = Vec::new();
     for b in 0..n {
         check()?;
-        let scan = heap::vacuum_scan_page(st, rel, BlockNumber(b), info.index.is_none())?;
+        let scan = heap::vacuum_scan_page(st, rel, BlockNumber(b), info.index.is_none(), limit)?;
         stats.pages_scanned += 1;
+        stats.frozen += scan.frozen;
+        stats.pages_frozen += u32::from(scan.frozen > 0);
+        if let Some(x) = scan.oldest_xid {
+            stats.relfrozenxid = stats.relfrozenxid.min(x);
+        }
         if let Some(p) = progress {
             p.heap_blks_scanned.fetch_add(1, Ordering::Release);
             p.num_dead_item_ids
@@ -238,8 +362,12 @@ fn scan_and_free(
         let mut dead = Vec::new();
         for b in std::mem::take(&mut unlinked) {
             check()?;
-            let scan = heap::vacuum_scan_page(st, rel, b, info.index.is_none())?;
+            let scan = heap::vacuum_scan_page(st, rel, b, info.index.is_none(), limit)?;
             stats.removed += scan.removed as u64;
+            stats.frozen += scan.frozen;
+            if let Some(x) = scan.oldest_xid {
+                stats.relfrozenxid = stats.relfrozenxid.min(x);
+            }
             if scan.removed > 0 {
                 dead.push((b, scan.dead));
             }
@@ -421,6 +549,8 @@ pub fn report(
         "{heading} \"postgres.public.{}\": index scans: {}\n\
          pages: 0 removed, {} remain, {} scanned ({:.2}% of total)\n\
          tuples: {} removed, {} remain, {} are dead but not yet removable\n\
+         new relfrozenxid: {}\n\
+         frozen: {} pages from table ({:.2}% of total) had {} tuples frozen\n\
          dead item identifiers: {} removed",
         info.def.name,
         s.index_scans,
@@ -430,6 +560,10 @@ pub fn report(
         s.removed,
         s.live + s.recently_dead,
         s.recently_dead,
+        s.relfrozenxid.0,
+        s.pages_frozen,
+        pct(s.pages_frozen as u64, s.pages as u64),
+        s.frozen,
         s.dead_items,
     );
     if info.index.is_some() {

@@ -126,16 +126,28 @@ impl fmt::Display for Report {
     }
 }
 
-/// Transaction outcomes from the status file (a clean shutdown leaves none in progress).
-struct Outcomes(Vec<u8>);
+/// Transaction outcomes from the status store (a clean shutdown leaves none in progress), and
+/// the control file's oldest xid, below which the store forgot them.
+struct Outcomes {
+    store: control::XactStatus,
+    oldest: Xid,
+}
 
 impl Outcomes {
     fn committed(&self, x: Xid) -> bool {
-        x == Xid::FROZEN || self.0.get(x.0 as usize) == Some(&2)
+        x == Xid::FROZEN
+            || (x >= Xid::FIRST_NORMAL && x < self.oldest)
+            || self.store.get(x) == crate::xact::CLOG_COMMITTED
     }
 
     fn aborted(&self, x: Xid) -> bool {
-        self.0.get(x.0 as usize) == Some(&1)
+        x == Xid::ABORTED || (x >= self.oldest && self.store.get(x) == crate::xact::CLOG_ABORTED)
+    }
+
+    /// An xid a version may not name any more: a normal one below the oldest, which VACUUM
+    /// must have frozen before the store forgot it.
+    fn forgotten(&self, x: Xid) -> bool {
+        x >= Xid::FIRST_NORMAL && x < self.oldest
     }
 
     /// Inserted by a committed transaction and not deleted by one.
@@ -158,6 +170,23 @@ struct Checker<'a> {
 }
 
 impl Checker<'_> {
+    /// The status store still knows the version's `xmin` and `xmax` (VACUUM froze every xid
+    /// below the oldest before a checkpoint let the store forget them).
+    fn check_xids(&mut self, rel: RelFileId, tid: Tid, v: &Version) {
+        for (name, x) in [("xmin", v.xmin), ("xmax", v.xmax)] {
+            if self.outcomes.forgotten(x) {
+                self.problem(
+                    Some(rel),
+                    Some(tid.block),
+                    format!(
+                        "tuple {}: {name} {} is below the oldest xid {}, whose status the store no longer has",
+                        tid.slot, x.0, self.outcomes.oldest.0
+                    ),
+                );
+            }
+        }
+    }
+
     fn problem(&mut self, relfile: Option<RelFileId>, block: Option<BlockNumber>, what: String) {
         self.report.problems.push(Problem {
             relfile,
@@ -284,7 +313,10 @@ pub fn verify(vfs: Arc<dyn Vfs>, dir: &Path) -> Result<Report> {
             ),
         ));
     }
-    let outcomes = Outcomes(control::read_xact_status(&*vfs, dir)?);
+    let outcomes = Outcomes {
+        store: control::read_xact_status(&*vfs, dir, ctl.oldest_xid)?,
+        oldest: ctl.oldest_xid,
+    };
     let base = dir.join("base");
     let mut report = Report::default();
     let mut files: Vec<RelFileId> = Vec::new();
@@ -366,6 +398,7 @@ fn check_catalog(
     };
     let mut tables = Vec::new();
     for (tid, v) in c.heap_tuples(cat)? {
+        c.check_xids(RelFileId::CATALOG, tid, &v);
         if !c.outcomes.live(&v) {
             continue;
         }
@@ -432,6 +465,7 @@ fn check_heap(c: &mut Checker<'_>, t: &TableInfo, pages: &Pages) -> Result<HashM
     let exists: HashSet<Tid> = tuples.iter().map(|(tid, _)| *tid).collect();
     let mut live: HashMap<Vec<u8>, Tid> = HashMap::new();
     for (tid, v) in &tuples {
+        c.check_xids(id, *tid, v);
         // Pruning removes a version once the one that replaced it is visible to everyone: the
         // newer version's `prev` (its `xmin` committed) and an older one's `next` (its `xmax`
         // committed) may then point at a slot that is gone, dead or reused. So may the `prev`

@@ -16,6 +16,15 @@
 //! point (PostgreSQL's `DELAY_CHKPT_START`), so a commit record before the redo point always has
 //! its status in the checkpoint's status file.
 //!
+//! **Truncation and settled chunks** (DESIGN.md, "Freezing"). Statuses live in memory in
+//! chunks of `CHUNK` xids. Below [`XactManager::oldest_xid`] (PostgreSQL's `oldestXid`)
+//! VACUUM froze every xid out of the heap, so the status store forgets them: such an xid reads
+//! as committed and visible to all, its chunks are dropped ([`XactManager::truncate`]) and a
+//! checkpoint removes its segments. A chunk whose xids all ended, with every commit visible to
+//! every snapshot, is kept at two bits per xid instead of eight bytes
+//! ([`XactManager::settle`]): its commits then read as CSN 0, which every snapshot sees as it
+//! saw their CSNs.
+//!
 //! **Snapshots in use and the horizon.** Every transaction registers a [`SnapshotSlot`] (PostgreSQL's
 //! `PGPROC->xmin`) holding a lower bound of the CSN of the snapshot its statement reads with, or
 //! [`SnapshotSlot::IDLE`] between statements. [`XactManager::horizon`] is the smallest of them
@@ -39,6 +48,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use walnut_common::{Error, ErrorKind, Result, SqlState, Xid};
 
+/// Xids per in-memory chunk of statuses (512 kB as CSNs, 16 kB settled).
 const CHUNK: u64 = 1 << 16;
 
 /// In-memory status values.
@@ -116,6 +126,21 @@ impl SnapshotSlot {
     }
 }
 
+/// One chunk of in-memory statuses.
+enum Chunk {
+    /// Eight bytes per xid: `ST_*` or `ST_CSN_BASE` + CSN.
+    Open(Arc<[AtomicU64]>),
+    /// Two bits per xid (`01` committed, `10` aborted, as in the status store): every xid
+    /// ended, every commit visible to every snapshot (CSN 0).
+    Settled(Box<[u8]>),
+}
+
+/// The in-memory statuses: chunk `k` holds xids from `(first + k) * CHUNK`.
+struct Chunks {
+    first: u64,
+    chunks: Vec<Chunk>,
+}
+
 struct XidLock {
     done: Mutex<bool>,
     cond: Condvar,
@@ -124,7 +149,12 @@ struct XidLock {
 /// The transaction manager.
 pub struct XactManager {
     next_xid: AtomicU64,
-    chunks: RwLock<Vec<Arc<[AtomicU64]>>>,
+    /// Xids below are frozen out of every heap: committed, visible to all.
+    oldest_xid: AtomicU64,
+    /// Oldest xids computed by checkpoints, not yet in force, each with the last published
+    /// CSN when it was computed ([`XactManager::next_oldest_xid`]).
+    oldest_candidates: Mutex<std::collections::VecDeque<(Xid, u64)>>,
+    chunks: RwLock<Chunks>,
     last_csn: AtomicU64,
     publish: Mutex<()>,
     active: Mutex<HashMap<Xid, Arc<XidLock>>>,
@@ -142,11 +172,24 @@ pub struct XactManager {
 }
 
 impl XactManager {
-    /// A manager whose next xid is `next_xid`. `durable` is the loaded status file (index = xid).
+    /// A manager whose next xid is `next_xid` and whose oldest xid is the first; `durable` is
+    /// the loaded status store from xid 0 (a byte per xid, `CLOG_*`).
     pub fn new(next_xid: Xid, durable: &[u8]) -> XactManager {
+        XactManager::load(next_xid, Xid::FIRST_NORMAL, 0, durable)
+    }
+
+    /// A manager whose next xid is `next_xid` and oldest xid `oldest_xid` (the control
+    /// file's); `durable` is the loaded status store from xid `base` (a byte per xid, `CLOG_*`).
+    pub fn load(next_xid: Xid, oldest_xid: Xid, base: u64, durable: &[u8]) -> XactManager {
+        let oldest = oldest_xid.0.max(Xid::FIRST_NORMAL.0);
         let m = XactManager {
             next_xid: AtomicU64::new(next_xid.0.max(Xid::FIRST_NORMAL.0)),
-            chunks: RwLock::new(Vec::new()),
+            oldest_xid: AtomicU64::new(oldest),
+            oldest_candidates: Mutex::new(std::collections::VecDeque::new()),
+            chunks: RwLock::new(Chunks {
+                first: oldest / CHUNK,
+                chunks: Vec::new(),
+            }),
             last_csn: AtomicU64::new(1),
             publish: Mutex::new(()),
             active: Mutex::new(HashMap::new()),
@@ -157,9 +200,11 @@ impl XactManager {
             commit_lock: RwLock::new(()),
         };
         for (x, &s) in durable.iter().enumerate() {
+            let xid = Xid(base + x as u64);
             match s {
-                CLOG_COMMITTED => m.set(Xid(x as u64), ST_CSN_BASE + 1),
-                CLOG_ABORTED => m.set(Xid(x as u64), ST_ABORTED),
+                _ if xid.0 < oldest => {}
+                CLOG_COMMITTED => m.set(xid, ST_CSN_BASE + 1),
+                CLOG_ABORTED => m.set(xid, ST_ABORTED),
                 _ => {}
             }
         }
@@ -168,14 +213,12 @@ impl XactManager {
         m
     }
 
-    fn slot<R>(&self, xid: Xid, f: impl FnOnce(&AtomicU64) -> R) -> Option<R> {
-        let chunks = self.chunks.read();
-        let c = chunks.get((xid.0 / CHUNK) as usize)?;
-        Some(f(&c[(xid.0 % CHUNK) as usize]))
-    }
-
-    /// Sets `xid`'s in-memory status and marks its page of the status store dirty.
+    /// Sets `xid`'s in-memory status and marks its page of the status store dirty. An xid below
+    /// the oldest (redo of a commit record from before a truncation) is ignored.
     fn set(&self, xid: Xid, v: u64) {
+        if xid.0 < self.oldest_xid.load(Ordering::Acquire) {
+            return;
+        }
         if v != ST_UNKNOWN {
             self.dirty_pages
                 .lock()
@@ -187,29 +230,208 @@ impl XactManager {
     /// Sets `xid`'s in-memory status only: for a change the durable status does not see (a
     /// COMMITTING xid published).
     fn store(&self, xid: Xid, v: u64) {
-        if self.slot(xid, |s| s.store(v, Ordering::Release)).is_some() {
+        let (k, i) = ((xid.0 / CHUNK) as usize, (xid.0 % CHUNK) as usize);
+        {
+            let c = self.chunks.read();
+            let Some(at) = k.checked_sub(c.first as usize) else {
+                return; // Below the oldest xid: forgotten.
+            };
+            match c.chunks.get(at) {
+                Some(Chunk::Open(s)) => return s[i].store(v, Ordering::Release),
+                Some(Chunk::Settled(b)) => {
+                    // Settled only once every xid ended: nothing sets one again but the same
+                    // outcome (redo of a record replayed twice).
+                    assert_eq!(
+                        settled_raw(b, i) == ST_ABORTED,
+                        v == ST_ABORTED,
+                        "xid {} changes its outcome in a settled chunk",
+                        xid.0
+                    );
+                    return;
+                }
+                None => {}
+            }
+        }
+        let mut c = self.chunks.write();
+        let Some(at) = k.checked_sub(c.first as usize) else {
             return;
+        };
+        while c.chunks.len() <= at {
+            c.chunks
+                .push(Chunk::Open((0..CHUNK).map(|_| AtomicU64::new(0)).collect()));
         }
-        let mut chunks = self.chunks.write();
-        while chunks.len() <= (xid.0 / CHUNK) as usize {
-            chunks.push((0..CHUNK).map(|_| AtomicU64::new(0)).collect());
+        if let Chunk::Open(s) = &c.chunks[at] {
+            s[i].store(v, Ordering::Release);
         }
-        chunks[(xid.0 / CHUNK) as usize][(xid.0 % CHUNK) as usize].store(v, Ordering::Release);
     }
 
     fn raw(&self, xid: Xid) -> u64 {
-        self.slot(xid, |s| s.load(Ordering::Acquire))
-            .unwrap_or(ST_UNKNOWN)
+        let (k, i) = ((xid.0 / CHUNK) as usize, (xid.0 % CHUNK) as usize);
+        let c = self.chunks.read();
+        match k
+            .checked_sub(c.first as usize)
+            .and_then(|at| c.chunks.get(at))
+        {
+            Some(Chunk::Open(s)) => s[i].load(Ordering::Acquire),
+            Some(Chunk::Settled(b)) => settled_raw(b, i),
+            None => ST_UNKNOWN,
+        }
+    }
+
+    /// Xids below this are frozen out of every heap (the control file's `oldest_xid`): they
+    /// read as committed and visible to all.
+    pub fn oldest_xid(&self) -> Xid {
+        Xid(self.oldest_xid.load(Ordering::Acquire))
+    }
+
+    /// The oldest xid a checkpoint may now put in force, given `candidate`, what VACUUM froze
+    /// up to ([`crate::vacuum::frozen_cutoff`]). A candidate is not used at once: a statement
+    /// may have copied a version's header before VACUUM froze it and look its `xmin` up after,
+    /// so a candidate waits in a queue until every snapshot registered when it was computed
+    /// has ended (its slot's CSN is at most the CSN published then). Returns the newest queued
+    /// candidate that has, never below the current oldest xid, and queues `candidate`.
+    pub fn next_oldest_xid(&self, candidate: Xid) -> Xid {
+        let stamp = self.last_csn.load(Ordering::SeqCst);
+        let oldest_snapshot = self
+            .snapshots
+            .lock()
+            .iter()
+            .flatten()
+            .map(|s| s.csn())
+            .min()
+            .unwrap_or(SnapshotSlot::IDLE);
+        let mut q = self.oldest_candidates.lock();
+        let mut chosen = self.oldest_xid();
+        while let Some(&(x, at)) = q.front() {
+            if oldest_snapshot <= at {
+                break;
+            }
+            chosen = chosen.max(x);
+            q.pop_front();
+        }
+        if q.back().is_none_or(|&(x, _)| x < candidate) {
+            q.push_back((candidate, stamp));
+        }
+        // Bounded: dropping the oldest candidates only delays truncation.
+        while q.len() > 16 {
+            q.pop_front();
+        }
+        chosen
+    }
+
+    /// Forgets the statuses of xids below `oldest` (no heap names one any more: every VACUUM
+    /// since froze them, and the control file says so durably), dropping their in-memory
+    /// chunks and their dirty pages. Never moves the oldest xid back.
+    pub fn truncate(&self, oldest: Xid) {
+        let prev = self.oldest_xid.fetch_max(oldest.0, Ordering::AcqRel);
+        if oldest.0 <= prev {
+            return;
+        }
+        let first = oldest.0 / CHUNK;
+        let mut c = self.chunks.write();
+        if first > c.first {
+            let drop_n = ((first - c.first) as usize).min(c.chunks.len());
+            c.chunks.drain(..drop_n);
+            c.first = first;
+        }
+        drop(c);
+        let page = oldest.0 / crate::control::XACTS_PER_PAGE;
+        self.dirty_pages.lock().retain(|&p| p >= page);
+    }
+
+    /// Keeps at two bits per xid every chunk whose xids all ended before `below` (the oldest
+    /// xid still running) and whose commits every snapshot sees (CSN at or below `horizon`,
+    /// [`XactManager::horizon`]). Returns how many chunks it settled. A checkpoint calls it.
+    pub fn settle(&self, below: Xid, horizon: u64) -> usize {
+        let candidates: Vec<(u64, Arc<[AtomicU64]>)> = {
+            let c = self.chunks.read();
+            c.chunks
+                .iter()
+                .enumerate()
+                .filter(|(at, _)| (c.first + *at as u64 + 1) * CHUNK <= below.0)
+                .filter_map(|(at, ch)| match ch {
+                    Chunk::Open(s) => Some(((c.first + at as u64) * CHUNK, s.clone())),
+                    Chunk::Settled(_) => None,
+                })
+                .collect()
+        };
+        let mut settled = 0;
+        for (first, s) in candidates {
+            let mut bits = vec![0u8; (CHUNK / 4) as usize].into_boxed_slice();
+            let mut all = true;
+            for (i, v) in s.iter().enumerate() {
+                let b = match v.load(Ordering::Acquire) {
+                    // Never assigned (INVALID, ABORTED, FROZEN have their own answers).
+                    _ if first + (i as u64) < Xid::FIRST_NORMAL.0 => XACT_BITS_ABORTED,
+                    ST_ABORTED => XACT_BITS_ABORTED,
+                    v if v >= ST_CSN_BASE && v - ST_CSN_BASE <= horizon => XACT_BITS_COMMITTED,
+                    _ => {
+                        all = false;
+                        break;
+                    }
+                };
+                bits[i / 4] |= b << (2 * (i % 4));
+            }
+            if !all {
+                continue;
+            }
+            let mut c = self.chunks.write();
+            // Truncation may have shifted the chunks meanwhile.
+            let now = c.chunks.iter().position(|ch| match ch {
+                Chunk::Open(o) => Arc::ptr_eq(o, &s),
+                Chunk::Settled(_) => false,
+            });
+            if let Some(now) = now {
+                c.chunks[now] = Chunk::Settled(bits);
+                settled += 1;
+            }
+        }
+        settled
+    }
+
+    /// In-memory chunks of statuses: (open, settled).
+    pub fn chunk_counts(&self) -> (usize, usize) {
+        let c = self.chunks.read();
+        let settled = c
+            .chunks
+            .iter()
+            .filter(|ch| matches!(ch, Chunk::Settled(_)))
+            .count();
+        (c.chunks.len() - settled, settled)
+    }
+
+    /// The oldest xid still running, or the next xid if none is: every xid below it has ended
+    /// (PostgreSQL's `GetOldestActiveTransactionId`). Xids are handed out under the same lock
+    /// (`assign_xid`), so none is missed.
+    pub fn oldest_running(&self) -> Xid {
+        let active = self.active.lock();
+        let next = self.next_xid();
+        active.keys().copied().min().map_or(next, |x| x.min(next))
     }
 
     /// Status of `xid`.
     pub fn status(&self, xid: Xid) -> XidStatus {
+        if xid == Xid::INVALID {
+            return XidStatus::InProgress;
+        }
         if xid == Xid::FROZEN {
+            return XidStatus::Committed(0);
+        }
+        if xid == Xid::ABORTED {
+            return XidStatus::Aborted;
+        }
+        if xid.0 < self.oldest_xid.load(Ordering::Acquire) {
+            // Frozen out of every heap: only a committed one can still be named (DESIGN.md,
+            // "Freezing").
             return XidStatus::Committed(0);
         }
         match self.raw(xid) {
             ST_ABORTED => XidStatus::Aborted,
             v if v >= ST_CSN_BASE => XidStatus::Committed(v - ST_CSN_BASE),
+            // `truncate` raises the oldest xid before it drops the chunk just read as missing.
+            ST_UNKNOWN if xid.0 < self.oldest_xid.load(Ordering::Acquire) => {
+                XidStatus::Committed(0)
+            }
             _ => XidStatus::InProgress,
         }
     }
@@ -309,12 +531,14 @@ impl XactManager {
 
     /// Assigns a new xid and registers it as running.
     pub fn assign_xid(&self) -> Xid {
-        let xid = Xid(self.next_xid.fetch_add(1, Ordering::AcqRel));
         let lock = Arc::new(XidLock {
             done: Mutex::new(false),
             cond: Condvar::new(),
         });
         let mut active = self.active.lock();
+        // Taken under the lock, so that `oldest_running` never misses an xid handed out but
+        // not yet listed.
+        let xid = Xid(self.next_xid.fetch_add(1, Ordering::AcqRel));
         active.insert(xid, lock);
         self.active_n.store(active.len(), Ordering::Release);
         drop(active);
@@ -397,7 +621,7 @@ impl XactManager {
     /// End of recovery: every xid below `next_xid` with no outcome was running at the crash.
     pub fn abort_unresolved(&self) {
         let next = self.next_xid.load(Ordering::Acquire);
-        for x in Xid::FIRST_NORMAL.0..next {
+        for x in self.oldest_xid.load(Ordering::Acquire)..next {
             if self.raw(Xid(x)) == ST_UNKNOWN || self.raw(Xid(x)) == ST_COMMITTING {
                 if self.raw(Xid(x)) == ST_UNKNOWN {
                     self.set(Xid(x), ST_ABORTED);
@@ -481,6 +705,19 @@ impl XactManager {
         result
     }
 }
+
+/// The in-memory status of entry `i` of a settled chunk.
+fn settled_raw(bits: &[u8], i: usize) -> u64 {
+    match (bits[i / 4] >> (2 * (i % 4))) & 0b11 {
+        XACT_BITS_ABORTED => ST_ABORTED,
+        _ => ST_CSN_BASE,
+    }
+}
+
+/// A settled chunk's bits for a committed xid (the status store's).
+const XACT_BITS_COMMITTED: u8 = 0b01;
+/// A settled chunk's bits for an aborted xid.
+const XACT_BITS_ABORTED: u8 = 0b10;
 
 #[cfg(test)]
 mod tests {
@@ -607,5 +844,101 @@ mod tests {
         assert_eq!(m.status(Xid(5)), XidStatus::Aborted);
         assert_eq!(m.status(Xid(7)), XidStatus::Committed(2));
         assert_eq!(m.next_xid(), Xid(10));
+    }
+
+    #[test]
+    fn truncation_forgets_old_xids_and_settled_chunks_read_the_same() {
+        let m = XactManager::new(Xid::FIRST_NORMAL, &[]);
+        let mut xids = Vec::new();
+        let mut chunk2_csn = 0;
+        while m.next_xid().0 < 3 * CHUNK + 10 {
+            if m.next_xid().0 == 2 * CHUNK {
+                chunk2_csn = m.snapshot(Xid::INVALID).csn;
+            }
+            let x = m.assign_xid();
+            if x.0 % 3 == 0 {
+                m.abort(x);
+            } else {
+                m.mark_committing(x);
+                m.publish_commit(x);
+            }
+            xids.push(x);
+        }
+        let running = m.assign_xid();
+        let before: Vec<XidStatus> = xids.iter().map(|&x| m.status(x)).collect();
+        // A snapshot older than the last commits keeps their chunk open.
+        let slot = m.register(Arc::new(AtomicBool::new(false)));
+        slot.csn.store(chunk2_csn, Ordering::SeqCst);
+        assert_eq!(
+            m.settle(m.oldest_running(), m.horizon()),
+            2,
+            "chunks 0 and 1"
+        );
+        assert_eq!(m.chunk_counts(), (2, 2));
+        m.unregister(&slot);
+        assert_eq!(m.settle(m.oldest_running(), m.horizon()), 1, "chunk 2 now");
+        assert_eq!(m.chunk_counts(), (1, 3), "chunk 3 holds a running xid");
+        // A settled commit reads as CSN 0: visible to every snapshot, as it was to them all.
+        for (x, b) in xids.iter().zip(&before) {
+            let now = m.status(*x);
+            match b {
+                XidStatus::Committed(_) if x.0 < 3 * CHUNK => {
+                    assert_eq!(now, XidStatus::Committed(0))
+                }
+                _ => assert_eq!(now, *b, "xid {}", x.0),
+            }
+        }
+        assert_eq!(m.durable_status(Xid(5)), CLOG_COMMITTED);
+        assert_eq!(m.durable_status(Xid(6)), CLOG_ABORTED);
+        // Redo replaying an outcome into a settled chunk is harmless.
+        m.redo_abort(Xid(6));
+        // Truncation: below the oldest xid everything reads committed, the chunks are gone,
+        // and neither redo nor a dirty page brings them back.
+        m.truncate(Xid(2 * CHUNK + 1));
+        assert_eq!(m.oldest_xid(), Xid(2 * CHUNK + 1));
+        assert_eq!(m.chunk_counts(), (1, 1));
+        assert_eq!(m.status(Xid(6)), XidStatus::Committed(0));
+        assert_eq!(m.status(Xid(2 * CHUNK + 1)), XidStatus::Aborted);
+        m.redo_abort(Xid(7));
+        assert_eq!(m.status(Xid(7)), XidStatus::Committed(0));
+        assert!(m
+            .take_dirty_pages()
+            .iter()
+            .all(|(n, _)| *n >= (2 * CHUNK + 1) / crate::control::XACTS_PER_PAGE));
+        m.truncate(Xid(5));
+        assert_eq!(m.oldest_xid(), Xid(2 * CHUNK + 1), "never moves back");
+        assert_eq!(m.status(Xid::ABORTED), XidStatus::Aborted);
+        assert_eq!(m.status(running), XidStatus::InProgress);
+        m.abort(running);
+    }
+
+    #[test]
+    fn a_cut_waits_for_the_snapshots_registered_when_it_was_computed() {
+        let m = XactManager::new(Xid::FIRST_NORMAL, &[]);
+        let commit = || {
+            let x = m.assign_xid();
+            m.publish_commit(x);
+            x
+        };
+        commit();
+        let reader = m.register(Arc::new(AtomicBool::new(false)));
+        m.snapshot_in(&reader, Xid::INVALID);
+        // First checkpoint: the cut is queued, nothing is in force yet.
+        assert_eq!(m.next_oldest_xid(Xid(100)), Xid::FIRST_NORMAL);
+        commit();
+        // The reader that was there when it was computed holds it back.
+        assert_eq!(m.next_oldest_xid(Xid(200)), Xid::FIRST_NORMAL);
+        m.unregister(&reader);
+        // A snapshot taken after the first cut does not hold it back; it holds the second one,
+        // computed with no commit since it took its CSN.
+        let later = m.register(Arc::new(AtomicBool::new(false)));
+        m.snapshot_in(&later, Xid::INVALID);
+        assert_eq!(m.next_oldest_xid(Xid(300)), Xid(100));
+        m.unregister(&later);
+        assert_eq!(m.next_oldest_xid(Xid(300)), Xid(300));
+        // Never back.
+        m.truncate(Xid(300));
+        assert_eq!(m.next_oldest_xid(Xid(50)), Xid(300));
+        assert_eq!(m.next_oldest_xid(Xid(50)), Xid(300));
     }
 }

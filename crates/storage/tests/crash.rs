@@ -621,6 +621,10 @@ struct Tally {
     vacuumed: u64,
     /// Index entries VACUUM removed.
     vacuumed_entries: u64,
+    /// Versions VACUUM froze (`FREEZE` records).
+    frozen: u64,
+    /// Rounds whose checkpoints let the status store forget xids (the oldest xid moved).
+    truncated: u64,
 }
 
 impl Tally {
@@ -635,6 +639,8 @@ impl Tally {
         self.prunes += o.prunes;
         self.vacuumed += o.vacuumed;
         self.vacuumed_entries += o.vacuumed_entries;
+        self.frozen += o.frozen;
+        self.truncated += o.truncated;
     }
 }
 
@@ -712,12 +718,28 @@ fn round(seed: u64, images: u64) -> Tally {
             let mut done = walnut_storage::vacuum::VacuumStats::default();
             while !stop.load(Ordering::Relaxed) {
                 std::thread::sleep(Duration::from_millis(10 + rng.below(40)));
+                // Every other round a VACUUM FREEZE, the catalog's too: the checkpoints then
+                // let the status store forget the xids below what is left.
+                let freeze = rng.below(2) == 0;
+                let params = walnut_storage::vacuum::VacuumParams {
+                    freeze_min_age: if freeze { 0 } else { 50_000_000 },
+                    ..Default::default()
+                };
                 for table in ["scratch", "accounts", "history"] {
                     let info = st.catalog.get(table).expect("table");
-                    let s = walnut_storage::vacuum::vacuum_table(&st, &info, &mut || Ok(()))
-                        .unwrap_or_else(|e| panic!("VACUUM {table}: {e}"));
+                    let s =
+                        walnut_storage::vacuum::vacuum_table_with(&st, &info, params, &mut || {
+                            Ok(())
+                        })
+                        .unwrap_or_else(|e| panic!("VACUUM {table}: {e}"))
+                        .unwrap_or_default();
                     done.dead_items += s.dead_items;
                     done.index_entries_removed += s.index_entries_removed;
+                    done.frozen += s.frozen;
+                }
+                if freeze {
+                    walnut_storage::vacuum::vacuum_catalog(&st, 0, &mut || Ok(()))
+                        .unwrap_or_else(|e| panic!("VACUUM of the catalog: {e}"));
                 }
             }
             done
@@ -794,6 +816,7 @@ fn round(seed: u64, images: u64) -> Tally {
     let vacuumed = vacuum.join().unwrap();
     let commits = ledger.lock().unwrap().len() as u64;
     let prunes = st.prune_stats.records.load(Ordering::Relaxed);
+    let truncated = u64::from(st.xact.oldest_xid() > walnut_common::Xid::FIRST_NORMAL);
     st.shutdown().unwrap();
     drop(st);
     let report = walnut_storage::verify::verify(Arc::new(vfs.clone()), dir).unwrap();
@@ -807,6 +830,8 @@ fn round(seed: u64, images: u64) -> Tally {
         prunes,
         vacuumed: vacuumed.dead_items,
         vacuumed_entries: vacuumed.index_entries_removed,
+        frozen: vacuumed.frozen,
+        truncated,
         ..Tally::default()
     };
     for image in &taken {
@@ -1044,8 +1069,8 @@ fn acknowledged_commits_survive_random_crashes_and_nothing_is_partial() {
     eprintln!(
         "crash test: {rounds} rounds, {} commits, {} crash images recovered and verified in {:?}: \
          {} mid-checkpoint ({} of them at random moments), {} mid-split ({} at random moments; \
-         {} with a split half on disk); {} pages pruned; VACUUM freed {} dead line pointers and \
-         removed {} index entries",
+         {} with a split half on disk); {} pages pruned; VACUUM freed {} dead line pointers, \
+         removed {} index entries and froze {} versions; {} rounds moved the oldest xid",
         t.commits,
         t.images,
         started.elapsed(),
@@ -1056,7 +1081,9 @@ fn acknowledged_commits_survive_random_crashes_and_nothing_is_partial() {
         t.half_split,
         t.prunes,
         t.vacuumed,
-        t.vacuumed_entries
+        t.vacuumed_entries,
+        t.frozen,
+        t.truncated
     );
     if images >= 3 {
         // The targeted crash points guarantee these.
@@ -1083,6 +1110,13 @@ fn acknowledged_commits_survive_random_crashes_and_nothing_is_partial() {
             "base seed {base}: VACUUM freed {} dead line pointers and {} index entries",
             t.vacuumed,
             t.vacuumed_entries
+        );
+        // VACUUM FREEZE froze versions (the images hold freeze records to replay), and
+        // checkpoints let the status store forget xids.
+        assert!(t.frozen > 0, "base seed {base}: nothing was frozen");
+        assert!(
+            t.truncated > 0,
+            "base seed {base}: no round moved the oldest xid"
         );
     }
 }

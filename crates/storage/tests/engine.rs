@@ -456,6 +456,9 @@ enum Step {
     Prune,
     /// VACUUM the table.
     Vacuum,
+    /// VACUUM FREEZE the table and the catalog, then checkpoint: the status store forgets
+    /// what they froze.
+    Freeze,
 }
 
 fn step() -> impl Strategy<Value = Step> {
@@ -466,6 +469,7 @@ fn step() -> impl Strategy<Value = Step> {
         1 => any::<u8>().prop_map(Step::Close),
         2 => Just(Step::Prune),
         2 => Just(Step::Vacuum),
+        1 => Just(Step::Freeze),
     ]
 }
 
@@ -502,6 +506,23 @@ fn read_kv(t: &Txn) -> BTreeMap<i32, i32> {
         "a scan and index lookups of one snapshot disagree"
     );
     by_scan
+}
+
+/// VACUUM FREEZE of `info` and of the catalog, then a checkpoint, which lets the status store
+/// forget the xids below what they left.
+fn freeze_all(st: &Arc<Storage>, info: &walnut_storage::catalog::TableInfo) {
+    let params = walnut_storage::vacuum::VacuumParams {
+        freeze_min_age: 0,
+        ..Default::default()
+    };
+    walnut_storage::vacuum::vacuum_table_with(st, info, params, &mut || Ok(())).unwrap();
+    walnut_storage::vacuum::vacuum_catalog(st, 0, &mut || Ok(())).unwrap();
+    // The first checkpoint computes the cut, the second puts it in force (once no snapshot
+    // of the time of the first is left).
+    for _ in 0..2 {
+        st.checkpoint_now(walnut_storage::control::DbState::InProduction)
+            .unwrap();
+    }
 }
 
 fn kv_row(k: i32, v: i32) -> Vec<Value> {
@@ -605,6 +626,7 @@ proptest! {
                 Step::Vacuum => {
                     walnut_storage::vacuum::vacuum_table(&st, &info, &mut || Ok(())).unwrap();
                 }
+                Step::Freeze => freeze_all(&st, &info),
             }
             for (t, seen) in &open {
                 prop_assert_eq!(&read_kv(t), seen, "an open snapshot reads something else now");
@@ -632,6 +654,14 @@ proptest! {
         let irel = st.smgr.open(info.index.unwrap()).unwrap();
         btree::range(&st, &irel, Bound::Unbounded, Bound::Unbounded, &mut |_, _| { entries += 1; Ok(true) }).unwrap();
         prop_assert_eq!(entries, model.len());
+        // With no snapshot left, freezing leaves no xid below the oldest running one, and the
+        // status store forgets them all.
+        freeze_all(&st, &info);
+        prop_assert_eq!(st.xact.oldest_xid(), st.xact.next_xid());
+        let mut t = Txn::begin(st.clone(), Arc::new(AtomicBool::new(false)));
+        t.new_statement();
+        prop_assert_eq!(&read_kv(&t), &model);
+        drop(t);
         // Redo: a crash copy (the WAL is flushed by the commits) comes back as the model, and,
         // once shut down, verifies.
         st.wal().flush(st.wal().insert_lsn()).unwrap();
@@ -1065,5 +1095,79 @@ fn inserts_reuse_the_space_vacuum_freed_before_extending() {
         .unwrap();
         assert_eq!(n, 3000, "{name}");
     }
+    shut_down_and_verify(st, &dir);
+}
+
+/// Freezing lets the status store forget: after more than a segment's worth of xids (a
+/// million), VACUUM FREEZE of every heap and a checkpoint remove `pg_xact/0000` and drop the
+/// in-memory statuses below the oldest xid, while every row reads as before: committed rows,
+/// a row an aborted UPDATE left its version beside, a row an aborted DELETE stamped, an
+/// aborted insert. A crash copy recovers to the same rows, and `verify` finds no version
+/// naming a forgotten xid. Without freezing, the checkpoint removes nothing.
+#[test]
+fn freezing_lets_a_checkpoint_remove_status_segments_no_heap_needs() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("d");
+    let st = fresh_with(&dir, 256, no_autovacuum());
+    let info = accounts_with_rows(&st, 300);
+    // An aborted update (its version stays beside the row's), an aborted delete (its xmax
+    // stays on the row), an aborted insert.
+    let mut t = Txn::begin(st.clone(), Arc::new(AtomicBool::new(false)));
+    t.new_statement();
+    let mut rows = Vec::new();
+    t.scan(&info, &mut |tid, r| {
+        rows.push((tid, r));
+        Ok(rows.len() < 2)
+    })
+    .unwrap();
+    t.new_statement();
+    assert_eq!(
+        t.update(&info, rows[0].0, &rows[0].1, &row(1, 99)).unwrap(),
+        RowWrite::Done
+    );
+    assert_eq!(t.delete(&info, rows[1].0).unwrap(), RowWrite::Done);
+    t.insert(&info, &row(1000, 7)).unwrap();
+    t.rollback();
+    raise_every_balance(&st, &info);
+    let want = contents(&st, "accounts");
+    assert_eq!((want.len(), want[&1], want.get(&1000)), (300, 1, None));
+    // Over a million xids, each with an outcome (aborted, as a transaction that wrote nothing
+    // durable would be).
+    let per_segment = 32 * 8192 * 4;
+    while st.xact.next_xid().0 < per_segment + 5 {
+        let x = st.xact.assign_xid();
+        st.xact.abort(x);
+    }
+    let segment0 = dir.join("pg_xact/0000");
+    st.checkpoint_now(walnut_storage::control::DbState::InProduction)
+        .unwrap();
+    assert!(
+        segment0.exists(),
+        "nothing froze yet: the store keeps every xid"
+    );
+    assert_eq!(st.xact.oldest_xid(), Xid::FIRST_NORMAL);
+    freeze_all(&st, &info);
+    assert!(
+        !segment0.exists(),
+        "the segment below the oldest xid is removed"
+    );
+    assert!(dir.join("pg_xact/0001").exists());
+    assert_eq!(st.xact.oldest_xid(), st.xact.next_xid());
+    let (open, settled) = st.xact.chunk_counts();
+    assert!(
+        open + settled <= 1,
+        "chunks below the oldest xid are dropped: {open} + {settled}"
+    );
+    assert_eq!(contents(&st, "accounts"), want);
+    // Redo of a crash copy starts from the control file's oldest xid.
+    st.wal().flush(st.wal().insert_lsn()).unwrap();
+    let copy = tmp.path().join("copy");
+    crash_copy(&dir, &copy);
+    let st2 = Storage::open(Arc::new(walnut_io::RealVfs), &copy, config(256)).unwrap();
+    assert_eq!(contents(&st2, "accounts"), want);
+    // Writes go on over frozen rows.
+    raise_every_balance(&st2, &info);
+    assert_eq!(contents(&st2, "accounts")[&1], 2);
+    shut_down_and_verify(st2, &copy);
     shut_down_and_verify(st, &dir);
 }

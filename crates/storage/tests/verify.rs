@@ -315,3 +315,23 @@ fn an_unclean_directory_is_refused() {
     assert_eq!(e.sqlstate, SqlState::OBJECT_NOT_IN_PREREQUISITE_STATE);
     drop(st);
 }
+
+/// A version whose `xmin` is below the control file's oldest xid names a transaction whose
+/// status the store has forgotten (a freeze that never happened, or a control file from the
+/// future): reported with its file and block, and so are the catalog's.
+#[test]
+fn an_xid_below_the_oldest_xid_is_reported() {
+    let (fv, _, _) = database(20);
+    let dir = Path::new(DIR);
+    let mut ctl = walnut_storage::control::ControlFile::read(&fv, dir).unwrap();
+    ctl.oldest_xid = walnut_common::Xid(ctl.next_xid.0);
+    ctl.write(&fv, dir).unwrap();
+    let r = check(&fv);
+    assert_finds(&r, "block 0: tuple 1: xmin 3 is below the oldest xid");
+    assert!(
+        r.problems
+            .iter()
+            .any(|p| p.to_string().contains("base/1") || p.to_string().contains("catalog")),
+        "the catalog's rows too:\n{r}"
+    );
+}

@@ -579,6 +579,7 @@ impl Session {
             Plan::Vacuum {
                 analyze_only,
                 verbose,
+                freeze,
                 tables,
             } => {
                 if *analyze_only {
@@ -592,7 +593,11 @@ impl Session {
                     return self.finish_statement(Err(e), false);
                 }
                 let entry = self.progress.as_ref().map(Reporter::vacuum);
-                let r = self.engine.vacuum(tables, *verbose, &self.cancel);
+                let opts = crate::storage::VacuumOptions {
+                    verbose: *verbose,
+                    freeze: *freeze,
+                };
+                let r = self.engine.vacuum(tables, opts, &self.cancel);
                 drop(entry);
                 let infos = match r {
                     Ok(m) => m,

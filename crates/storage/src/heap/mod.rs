@@ -32,6 +32,11 @@
 //! - `VACUUM`: block 0; data = u16 n, then n slots (u16 each), dead line pointers made unused,
 //!   after which the page is compacted ([`vacuum_page`]). No conflict on a hot standby: the
 //!   `PRUNE` that made them dead had it.
+//! - `FREEZE`: block 0; data = u16 n, then n times u16 slot and u8 what (`FREEZE_*` bits:
+//!   `xmin` made `Xid::FROZEN` or `Xid::ABORTED`, `xmax` made `Xid::FROZEN` or cleared with
+//!   `next`); main data = the distinct xids frozen as committed (u64 each, ascending): a hot
+//!   standby's queries that do not see all of them conflict with it, as with `PRUNE`
+//!   ([`freeze_page`]; PostgreSQL's `heap_freeze_execute_prepared`).
 //!
 //! **Pruning** (PostgreSQL's `heap_page_prune`; DESIGN.md, "Pruning"). A version no snapshot
 //! can see any more is removed from its page when the page is found full: by an update of a
@@ -85,6 +90,20 @@ pub const HEAP_PRUNE: u8 = 0x40;
 pub const HEAP_LINK: u8 = 0x50;
 /// VACUUM record: dead line pointers made unused ([`vacuum_page`]).
 pub const HEAP_VACUUM: u8 = 0x60;
+/// FREEZE record: xids of a page's versions replaced by `Xid::FROZEN` or `Xid::ABORTED`
+/// ([`freeze_page`]).
+pub const HEAP_FREEZE: u8 = 0x70;
+
+/// A `FREEZE` entry's bits: `xmin` becomes `Xid::FROZEN` (committed, visible to all).
+pub const FREEZE_XMIN_COMMITTED: u8 = 0x01;
+/// `xmin` becomes `Xid::ABORTED` (its inserter aborted).
+pub const FREEZE_XMIN_ABORTED: u8 = 0x02;
+/// `xmax` becomes `Xid::FROZEN` (its deleter committed, visible to all).
+pub const FREEZE_XMAX_COMMITTED: u8 = 0x04;
+/// `xmax` and `next` are cleared (its deleter or updater aborted).
+pub const FREEZE_XMAX_ABORTED: u8 = 0x08;
+const FREEZE_ALL: u8 =
+    FREEZE_XMIN_COMMITTED | FREEZE_XMIN_ABORTED | FREEZE_XMAX_COMMITTED | FREEZE_XMAX_ABORTED;
 
 /// Pages an insert takes from the free-space map and finds fuller than their entries said
 /// before it extends the relation instead.
@@ -1050,12 +1069,182 @@ pub struct PageScan {
     /// Versions deleted or replaced by a committed transaction that a snapshot still sees
     /// (PostgreSQL's "dead but not yet removable").
     pub recently_dead: u64,
+    /// Versions whose `xmin` or `xmax` was frozen now.
+    pub frozen: u64,
+    /// The oldest normal xid a version on the page still names after freezing (`None`: none
+    /// does).
+    pub oldest_xid: Option<Xid>,
+}
+
+/// What freezing a page changes: (line-pointer index, `FREEZE_*` bits), the xids frozen as
+/// committed (ascending, distinct), and the oldest normal xid left.
+#[derive(Debug, Default, PartialEq, Eq)]
+struct FreezePlan {
+    items: Vec<(u16, u8)>,
+    conflicts: Vec<Xid>,
+    oldest: Option<Xid>,
+}
+
+/// Decides what freezing `p` changes (DESIGN.md, "Freezing"; PostgreSQL's
+/// `heap_prepare_freeze_tuple`): an xid below `limit` whose commit is visible to every
+/// snapshot (CSN at or below `horizon`) becomes `Xid::FROZEN`; one that aborted becomes
+/// `Xid::ABORTED` (`xmin`) or is cleared with `next` (`xmax`). Anything else stays, and the
+/// oldest such xid is reported.
+fn plan_freeze(st: &Storage, p: &PageBuf, horizon: u64, limit: Xid) -> FreezePlan {
+    let mut plan = FreezePlan::default();
+    let normal = |x: Xid| x >= Xid::FIRST_NORMAL;
+    for i in 0..page::slot_count(p) {
+        let Some(item) = page::item(p, i).filter(|it| it.len() >= TUPLE_HEADER_SIZE) else {
+            continue;
+        };
+        let mut bits = 0;
+        let keep = |x: Xid, plan: &mut FreezePlan| {
+            plan.oldest = Some(plan.oldest.map_or(x, |o| o.min(x)));
+        };
+        let xmin = header_xmin(item);
+        if normal(xmin) {
+            match st.xact.status(xmin) {
+                XidStatus::Committed(csn) if csn <= horizon && xmin < limit => {
+                    bits |= FREEZE_XMIN_COMMITTED;
+                    plan.conflicts.push(xmin);
+                }
+                XidStatus::Aborted if xmin < limit => bits |= FREEZE_XMIN_ABORTED,
+                _ => keep(xmin, &mut plan),
+            }
+        }
+        let xmax = header_xmax(item);
+        if normal(xmax) {
+            match st.xact.status(xmax) {
+                XidStatus::Committed(csn) if csn <= horizon && xmax < limit => {
+                    bits |= FREEZE_XMAX_COMMITTED;
+                    plan.conflicts.push(xmax);
+                }
+                XidStatus::Aborted if xmax < limit => bits |= FREEZE_XMAX_ABORTED,
+                _ => keep(xmax, &mut plan),
+            }
+        }
+        if bits != 0 {
+            plan.items.push((i as u16, bits));
+        }
+    }
+    plan.conflicts.sort_unstable();
+    plan.conflicts.dedup();
+    plan
+}
+
+/// Applies freeze entries to `p` (shared by [`freeze_page`] and redo, so both leave the same
+/// bytes). The caller checked every index names a tuple.
+fn apply_freeze(p: &mut PageBuf, items: &[(u16, u8)]) {
+    for &(i, bits) in items {
+        let item = page::item_mut(p, i as usize).expect("checked");
+        if bits & FREEZE_XMIN_COMMITTED != 0 {
+            item[0..8].copy_from_slice(&Xid::FROZEN.0.to_le_bytes());
+        }
+        if bits & FREEZE_XMIN_ABORTED != 0 {
+            item[0..8].copy_from_slice(&Xid::ABORTED.0.to_le_bytes());
+        }
+        if bits & FREEZE_XMAX_COMMITTED != 0 {
+            item[8..16].copy_from_slice(&Xid::FROZEN.0.to_le_bytes());
+        }
+        if bits & FREEZE_XMAX_ABORTED != 0 {
+            item[8..16].copy_from_slice(&Xid::INVALID.0.to_le_bytes());
+            item[22..28].copy_from_slice(&Tid::INVALID.to_bytes());
+        }
+    }
+}
+
+/// Freezes heap page `p` of `rel`, pinned as `pin` and exclusively latched by the caller
+/// ([`plan_freeze`] with xids below `limit`), and logs a `FREEZE` record if anything changed.
+/// Returns (versions changed, the oldest normal xid left on the page). On a full WAL disk it
+/// changes nothing, and reports the oldest xid as if nothing could be frozen.
+///
+/// # Errors
+/// Corruption if `p` is not a heap page; the WAL insert's.
+fn freeze_page(
+    st: &Storage,
+    rel: &Relation,
+    pin: &Pinned<'_>,
+    p: &mut PageBuf,
+    limit: Xid,
+) -> Result<(u64, Option<Xid>)> {
+    if page::kind(p) != Some(PageKind::Heap) {
+        return Err(not_a_heap_page(rel, pin.tag.block, p));
+    }
+    let plan = plan_freeze(st, p, st.xact.horizon(), limit);
+    if plan.items.is_empty() {
+        return Ok((0, plan.oldest));
+    }
+    if st
+        .wal()
+        .check_space(2 * BLCKSZ as u64 + 8 * plan.conflicts.len() as u64)
+        .is_err()
+    {
+        // Nothing frozen: the oldest xid is what the page had.
+        return Ok((
+            0,
+            plan_freeze(st, p, st.xact.horizon(), Xid::FIRST_NORMAL).oldest,
+        ));
+    }
+    apply_freeze(p, &plan.items);
+    let block = pin.tag.block;
+    let (_, end) = st.wal().insert(&mut |redo| {
+        let mut d = Vec::with_capacity(2 + 3 * plan.items.len());
+        d.extend_from_slice(&(plan.items.len() as u16).to_le_bytes());
+        for &(i, bits) in &plan.items {
+            d.extend_from_slice(&(i + 1).to_le_bytes());
+            d.push(bits);
+        }
+        Record {
+            rmgr: RM_HEAP,
+            info: HEAP_FREEZE,
+            xid: Xid::INVALID,
+            flags: 0,
+            blocks: vec![st.block_ref(rel.id, block, p, redo, false, d)],
+            main_data: plan
+                .conflicts
+                .iter()
+                .flat_map(|x| x.0.to_le_bytes())
+                .collect(),
+        }
+    })?;
+    page::set_lsn(p, end);
+    pin.mark_dirty();
+    Ok((plan.items.len() as u64, plan.oldest))
+}
+
+/// Redo of a `FREEZE` record: the same changes as [`freeze_page`].
+fn redo_freeze(p: &mut PageBuf, data: &[u8]) -> Result<()> {
+    let n = rd_u16(data, 0)? as usize;
+    if data.len() != 2 + 3 * n {
+        return Err(Error::corruption("heap freeze record is malformed"));
+    }
+    let mut items = Vec::with_capacity(n);
+    for e in data[2..].chunks_exact(3) {
+        let slot = u16::from_le_bytes([e[0], e[1]]);
+        let i = tuple_index(p, slot)?;
+        let bits = e[2];
+        if bits == 0
+            || bits & !FREEZE_ALL != 0
+            || bits & (FREEZE_XMIN_COMMITTED | FREEZE_XMIN_ABORTED)
+                == (FREEZE_XMIN_COMMITTED | FREEZE_XMIN_ABORTED)
+            || bits & (FREEZE_XMAX_COMMITTED | FREEZE_XMAX_ABORTED)
+                == (FREEZE_XMAX_COMMITTED | FREEZE_XMAX_ABORTED)
+        {
+            return Err(Error::corruption(format!(
+                "heap freeze record: invalid bits {bits:#x} for slot {slot}"
+            )));
+        }
+        items.push((i as u16, bits));
+    }
+    apply_freeze(p, &items);
+    Ok(())
 }
 
 /// VACUUM's first pass over block `block` of `rel` (PostgreSQL's `lazy_scan_prune`): prunes it
 /// ([`prune`]; of a table without an index if `unindexed`, where aborted versions go whatever
-/// they replaced), then lists its dead line pointers and counts what stays, all under the
-/// page's exclusive latch. A new page yields nothing.
+/// they replaced), freezes the xids below `freeze_limit` that it can ([`freeze_page`]), then
+/// lists its dead line pointers and counts what stays, all under the page's exclusive latch.
+/// A new page yields nothing.
 ///
 /// # Errors
 /// Corruption if the page is not a heap page or a tuple is truncated; I/O errors; as
@@ -1065,6 +1254,7 @@ pub fn vacuum_scan_page(
     rel: &Relation,
     block: BlockNumber,
     unindexed: bool,
+    freeze_limit: Xid,
 ) -> Result<PageScan> {
     let pin = st.pool.pin(rel, block, ReadMode::Normal)?;
     let mut p = pin.write();
@@ -1074,6 +1264,7 @@ pub fn vacuum_scan_page(
         return Ok(scan);
     }
     scan.removed = prune_counted(st, rel, &pin, &mut p, unindexed)?.1;
+    (scan.frozen, scan.oldest_xid) = freeze_page(st, rel, &pin, &mut p, freeze_limit)?;
     rel.fsm.record(block, page::free_space(&p));
     scan.dead = (0..page::slot_count(&p))
         .filter(|&i| page::is_dead(&p, i))
@@ -1226,18 +1417,25 @@ fn apply_vacuum(p: &mut PageBuf, slots: &[u16]) -> Result<()> {
     Ok(())
 }
 
-/// The `xmax`es of the versions a `PRUNE` record removes (its main data; empty when it removes
-/// only aborted inserts), or `None` for another record.
+/// The xids whose commits a `PRUNE` or `FREEZE` record makes every snapshot see (its main
+/// data: the `xmax`es of the versions a prune removes, empty when it removes only aborted
+/// inserts; the xids a freeze replaced with `Xid::FROZEN`), or `None` for another record. A hot
+/// standby's queries that do not see them all conflict with it.
 ///
 /// # Errors
-/// Corruption if a `PRUNE` record's main data is not a whole number of u64s.
-pub fn prune_conflicts(r: &Record) -> Result<Option<Vec<Xid>>> {
-    if r.rmgr != RM_HEAP || r.info != HEAP_PRUNE {
+/// Corruption if the main data is not a whole number of u64s.
+pub fn snapshot_conflicts(r: &Record) -> Result<Option<Vec<Xid>>> {
+    if r.rmgr != RM_HEAP || (r.info != HEAP_PRUNE && r.info != HEAP_FREEZE) {
         return Ok(None);
     }
     if !r.main_data.len().is_multiple_of(8) {
         return Err(Error::corruption(format!(
-            "heap prune record's main data of {} bytes is not a list of xids",
+            "heap {} record's main data of {} bytes is not a list of xids",
+            if r.info == HEAP_PRUNE {
+                "prune"
+            } else {
+                "freeze"
+            },
             r.main_data.len()
         )));
     }
@@ -1421,6 +1619,7 @@ pub fn redo_block(
         }
         (HEAP_UPDATE, 1) => redo_add(p, rd_u16(data, 0)?, &data[2..]),
         (HEAP_PRUNE, 0) => redo_prune(p, data),
+        (HEAP_FREEZE, 0) => redo_freeze(p, data),
         (HEAP_VACUUM, 0) => {
             let n = rd_u16(data, 0)? as usize;
             if data.len() != 2 + 2 * n {

@@ -147,7 +147,79 @@ fn redo_of_a_record_that_does_not_fit_its_page_is_a_corruption_error() {
     let mut p = with_dead();
     redo_block(HEAP_VACUUM, 0, 1, &vacuum(&[2]), &mut p).unwrap();
     assert!(page::is_unused(&p, 1) && page::item(&p, 2).is_some());
-    let cases: [(&str, u8, Vec<u8>, Box<PageBuf>); 12] = [
+    // FREEZE: slot 1's xmin frozen, slot 3's xmin marked aborted and its xmax cleared.
+    let freeze = |entries: &[(u16, u8)]| {
+        let mut d = (entries.len() as u16).to_le_bytes().to_vec();
+        for (s, bits) in entries {
+            d.extend_from_slice(&s.to_le_bytes());
+            d.push(*bits);
+        }
+        d
+    };
+    let mut stamped = t.clone();
+    stamped[8..16].copy_from_slice(&9u64.to_le_bytes());
+    stamped[22..28].copy_from_slice(
+        &Tid {
+            block: BlockNumber(0),
+            slot: 1,
+        }
+        .to_bytes(),
+    );
+    let mut p = heap_page(&[&t, &t, &stamped]);
+    redo_block(
+        HEAP_FREEZE,
+        0,
+        1,
+        &freeze(&[
+            (1, FREEZE_XMIN_COMMITTED),
+            (3, FREEZE_XMIN_ABORTED | FREEZE_XMAX_ABORTED),
+        ]),
+        &mut p,
+    )
+    .unwrap();
+    let v = |i: usize| parse_version(page::item(&p, i).unwrap()).unwrap();
+    assert_eq!((v(0).xmin, v(0).xmax), (Xid::FROZEN, Xid::INVALID));
+    assert_eq!(
+        v(1).xmin,
+        parse_version(&t).unwrap().xmin,
+        "slot 2 untouched"
+    );
+    assert_eq!(
+        (v(2).xmin, v(2).xmax, v(2).next),
+        (Xid::ABORTED, Xid::INVALID, Tid::INVALID)
+    );
+    assert_eq!(v(2).data, parse_version(&t).unwrap().data);
+    let cases: [(&str, u8, Vec<u8>, Box<PageBuf>); 17] = [
+        (
+            "freeze of a missing slot",
+            HEAP_FREEZE,
+            freeze(&[(4, FREEZE_XMIN_COMMITTED)]),
+            heap_page(&[&t]),
+        ),
+        (
+            "freeze with no change",
+            HEAP_FREEZE,
+            freeze(&[(1, 0)]),
+            heap_page(&[&t]),
+        ),
+        (
+            "freeze of an xmin both ways",
+            HEAP_FREEZE,
+            freeze(&[(1, FREEZE_XMIN_COMMITTED | FREEZE_XMIN_ABORTED)]),
+            heap_page(&[&t]),
+        ),
+        (
+            "freeze with an unknown bit",
+            HEAP_FREEZE,
+            freeze(&[(1, 0x40)]),
+            heap_page(&[&t]),
+        ),
+        (
+            "a truncated freeze",
+            HEAP_FREEZE,
+            freeze(&[(1, FREEZE_XMIN_COMMITTED)])[..4].to_vec(),
+            heap_page(&[&t]),
+        ),
         (
             "insert onto a B-tree page",
             HEAP_INSERT,

@@ -223,8 +223,20 @@ pub struct Applied {
     pub commit: bool,
     /// The record changed a page of the catalog (its transaction's commit changes tables).
     pub catalog: bool,
-    /// A checkpoint record: (its LSN, its redo point), where a restartpoint may be made.
-    pub checkpoint: Option<(Lsn, Lsn)>,
+    /// A checkpoint record, where a restartpoint may be made.
+    pub checkpoint: Option<CheckpointSeen>,
+}
+
+/// A checkpoint record replayed: where a standby may make a restartpoint.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CheckpointSeen {
+    /// The record's LSN.
+    pub lsn: Lsn,
+    /// Its redo point.
+    pub redo: Lsn,
+    /// Its oldest xid (the status store forgets the xids below it; the first normal xid in a
+    /// record written before it carried one).
+    pub oldest_xid: Xid,
 }
 
 /// Commit record flag: the committing session waits for its synchronous standbys to replay
@@ -406,8 +418,13 @@ pub fn apply_main(st: &Storage, lsn: Lsn, r: &Record, applied: &mut Applied) -> 
         (RM_XLOG, XLOG_CHECKPOINT) => {
             let d = &r.main_data;
             if d.len() >= 20 {
-                applied.checkpoint =
-                    Some((lsn, Lsn(u64::from_le_bytes(d[0..8].try_into().expect("8")))));
+                applied.checkpoint = Some(CheckpointSeen {
+                    lsn,
+                    redo: Lsn(u64::from_le_bytes(d[0..8].try_into().expect("8"))),
+                    oldest_xid: d.get(20..28).map_or(Xid::FIRST_NORMAL, |b| {
+                        Xid(u64::from_le_bytes(b.try_into().expect("8")))
+                    }),
+                });
                 st.xact.observe_xid(Xid(
                     u64::from_le_bytes(d[8..16].try_into().expect("8")).saturating_sub(1)
                 ));
