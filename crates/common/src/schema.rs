@@ -24,6 +24,9 @@ pub struct TableDef {
     pub primary_key: Option<Vec<usize>>,
     /// `fillfactor` storage parameter, percent (10..=100); heap inserts leave the rest free.
     pub fillfactor: u8,
+    /// `autovacuum_enabled` storage parameter: false keeps autovacuum from vacuuming the table
+    /// for its dead rows (a VACUUM to freeze its old xids still runs, as in PostgreSQL).
+    pub autovacuum_enabled: bool,
 }
 
 impl TableDef {

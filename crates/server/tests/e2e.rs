@@ -1437,6 +1437,15 @@ fn autovacuum_runs_under_pgbench_and_keeps_the_invariants() {
     ]);
     let out = s.pgbench(&["-i", "-s", "1", "-q"]);
     assert!(out.status.success(), "pgbench -i failed: {}", stderr(&out));
+    // A table with autovacuum off, whose dead versions pass the threshold at once.
+    s.query("create table quiet (id int primary key, v int) with (autovacuum_enabled = off)");
+    s.query("insert into quiet select g, 0 from generate_series(1, 1000) g");
+    s.query("update quiet set v = v + 1");
+    assert_eq!(
+        s.query("select reloptions, relfrozenxid from pg_class where relname = 'quiet'"),
+        "{autovacuum_enabled=false}|3",
+        "nothing frozen yet: the oldest xid"
+    );
     let out = s.pgbench(&["-n", "-M", "prepared", "-c", "4", "-j", "2", "-T", "20"]);
     assert!(
         out.status.success(),
@@ -1446,6 +1455,22 @@ fn autovacuum_runs_under_pgbench_and_keeps_the_invariants() {
     );
     assert!(processed(&out) > 0);
     check_tpcb_invariants_strict(&s);
+    assert_eq!(
+        s.query(
+            "select autovacuum_count, n_dead_tup from pg_stat_user_tables where relname = 'quiet'"
+        ),
+        "0|1000",
+        "autovacuum_enabled = off is honoured"
+    );
+    s.query("vacuum freeze quiet");
+    let frozen: i64 = s
+        .query("select relfrozenxid from pg_class where relname = 'quiet'")
+        .parse()
+        .unwrap();
+    assert!(
+        frozen > 1000,
+        "VACUUM FREEZE moves relfrozenxid up to the oldest running xid: {frozen}"
+    );
     // pgbench_branches and pgbench_tellers are updated by every transaction: their dead
     // versions pass the threshold within a naptime or two.
     let counts = s.query(

@@ -497,11 +497,20 @@ impl Engine for StorageEngine {
             "pg_class" => {
                 let mut rows = Vec::new();
                 for t in self.storage.catalog.all() {
+                    let options = walnut_storage::catalog::reloptions(&t.def);
                     rows.push(vec![
                         Value::Int8(t.table_id as i64),
                         Value::Text(t.def.name.clone()),
                         Value::Text("r".into()),
                         Value::Int8(2200),
+                        Value::Int8(
+                            walnut_storage::vacuum::relfrozenxid(&self.storage, t.relfile).0 as i64,
+                        ),
+                        if options.is_empty() {
+                            Value::Null
+                        } else {
+                            Value::Text(format!("{{{}}}", options.join(",")))
+                        },
                     ]);
                     if let Some(ix) = t.index {
                         rows.push(vec![
@@ -509,6 +518,8 @@ impl Engine for StorageEngine {
                             Value::Text(t.index_name()),
                             Value::Text("i".into()),
                             Value::Int8(2200),
+                            Value::Int8(0),
+                            Value::Null,
                         ]);
                     }
                 }
@@ -519,6 +530,10 @@ impl Engine for StorageEngine {
                         col("relname", DataType::Text),
                         col("relkind", DataType::Char(1)),
                         col("relnamespace", DataType::Int8),
+                        // PostgreSQL's type `xid`; 0 for an index.
+                        col("relfrozenxid", DataType::Int8),
+                        // PostgreSQL's `text[]`, shown as its text form; NULL when all default.
+                        col("reloptions", DataType::Text),
                     ],
                     rows,
                 ))

@@ -241,6 +241,7 @@ impl Planner<'_> {
                 columns: cols,
                 primary_key: None,
                 fillfactor: 100,
+                autovacuum_enabled: true,
             };
             return Ok((Source::View(tname), Self::table_scope(&def, &qual)));
         }
@@ -875,6 +876,7 @@ fn plan_create_table(ct: &ast::CreateTable) -> Result<Plan> {
         }
     }
     let mut fillfactor = 100u8;
+    let mut autovacuum_enabled = true;
     let opts: &[ast::SqlOption] = match &ct.table_options {
         ast::CreateTableOptions::None => &[],
         ast::CreateTableOptions::With(o) => o,
@@ -905,6 +907,23 @@ fn plan_create_table(ct: &ast::CreateTable) -> Result<Plan> {
                 }
                 fillfactor = n as u8;
             }
+            ast::SqlOption::KeyValue { key, value } if ident(key) == "autovacuum_enabled" => {
+                let text = match value {
+                    ast::Expr::Value(v) => match &v.value {
+                        ast::Value::Boolean(b) => b.to_string(),
+                        ast::Value::Number(n, _) => n.clone(),
+                        other => string_literal(other).unwrap_or_default().to_string(),
+                    },
+                    ast::Expr::Identifier(i) => i.value.clone(),
+                    other => other.to_string(),
+                };
+                autovacuum_enabled = walnut_common::guc::parse_bool(&text).ok_or_else(|| {
+                    Error::user(
+                        SqlState::INVALID_PARAMETER_VALUE,
+                        format!("invalid value for boolean option \"autovacuum_enabled\": {text}"),
+                    )
+                })?;
+            }
             ast::SqlOption::KeyValue { key, .. } => {
                 return Err(Error::user(
                     SqlState::INVALID_PARAMETER_VALUE,
@@ -919,6 +938,7 @@ fn plan_create_table(ct: &ast::CreateTable) -> Result<Plan> {
         columns,
         primary_key: pk,
         fillfactor,
+        autovacuum_enabled,
     };
     Ok(Plan::CreateTable {
         def,

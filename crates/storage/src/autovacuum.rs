@@ -159,13 +159,13 @@ fn any_needs_freeze(st: &Storage, s: &AutovacuumSettings) -> bool {
         > s.freeze_max_age
 }
 
-/// Whether table `t` needs a VACUUM: for its counters if autovacuum is on, or to freeze
-/// whatever they say.
+/// Whether table `t` needs a VACUUM: for its counters if autovacuum is on (and the table's
+/// `autovacuum_enabled` is not off), or to freeze whatever they say.
 fn table_needs(st: &Storage, s: &AutovacuumSettings, t: &TableInfo) -> Option<Reason> {
     if needs_freeze(st, s, t.relfile) {
         return Some(Reason::FreezeAge);
     }
-    if !s.enabled {
+    if !s.enabled || !t.def.autovacuum_enabled {
         return None;
     }
     needs_vacuum(s, &st.table_stats.of(t.table_id))

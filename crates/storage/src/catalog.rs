@@ -3,7 +3,10 @@
 //!
 //! Catalog row (encode_row with these types):
 //! `name text, table_id int8, relfile int8, index_relfile int8 (0 = none), columns text,
-//! primary_key text, fillfactor int4`.
+//! primary_key text, fillfactor int4, options text`.
+//! `options` holds the storage parameters other than `fillfactor` that differ from their
+//! defaults, as PostgreSQL's `reloptions` shows them (`autovacuum_enabled=false`), comma
+//! separated; a row written before it existed has seven columns and reads as all defaults.
 //! `columns` is one line per column, `type<TAB>not_null(0|1)<TAB>name`; `primary_key` is the
 //! comma-separated column positions, empty if none.
 //!
@@ -52,7 +55,18 @@ fn catalog_types() -> Vec<DataType> {
         DataType::Text,
         DataType::Text,
         DataType::Int4,
+        DataType::Text,
     ]
+}
+
+/// A table's storage parameters other than `fillfactor` that differ from their defaults, as
+/// PostgreSQL's `pg_class.reloptions` lists them (`name=value`).
+pub fn reloptions(def: &TableDef) -> Vec<String> {
+    let mut o = Vec::new();
+    if !def.autovacuum_enabled {
+        o.push("autovacuum_enabled=false".to_string());
+    }
+    o
 }
 
 /// Encodes a table's catalog row.
@@ -82,6 +96,7 @@ pub fn encode(info: &TableInfo) -> Vec<u8> {
         Value::Text(cols.join("\n")),
         Value::Text(pk),
         Value::Int4(info.def.fillfactor as i32),
+        Value::Text(reloptions(&info.def).join(",")),
     ];
     let mut out = Vec::new();
     encode_row(&catalog_types(), &row, &mut out);
@@ -126,12 +141,23 @@ pub fn decode(tid: Tid, bytes: &[u8]) -> Result<TableInfo> {
         return Err(bad());
     }
     let index = int(3)?;
+    let mut autovacuum_enabled = true;
+    if let Value::Text(options) = &v[7] {
+        for o in options.split(',').filter(|o| !o.is_empty()) {
+            match o {
+                "autovacuum_enabled=false" => autovacuum_enabled = false,
+                "autovacuum_enabled=true" => autovacuum_enabled = true,
+                _ => return Err(bad()),
+            }
+        }
+    }
     Ok(TableInfo {
         def: Arc::new(TableDef {
             name: text(0)?,
             columns,
             primary_key,
             fillfactor: int(6)? as u8,
+            autovacuum_enabled,
         }),
         table_id: int(1)? as u64,
         relfile: RelFileId(int(2)? as u32),
@@ -220,5 +246,63 @@ impl CatalogCache {
     /// All committed tables.
     pub fn all(&self) -> Vec<Arc<TableInfo>> {
         self.tables.read().values().cloned().collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn info(autovacuum_enabled: bool) -> TableInfo {
+        TableInfo {
+            def: Arc::new(TableDef {
+                name: "t".into(),
+                columns: vec![ColumnDef {
+                    name: "a".into(),
+                    ty: DataType::Int4,
+                    not_null: true,
+                }],
+                primary_key: Some(vec![0]),
+                fillfactor: 90,
+                autovacuum_enabled,
+            }),
+            table_id: 16384,
+            relfile: RelFileId(16390),
+            index: Some(RelFileId(16385)),
+            catalog_tid: Tid::INVALID,
+        }
+    }
+
+    #[test]
+    fn options_round_trip_and_a_row_from_before_them_reads_as_defaults() {
+        for on in [true, false] {
+            let row = encode(&info(on));
+            let back = decode(Tid::INVALID, &row).unwrap();
+            assert_eq!(back.def.autovacuum_enabled, on);
+            assert_eq!(back.def.fillfactor, 90);
+            assert_eq!(reloptions(&back.def).is_empty(), on);
+        }
+        // Seven columns, as written before `options` existed.
+        let mut types = catalog_types();
+        types.pop();
+        let old = vec![
+            Value::Text("t".into()),
+            Value::Int8(16384),
+            Value::Int8(16390),
+            Value::Int8(0),
+            Value::Text("int4\t1\ta".into()),
+            Value::Text("0".into()),
+            Value::Int4(100),
+        ];
+        let mut bytes = Vec::new();
+        encode_row(&types, &old, &mut bytes);
+        let back = decode(Tid::INVALID, &bytes).unwrap();
+        assert!(back.def.autovacuum_enabled);
+        // An option this version does not know is corruption, not silently dropped.
+        let mut odd = old.clone();
+        odd.push(Value::Text("autovacuum_enabled=maybe".into()));
+        let mut bytes = Vec::new();
+        encode_row(&catalog_types(), &odd, &mut bytes);
+        assert!(decode(Tid::INVALID, &bytes).is_err());
     }
 }

@@ -164,6 +164,7 @@ fn scan_reads_on(
         ],
         primary_key: Some(vec![0]),
         fillfactor: 100,
+        autovacuum_enabled: true,
     })
     .unwrap();
     let info = t.table("t").unwrap();

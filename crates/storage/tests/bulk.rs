@@ -68,6 +68,7 @@ fn table() -> TableDef {
         ],
         primary_key: None,
         fillfactor: 100,
+        autovacuum_enabled: true,
     }
 }
 

@@ -167,6 +167,7 @@ fn setup(st: &Arc<Storage>) {
         columns: vec![col("aid", DataType::Int4), col("balance", DataType::Int8)],
         primary_key: Some(vec![0]),
         fillfactor: 100,
+        autovacuum_enabled: true,
     })
     .unwrap();
     t.create_table(TableDef {
@@ -179,6 +180,7 @@ fn setup(st: &Arc<Storage>) {
         ],
         primary_key: Some(vec![0]),
         fillfactor: 100,
+        autovacuum_enabled: true,
     })
     .unwrap();
     t.create_table(TableDef {
@@ -186,6 +188,7 @@ fn setup(st: &Arc<Storage>) {
         columns: vec![col("k", DataType::Int4), col("v", DataType::Int8)],
         primary_key: Some(vec![0]),
         fillfactor: 100,
+        autovacuum_enabled: true,
     })
     .unwrap();
     commit(t).unwrap();
@@ -1151,6 +1154,7 @@ fn a_power_loss_after_recovering_from_a_process_kill_keeps_what_the_dead_run_wro
             columns: vec![col("id", DataType::Int4), col("v", DataType::Text)],
             primary_key: Some(vec![0]),
             fillfactor: 100,
+            autovacuum_enabled: true,
         })
         .unwrap();
     }
@@ -1223,6 +1227,7 @@ fn torn_direct_image(full_page_writes: bool, sector: usize, seed: u64) -> (Fault
         columns: vec![col("id", DataType::Int4), col("v", DataType::Text)],
         primary_key: Some(vec![0]),
         fillfactor: 100,
+        autovacuum_enabled: true,
     })
     .unwrap();
     commit(t).unwrap();

@@ -55,6 +55,7 @@ fn accounts() -> TableDef {
         ],
         primary_key: Some(vec![0]),
         fillfactor: 100,
+        autovacuum_enabled: true,
     }
 }
 
@@ -552,6 +553,7 @@ proptest! {
             ],
             primary_key: Some(vec![0]),
             fillfactor: 100,
+autovacuum_enabled: true,
         })
         .unwrap();
         commit(t);

@@ -299,6 +299,7 @@ fn a_bulk_load_extends_its_relation_once_per_batch() {
             ],
             primary_key: None,
             fillfactor: 100,
+            autovacuum_enabled: true,
         })
         .unwrap();
         t.commit(&CommitOpts::new(SessionId::next())).unwrap();

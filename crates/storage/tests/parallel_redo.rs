@@ -61,6 +61,7 @@ fn table(name: &str) -> TableDef {
         columns: vec![col("k"), col("v")],
         primary_key: Some(vec![0]),
         fillfactor: 100,
+        autovacuum_enabled: true,
     }
 }
 

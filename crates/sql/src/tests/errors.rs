@@ -50,6 +50,10 @@ fn error_codes() {
             SqlState::INVALID_PARAMETER_VALUE,
         ),
         (
+            "create table u (a int) with (autovacuum_enabled = maybe)",
+            SqlState::INVALID_PARAMETER_VALUE,
+        ),
+        (
             "create table u (a numeric)",
             SqlState::FEATURE_NOT_SUPPORTED,
         ),
