@@ -2,10 +2,12 @@
 //! say they need it, pausing as they go so that commits keep the device (PostgreSQL's
 //! `autovacuum.c`; the argument is in DESIGN.md, "Autovacuum").
 //!
-//! 1. **The launcher** ([`launcher`]) wakes every `autovacuum_naptime` and, if `autovacuum` is
-//!    on and fewer than `autovacuum_max_workers` workers run, starts one (PostgreSQL starts one
-//!    per database per naptime; walnut has one database).
-//! 2. **A worker** lists the tables and, for each one that [`needs_vacuum`] and that no other
+//! 1. **The launcher** ([`launcher`]) wakes every `autovacuum_naptime` and, if fewer than
+//!    `autovacuum_max_workers` workers run and `autovacuum` is on or a table needs freezing
+//!    (step 4), starts one (PostgreSQL starts one per database per naptime; walnut has one
+//!    database).
+//! 2. **A worker** lists the tables and, for each one that needs a VACUUM ([`needs_vacuum`]
+//!    for its counters unless its `autovacuum_enabled` is off, or [`needs_freeze`]) and that no other
 //!    worker has claimed, claims it, checks its counters again, and VACUUMs it
 //!    ([`vacuum_table_with`], `skip_locked`: a table a manual VACUUM holds is skipped). Then it
 //!    ends.

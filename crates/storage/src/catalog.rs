@@ -5,7 +5,8 @@
 //! `name text, table_id int8, relfile int8, index_relfile int8 (0 = none), columns text,
 //! primary_key text, fillfactor int4, options text`.
 //! `options` holds the storage parameters other than `fillfactor` that differ from their
-//! defaults, as PostgreSQL's `reloptions` shows them (`autovacuum_enabled=false`), comma
+//! defaults, in the form of PostgreSQL's `reloptions` but normalised (`autovacuum_enabled=false`,
+//! where PostgreSQL keeps the value as written: `off`), comma
 //! separated; a row written before it existed has seven columns and reads as all defaults.
 //! `columns` is one line per column, `type<TAB>not_null(0|1)<TAB>name`; `primary_key` is the
 //! comma-separated column positions, empty if none.
@@ -59,8 +60,9 @@ fn catalog_types() -> Vec<DataType> {
     ]
 }
 
-/// A table's storage parameters other than `fillfactor` that differ from their defaults, as
-/// PostgreSQL's `pg_class.reloptions` lists them (`name=value`).
+/// A table's storage parameters other than `fillfactor` that differ from their defaults, in the
+/// form of PostgreSQL's `pg_class.reloptions` (`name=value`, the value normalised: `false`
+/// where PostgreSQL shows what was written, say `off`).
 pub fn reloptions(def: &TableDef) -> Vec<String> {
     let mut o = Vec::new();
     if !def.autovacuum_enabled {

@@ -774,6 +774,14 @@ impl Storage {
         Ok(())
     }
 
+    /// Records a new, empty heap file's `relfrozenxid` (CREATE TABLE, TRUNCATE): the oldest
+    /// running xid, as no version in it can be older (PostgreSQL sets a new relfilenode's from
+    /// its xmin horizon too).
+    pub fn note_new_heap(&self, relfile: RelFileId) {
+        let x = self.xact.oldest_running();
+        self.relfrozenxid.lock().insert(relfile, x);
+    }
+
     /// Creates a relation file for transaction `xid`, WAL-logged so redo recreates it.
     ///
     /// # Errors

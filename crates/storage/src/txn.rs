@@ -209,6 +209,7 @@ impl Txn {
         let xid = self.xid()?;
         let relfile = self.st.create_relation()?;
         self.created.push(relfile);
+        self.st.note_new_heap(relfile);
         let index = if def.primary_key.is_some() {
             Some(self.new_index(xid, &Vec::new())?)
         } else {
@@ -259,6 +260,7 @@ impl Txn {
         let xid = self.xid()?;
         let relfile = self.st.create_relation()?;
         self.created.push(relfile);
+        self.st.note_new_heap(relfile);
         let index = if info.index.is_some() {
             Some(self.new_index(xid, &Vec::new())?)
         } else {

@@ -199,17 +199,49 @@ impl XactManager {
             snapshots: Mutex::new(Vec::new()),
             commit_lock: RwLock::new(()),
         };
-        for (x, &s) in durable.iter().enumerate() {
-            let xid = Xid(base + x as u64);
-            match s {
-                _ if xid.0 < oldest => {}
-                CLOG_COMMITTED => m.set(xid, ST_CSN_BASE + 1),
-                CLOG_ABORTED => m.set(xid, ST_ABORTED),
-                _ => {}
+        // Chunk by chunk: one whose xids all have an outcome is settled at once (two bits per
+        // xid; no snapshot exists yet, so CSN 0 is as good as any), the others are kept open
+        // with their commits at CSN 1. Nothing loaded is dirty: it is durable already.
+        let floor = oldest;
+        let end = base + durable.len() as u64;
+        let outcome = |x: u64| -> u8 {
+            x.checked_sub(base)
+                .and_then(|i| durable.get(i as usize).copied())
+                .unwrap_or(CLOG_UNKNOWN)
+        };
+        let mut chunks = Vec::new();
+        for k in floor / CHUNK..end.div_ceil(CHUNK) {
+            let first = k * CHUNK;
+            let settled = first + CHUNK <= next_xid.0
+                && (first.max(floor)..first + CHUNK).all(|x| outcome(x) != CLOG_UNKNOWN);
+            if settled {
+                let mut bits = vec![0u8; (CHUNK / 4) as usize].into_boxed_slice();
+                for i in 0..CHUNK {
+                    let x = first + i;
+                    let b = if x < floor || outcome(x) == CLOG_ABORTED {
+                        XACT_BITS_ABORTED
+                    } else {
+                        XACT_BITS_COMMITTED
+                    };
+                    bits[(i / 4) as usize] |= b << (2 * (i % 4));
+                }
+                chunks.push(Chunk::Settled(bits));
+            } else {
+                chunks.push(Chunk::Open(
+                    (first..first + CHUNK)
+                        .map(|x| {
+                            AtomicU64::new(match outcome(x) {
+                                _ if x < floor => ST_UNKNOWN,
+                                CLOG_COMMITTED => ST_CSN_BASE + 1,
+                                CLOG_ABORTED => ST_ABORTED,
+                                _ => ST_UNKNOWN,
+                            })
+                        })
+                        .collect(),
+                ));
             }
         }
-        // What was loaded is durable already.
-        m.dirty_pages.lock().clear();
+        m.chunks.write().chunks = chunks;
         m
     }
 
@@ -287,9 +319,11 @@ impl XactManager {
     /// The oldest xid a checkpoint may now put in force, given `candidate`, what VACUUM froze
     /// up to ([`crate::vacuum::frozen_cutoff`]). A candidate is not used at once: a statement
     /// may have copied a version's header before VACUUM froze it and look its `xmin` up after,
-    /// so a candidate waits in a queue until every snapshot registered when it was computed
-    /// has ended (its slot's CSN is at most the CSN published then). Returns the newest queued
-    /// candidate that has, never below the current oldest xid, and queues `candidate`.
+    /// so a candidate waits in a queue, stamped with the last published CSN, until no
+    /// registered snapshot has a CSN at or below the stamp. Queuing a candidate publishes a CSN
+    /// no commit has, so that snapshots taken afterwards are above the stamp even when nothing
+    /// commits. Returns the newest queued candidate that has waited so, never below the current
+    /// oldest xid, and queues `candidate`.
     pub fn next_oldest_xid(&self, candidate: Xid) -> Xid {
         let stamp = self.last_csn.load(Ordering::SeqCst);
         let oldest_snapshot = self
@@ -301,6 +335,12 @@ impl XactManager {
             .min()
             .unwrap_or(SnapshotSlot::IDLE);
         let mut q = self.oldest_candidates.lock();
+        if q.back().is_none_or(|&(x, _)| x < candidate) {
+            // A CSN no commit has, so that snapshots taken from now on are above the stamp even
+            // if nothing commits (changes no visibility: no commit has it).
+            let _g = self.publish.lock();
+            self.last_csn.fetch_add(1, Ordering::SeqCst);
+        }
         let mut chosen = self.oldest_xid();
         while let Some(&(x, at)) = q.front() {
             if oldest_snapshot <= at {
@@ -621,12 +661,24 @@ impl XactManager {
     /// End of recovery: every xid below `next_xid` with no outcome was running at the crash.
     pub fn abort_unresolved(&self) {
         let next = self.next_xid.load(Ordering::Acquire);
-        for x in self.oldest_xid.load(Ordering::Acquire)..next {
-            if self.raw(Xid(x)) == ST_UNKNOWN || self.raw(Xid(x)) == ST_COMMITTING {
-                if self.raw(Xid(x)) == ST_UNKNOWN {
-                    self.set(Xid(x), ST_ABORTED);
-                }
+        let mut x = self.oldest_xid.load(Ordering::Acquire);
+        while x < next {
+            let settled = {
+                let c = self.chunks.read();
+                (x / CHUNK)
+                    .checked_sub(c.first)
+                    .and_then(|at| c.chunks.get(at as usize))
+                    .is_some_and(|ch| matches!(ch, Chunk::Settled(_)))
+            };
+            if settled {
+                // Every xid of a settled chunk has an outcome.
+                x = (x / CHUNK + 1) * CHUNK;
+                continue;
             }
+            if self.raw(Xid(x)) == ST_UNKNOWN {
+                self.set(Xid(x), ST_ABORTED);
+            }
+            x += 1;
         }
     }
 
@@ -929,16 +981,48 @@ mod tests {
         // The reader that was there when it was computed holds it back.
         assert_eq!(m.next_oldest_xid(Xid(200)), Xid::FIRST_NORMAL);
         m.unregister(&reader);
-        // A snapshot taken after the first cut does not hold it back; it holds the second one,
-        // computed with no commit since it took its CSN.
+        // A snapshot taken after the second cut holds back neither (each cut moves the CSN
+        // past its stamp, with or without a commit).
         let later = m.register(Arc::new(AtomicBool::new(false)));
         m.snapshot_in(&later, Xid::INVALID);
-        assert_eq!(m.next_oldest_xid(Xid(300)), Xid(100));
+        assert_eq!(m.next_oldest_xid(Xid(300)), Xid(200));
         m.unregister(&later);
         assert_eq!(m.next_oldest_xid(Xid(300)), Xid(300));
         // Never back.
         m.truncate(Xid(300));
         assert_eq!(m.next_oldest_xid(Xid(50)), Xid(300));
         assert_eq!(m.next_oldest_xid(Xid(50)), Xid(300));
+    }
+
+    #[test]
+    fn start_up_settles_the_chunks_whose_xids_all_have_an_outcome() {
+        let n = CHUNK as usize + 10;
+        let durable: Vec<u8> = (0..n)
+            .map(|x| match x {
+                0..=2 => CLOG_UNKNOWN,
+                x if x % 5 == 0 => CLOG_ABORTED,
+                x if x == n - 3 => CLOG_UNKNOWN,
+                _ => CLOG_COMMITTED,
+            })
+            .collect();
+        let m = XactManager::load(Xid(n as u64 + 5), Xid::FIRST_NORMAL, 0, &durable);
+        assert_eq!(m.chunk_counts(), (1, 1), "chunk 0 settled, chunk 1 open");
+        assert!(
+            m.take_dirty_pages().is_empty(),
+            "what was loaded is durable"
+        );
+        assert_eq!(m.status(Xid(5)), XidStatus::Aborted);
+        assert_eq!(m.status(Xid(7)), XidStatus::Committed(0));
+        assert_eq!(m.status(Xid(CHUNK + 1)), XidStatus::Committed(1));
+        assert_eq!(m.status(Xid(CHUNK + 4)), XidStatus::Aborted);
+        assert_eq!(m.status(Xid(n as u64 - 3)), XidStatus::InProgress);
+        m.abort_unresolved();
+        assert_eq!(m.status(Xid(n as u64 - 3)), XidStatus::Aborted);
+        assert_eq!(m.status(Xid(n as u64 + 2)), XidStatus::Aborted);
+        assert_eq!(
+            m.status(Xid(7)),
+            XidStatus::Committed(0),
+            "settled chunks are skipped"
+        );
     }
 }
