@@ -58,10 +58,10 @@ const CONTROL_LEN_4: usize = 56;
 pub const XACTS_PER_PAGE: u64 = walnut_common::BLCKSZ as u64 * 4;
 /// Pages per segment file of the status store (PostgreSQL's `SLRU_PAGES_PER_SEGMENT`).
 pub const XACT_PAGES_PER_SEGMENT: u64 = 32;
-/// Status bits of a committed xid.
-const XACT_BITS_COMMITTED: u8 = 0b01;
+/// Status bits of a committed xid (also a settled in-memory chunk's: `xact.rs`).
+pub(crate) const XACT_BITS_COMMITTED: u8 = 0b01;
 /// Status bits of an aborted xid.
-const XACT_BITS_ABORTED: u8 = 0b10;
+pub(crate) const XACT_BITS_ABORTED: u8 = 0b10;
 
 /// Database state recorded in the control file.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

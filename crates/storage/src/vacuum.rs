@@ -79,6 +79,17 @@ pub struct VacuumStats {
     pub relfrozenxid: Xid,
 }
 
+impl VacuumStats {
+    /// Adds what step 1 froze on a page, and the oldest xid it left there.
+    fn note_freezing(&mut self, scan: &heap::PageScan) {
+        self.frozen += scan.frozen;
+        self.pages_frozen += u32::from(scan.frozen > 0);
+        if let Some(x) = scan.oldest_xid {
+            self.relfrozenxid = self.relfrozenxid.min(x);
+        }
+    }
+}
+
 /// PostgreSQL's default `vacuum_freeze_min_age`, xids.
 pub const DEFAULT_FREEZE_MIN_AGE: u64 = 50_000_000;
 
@@ -327,11 +338,7 @@ fn scan_and_free(
         check()?;
         let scan = heap::vacuum_scan_page(st, rel, BlockNumber(b), info.index.is_none(), limit)?;
         stats.pages_scanned += 1;
-        stats.frozen += scan.frozen;
-        stats.pages_frozen += u32::from(scan.frozen > 0);
-        if let Some(x) = scan.oldest_xid {
-            stats.relfrozenxid = stats.relfrozenxid.min(x);
-        }
+        stats.note_freezing(&scan);
         if let Some(p) = progress {
             p.heap_blks_scanned.fetch_add(1, Ordering::Release);
             p.num_dead_item_ids
@@ -364,10 +371,7 @@ fn scan_and_free(
             check()?;
             let scan = heap::vacuum_scan_page(st, rel, b, info.index.is_none(), limit)?;
             stats.removed += scan.removed as u64;
-            stats.frozen += scan.frozen;
-            if let Some(x) = scan.oldest_xid {
-                stats.relfrozenxid = stats.relfrozenxid.min(x);
-            }
+            stats.note_freezing(&scan);
             if scan.removed > 0 {
                 dead.push((b, scan.dead));
             }

@@ -212,19 +212,17 @@ impl XactManager {
         let mut chunks = Vec::new();
         for k in floor / CHUNK..end.div_ceil(CHUNK) {
             let first = k * CHUNK;
-            let settled = first + CHUNK <= next_xid.0
-                && (first.max(floor)..first + CHUNK).all(|x| outcome(x) != CLOG_UNKNOWN);
-            if settled {
-                let mut bits = vec![0u8; (CHUNK / 4) as usize].into_boxed_slice();
-                for i in 0..CHUNK {
-                    let x = first + i;
-                    let b = if x < floor || outcome(x) == CLOG_ABORTED {
-                        XACT_BITS_ABORTED
-                    } else {
-                        XACT_BITS_COMMITTED
-                    };
-                    bits[(i / 4) as usize] |= b << (2 * (i % 4));
-                }
+            let settled = (first + CHUNK <= next_xid.0)
+                .then(|| {
+                    settled_chunk(|i| match outcome(first + i as u64) {
+                        _ if first + (i as u64) < floor => Some(true),
+                        CLOG_ABORTED => Some(true),
+                        CLOG_COMMITTED => Some(false),
+                        _ => None,
+                    })
+                })
+                .flatten();
+            if let Some(bits) = settled {
                 chunks.push(Chunk::Settled(bits));
             } else {
                 chunks.push(Chunk::Open(
@@ -397,24 +395,15 @@ impl XactManager {
         };
         let mut settled = 0;
         for (first, s) in candidates {
-            let mut bits = vec![0u8; (CHUNK / 4) as usize].into_boxed_slice();
-            let mut all = true;
-            for (i, v) in s.iter().enumerate() {
-                let b = match v.load(Ordering::Acquire) {
-                    // Never assigned (INVALID, ABORTED, FROZEN have their own answers).
-                    _ if first + (i as u64) < Xid::FIRST_NORMAL.0 => XACT_BITS_ABORTED,
-                    ST_ABORTED => XACT_BITS_ABORTED,
-                    v if v >= ST_CSN_BASE && v - ST_CSN_BASE <= horizon => XACT_BITS_COMMITTED,
-                    _ => {
-                        all = false;
-                        break;
-                    }
-                };
-                bits[i / 4] |= b << (2 * (i % 4));
-            }
-            if !all {
+            let Some(bits) = settled_chunk(|i| match s[i].load(Ordering::Acquire) {
+                // Never assigned (INVALID, ABORTED, FROZEN have their own answers).
+                _ if first + (i as u64) < Xid::FIRST_NORMAL.0 => Some(true),
+                ST_ABORTED => Some(true),
+                v if v >= ST_CSN_BASE && v - ST_CSN_BASE <= horizon => Some(false),
+                _ => None,
+            }) else {
                 continue;
-            }
+            };
             let mut c = self.chunks.write();
             // Truncation may have shifted the chunks meanwhile.
             let now = c.chunks.iter().position(|ch| match ch {
@@ -758,6 +747,21 @@ impl XactManager {
     }
 }
 
+/// A settled chunk from `aborted(i)` for each entry `i`: `Some(true)` aborted, `Some(false)`
+/// committed and visible to every snapshot; `None` (an entry not settled yet) gives none.
+fn settled_chunk(mut aborted: impl FnMut(usize) -> Option<bool>) -> Option<Box<[u8]>> {
+    let mut bits = vec![0u8; (CHUNK / 4) as usize].into_boxed_slice();
+    for i in 0..CHUNK as usize {
+        let b = if aborted(i)? {
+            XACT_BITS_ABORTED
+        } else {
+            XACT_BITS_COMMITTED
+        };
+        bits[i / 4] |= b << (2 * (i % 4));
+    }
+    Some(bits)
+}
+
 /// The in-memory status of entry `i` of a settled chunk.
 fn settled_raw(bits: &[u8], i: usize) -> u64 {
     match (bits[i / 4] >> (2 * (i % 4))) & 0b11 {
@@ -766,10 +770,7 @@ fn settled_raw(bits: &[u8], i: usize) -> u64 {
     }
 }
 
-/// A settled chunk's bits for a committed xid (the status store's).
-const XACT_BITS_COMMITTED: u8 = 0b01;
-/// A settled chunk's bits for an aborted xid.
-const XACT_BITS_ABORTED: u8 = 0b10;
+use crate::control::{XACT_BITS_ABORTED, XACT_BITS_COMMITTED};
 
 #[cfg(test)]
 mod tests {

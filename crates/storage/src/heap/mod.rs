@@ -959,39 +959,19 @@ fn prune_counted(
     // The record (with a full-page image, and its xids) must find room in the WAL before the
     // page changes: on a full disk pruning is skipped, and the statement that wanted room
     // fails (53100) where it checks for its own records, or extends the relation.
-    if st
-        .wal()
-        .check_space(2 * BLCKSZ as u64 + 8 * plan.conflicts.len() as u64)
-        .is_err()
-    {
+    if !has_room_for(st, &plan.conflicts) {
         return Ok((0, 0));
     }
     let before = page::free_space(p);
     apply_prune(p, &plan.dead, &plan.unused);
     let freed = page::free_space(p) - before;
-    let block = pin.tag.block;
-    let (_, end) = st.wal().insert(&mut |redo| {
-        let mut d = Vec::with_capacity(4 + 2 * (plan.dead.len() + plan.unused.len()));
-        d.extend_from_slice(&(plan.dead.len() as u16).to_le_bytes());
-        d.extend_from_slice(&(plan.unused.len() as u16).to_le_bytes());
-        for &i in plan.dead.iter().chain(&plan.unused) {
-            d.extend_from_slice(&(i + 1).to_le_bytes());
-        }
-        Record {
-            rmgr: RM_HEAP,
-            info: HEAP_PRUNE,
-            xid: Xid::INVALID,
-            flags: 0,
-            blocks: vec![st.block_ref(rel.id, block, p, redo, false, d)],
-            main_data: plan
-                .conflicts
-                .iter()
-                .flat_map(|x| x.0.to_le_bytes())
-                .collect(),
-        }
-    })?;
-    page::set_lsn(p, end);
-    pin.mark_dirty();
+    let mut d = Vec::with_capacity(4 + 2 * (plan.dead.len() + plan.unused.len()));
+    d.extend_from_slice(&(plan.dead.len() as u16).to_le_bytes());
+    d.extend_from_slice(&(plan.unused.len() as u16).to_le_bytes());
+    for &i in plan.dead.iter().chain(&plan.unused) {
+        d.extend_from_slice(&(i + 1).to_le_bytes());
+    }
+    log_with_conflicts(st, rel, pin, p, HEAP_PRUNE, &d, &plan.conflicts)?;
     st.prune_stats.records.fetch_add(1, Ordering::Relaxed);
     st.table_stats.pruned(rel.id, plan.unused.len() as u64);
     let removed = plan.dead.len() + plan.unused.len();
@@ -1074,6 +1054,45 @@ pub struct PageScan {
     /// The oldest normal xid a version on the page still names after freezing (`None`: none
     /// does).
     pub oldest_xid: Option<Xid>,
+}
+
+/// Whether the WAL has room for a `PRUNE` or `FREEZE` record naming `conflicts` (with a
+/// full-page image): checked before the page changes, so that on a full disk the page is left
+/// as it is.
+fn has_room_for(st: &Storage, conflicts: &[Xid]) -> bool {
+    st.wal()
+        .check_space(2 * BLCKSZ as u64 + 8 * conflicts.len() as u64)
+        .is_ok()
+}
+
+/// Logs the change just made to page `p` of `rel` (pinned as `pin`, exclusively latched) as a
+/// `PRUNE` or `FREEZE` record (`info`): block 0's data `data`, main data the xids `conflicts`
+/// (a standby's snapshot conflicts: [`snapshot_conflicts`]); sets the page LSN and marks it
+/// dirty.
+///
+/// # Errors
+/// The WAL insert's.
+fn log_with_conflicts(
+    st: &Storage,
+    rel: &Relation,
+    pin: &Pinned<'_>,
+    p: &mut PageBuf,
+    info: u8,
+    data: &[u8],
+    conflicts: &[Xid],
+) -> Result<()> {
+    let block = pin.tag.block;
+    let (_, end) = st.wal().insert(&mut |redo| Record {
+        rmgr: RM_HEAP,
+        info,
+        xid: Xid::INVALID,
+        flags: 0,
+        blocks: vec![st.block_ref(rel.id, block, p, redo, false, data.to_vec())],
+        main_data: conflicts.iter().flat_map(|x| x.0.to_le_bytes()).collect(),
+    })?;
+    page::set_lsn(p, end);
+    pin.mark_dirty();
+    Ok(())
 }
 
 /// What freezing a page changes: (line-pointer index, `FREEZE_*` bits), the xids frozen as
@@ -1174,11 +1193,7 @@ fn freeze_page(
     if plan.items.is_empty() {
         return Ok((0, plan.oldest));
     }
-    if st
-        .wal()
-        .check_space(2 * BLCKSZ as u64 + 8 * plan.conflicts.len() as u64)
-        .is_err()
-    {
+    if !has_room_for(st, &plan.conflicts) {
         // Nothing frozen: the oldest xid is what the page had.
         return Ok((
             0,
@@ -1186,29 +1201,13 @@ fn freeze_page(
         ));
     }
     apply_freeze(p, &plan.items);
-    let block = pin.tag.block;
-    let (_, end) = st.wal().insert(&mut |redo| {
-        let mut d = Vec::with_capacity(2 + 3 * plan.items.len());
-        d.extend_from_slice(&(plan.items.len() as u16).to_le_bytes());
-        for &(i, bits) in &plan.items {
-            d.extend_from_slice(&(i + 1).to_le_bytes());
-            d.push(bits);
-        }
-        Record {
-            rmgr: RM_HEAP,
-            info: HEAP_FREEZE,
-            xid: Xid::INVALID,
-            flags: 0,
-            blocks: vec![st.block_ref(rel.id, block, p, redo, false, d)],
-            main_data: plan
-                .conflicts
-                .iter()
-                .flat_map(|x| x.0.to_le_bytes())
-                .collect(),
-        }
-    })?;
-    page::set_lsn(p, end);
-    pin.mark_dirty();
+    let mut d = Vec::with_capacity(2 + 3 * plan.items.len());
+    d.extend_from_slice(&(plan.items.len() as u16).to_le_bytes());
+    for &(i, bits) in &plan.items {
+        d.extend_from_slice(&(i + 1).to_le_bytes());
+        d.push(bits);
+    }
+    log_with_conflicts(st, rel, pin, p, HEAP_FREEZE, &d, &plan.conflicts)?;
     Ok((plan.items.len() as u64, plan.oldest))
 }
 
