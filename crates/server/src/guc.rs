@@ -174,10 +174,12 @@ pub static HOT_STANDBY: GucDef = GucDef {
     check: None,
 };
 
-/// `hot_standby_feedback`: accepted and shown, but it does nothing yet: the walreceiver sends
-/// no feedback messages (`h`) and a walsender ignores them, so a primary prunes by its own
-/// horizon and a standby cancels the queries a replayed prune conflicts with
-/// (`max_standby_streaming_delay`).
+/// `hot_standby_feedback`: a standby's walreceiver tells the primary the oldest WAL position its
+/// queries need (`h` messages), and the primary's walsender holds its visibility horizon there
+/// (`walnut_storage::feedback`), so its prunes and freezes keep what those queries read and
+/// replay has no conflict to cancel them for (`max_standby_streaming_delay`), once the first
+/// feedback is held (storage DESIGN.md, "Hot standby feedback", for the cases it cannot cover).
+/// Reloadable.
 pub static HOT_STANDBY_FEEDBACK: GucDef = GucDef {
     name: "hot_standby_feedback",
     kind: Kind::Bool,

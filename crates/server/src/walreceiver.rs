@@ -5,7 +5,12 @@
 //! tells replay how far it may read ([`Recovery::set_received`]). Status updates (`r`: written,
 //! flushed and applied LSNs) go back after every read's writes, after every flush, whenever replay advances (a second
 //! thread waits for that, so `remote_apply` commits wake at once), when a keepalive asks, and
-//! at least every `wal_receiver_status_interval`. On any failure it reconnects with backoff
+//! at least every `wal_receiver_status_interval`. With `hot_standby_feedback = on`, a
+//! hot-standby feedback message (`h`) goes with a status update whenever the position the
+//! standby's queries need changed
+//! ([`walnut_storage::xact::XactManager::oldest_snapshot_lsn`]), at most every
+//! [`HS_FEEDBACK_GAP`]; turning the setting off sends one that releases the primary's hold.
+//! On any failure it reconnects with backoff
 //! (1 s doubling to 30 s), from the flush position; replay waits meanwhile.
 //! crates/storage/DESIGN.md, "Standby mode", has the protocol and the crash windows.
 
@@ -25,6 +30,9 @@ use walnut_common::Lsn;
 use walnut_storage::standby::{ReceiverInfo, Recovery};
 use walnut_storage::Storage;
 use walnut_wal::receive::ReceivedWal;
+
+/// Least time between two hot-standby feedback messages that move the primary's hold.
+const HS_FEEDBACK_GAP: Duration = Duration::from_millis(100);
 
 /// The longest a read of the socket blocks before the receiver looks at shutdown and promotion.
 const POLL: Duration = Duration::from_millis(100);
@@ -104,7 +112,7 @@ fn run(storage: &Arc<Storage>, rec: &Arc<Recovery>, config: &Arc<Config>) {
         let interval =
             Duration::from_secs(settings.int(&guc::WAL_RECEIVER_STATUS_INTERVAL).max(0) as u64);
         let started = Instant::now();
-        match stream(storage, rec, &conninfo, slot, interval) {
+        match stream(storage, rec, &conninfo, slot, interval, config) {
             Ok(()) => {}
             Err(e) => {
                 tracing::error!("walreceiver: {e}");
@@ -161,6 +169,13 @@ struct Feedback {
     /// The socket, and the apply capacity last reported on it.
     socket: Mutex<(TcpStream, (u64, u64))>,
     last: Mutex<Instant>,
+    /// The standby's snapshots, for hot-standby feedback.
+    storage: Arc<Storage>,
+    /// `hot_standby_feedback` is read at each status update (a reload changes it).
+    config: Arc<Config>,
+    /// The last hot-standby feedback sent on this connection: its position (0: released) and
+    /// when; `None` before the first.
+    hs_sent: Mutex<Option<(u64, Instant)>>,
 }
 
 /// Appends one CopyData message with `body` to `msg` (postgres-protocol's framing).
@@ -200,6 +215,18 @@ impl Feedback {
         body.put_u8(u8::from(reply));
         let mut msg = BytesMut::with_capacity(2 * (body.len() + 5));
         put_copy_data(&mut msg, &body)?;
+        if let Some(lsn) = self.hs_feedback_due() {
+            // PostgreSQL's layout (`XLogWalRcvSendHSFeedback`); the position goes where its
+            // xmin and epoch go (`protocol::walsender` says why).
+            body.clear();
+            body.put_u8(b'h');
+            body.put_i64(now_timestamp());
+            for _ in 0..2 {
+                body.put_u32(lsn as u32);
+                body.put_u32((lsn >> 32) as u32);
+            }
+            put_copy_data(&mut msg, &body)?;
+        }
         let capacity = rec.apply_capacity();
         if capacity != *reported {
             body.clear();
@@ -214,6 +241,37 @@ impl Feedback {
         *self.last.lock() = Instant::now();
         Ok(())
     }
+
+    /// The position to send as hot-standby feedback now, if one is due (PostgreSQL's
+    /// `XLogWalRcvSendHSFeedback`): with `hot_standby_feedback` on, at most every
+    /// [`HS_FEEDBACK_GAP`], the oldest position the standby's queries need, when it moved;
+    /// once turned off, 0 (release), once. Never less than the last position sent on this
+    /// connection: a statement may record a replay position older than one already sent, but
+    /// it reads its CSN after that send's scan, so it sees every commit up to the position
+    /// sent (storage DESIGN.md, "Hot standby feedback"). Called with the socket held, so
+    /// messages go out in the order their positions were read.
+    fn hs_feedback_due(&self) -> Option<u64> {
+        let on = self.config.settings().bool(&guc::HOT_STANDBY_FEEDBACK);
+        let mut sent = self.hs_sent.lock();
+        let last = match *sent {
+            Some((last, at)) if on && last != 0 && at.elapsed() < HS_FEEDBACK_GAP => return None,
+            Some((last, _)) => last,
+            None => 0,
+        };
+        let lsn = if on {
+            self.storage
+                .xact
+                .oldest_snapshot_lsn()
+                .map_or(0, |l| l.max(last))
+        } else {
+            0
+        };
+        if lsn == last {
+            return None;
+        }
+        *sent = Some((lsn, Instant::now()));
+        Some(lsn)
+    }
 }
 
 /// One connection's streaming, until it fails, the primary ends it, or the standby stops or
@@ -224,6 +282,7 @@ fn stream(
     conninfo: &str,
     slot: Option<String>,
     interval: Duration,
+    config: &Arc<Config>,
 ) -> Result<(), RecvError> {
     let ci = conn_info(conninfo)?;
     *rec.receiver.lock() = Some(ReceiverInfo {
@@ -278,6 +337,9 @@ fn stream(
     let fb = Arc::new(Feedback {
         socket: Mutex::new((c.writer()?, (0, 0))),
         last: Mutex::new(Instant::now()),
+        storage: storage.clone(),
+        config: config.clone(),
+        hs_sent: Mutex::new(None),
     });
     // The apply watcher: a status update each time replay advances.
     let done = Arc::new(AtomicBool::new(false));

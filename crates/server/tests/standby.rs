@@ -326,6 +326,107 @@ fn replayed_prunes_cancel_the_standby_queries_they_conflict_with_and_no_other_ha
     eprintln!("{reads} consistent reads, {cancelled} cancelled, {counted} conflicts counted");
 }
 
+/// The load of the test above on `p` for `seconds`, with VACUUM FREEZE on `p` over and over,
+/// while `s`'s readers check their invariants: (reads, reads cancelled by a recovery
+/// conflict). Any other failed read fails the test.
+fn reads_under_freezes(p: &Server, s: &Server, dir: &Path, seconds: u64) -> (u32, u32) {
+    let load = transfers(p, dir, &(seconds + 2).to_string());
+    let done = AtomicBool::new(false);
+    let counts = std::thread::scope(|scope| {
+        let h = scope.spawn(|| {
+            let (mut reads, mut cancelled) = (0, 0);
+            while !done.load(Ordering::Acquire) {
+                match check_consistent(s) {
+                    Ok(()) => reads += 1,
+                    Err(e) if e.contains("conflict with recovery") => cancelled += 1,
+                    Err(e) => return Err(e),
+                }
+            }
+            Ok((reads, cancelled))
+        });
+        let t0 = Instant::now();
+        while t0.elapsed() < Duration::from_secs(seconds) {
+            p.query("vacuum freeze");
+        }
+        done.store(true, Ordering::Release);
+        h.join().unwrap()
+    });
+    let out = load.wait_with_output().unwrap();
+    assert!(out.status.success(), "pgbench: {}", stderr(&out));
+    counts.unwrap_or_else(|e| panic!("a standby read: {e}\nstandby log:\n{}", s.log()))
+}
+
+/// `hot_standby_feedback`. The primary runs the load of the test above, VACUUM FREEZE (age 0)
+/// without pause, and autovacuum at aggressive settings; the standby has
+/// `max_standby_streaming_delay = 0`.
+/// - Without feedback, the standby's readers are cancelled (the control).
+/// - With it, the standby's walreceiver tells the primary the oldest position its queries need,
+///   and the primary's prunes and freezes keep what they read: no read is cancelled and
+///   `pg_stat_database_conflicts` counts nothing. `pg_stat_replication.backend_xmin` shows
+///   the hold, which moves forward.
+#[test]
+fn hot_standby_feedback_keeps_what_standby_queries_read() {
+    let mut p = Server::new(&[
+        "autovacuum_naptime=1",
+        "autovacuum_vacuum_threshold=50",
+        "autovacuum_vacuum_scale_factor=0",
+        "vacuum_freeze_min_age=0",
+    ]);
+    let out = p.pgbench(&["-i", "-s", "1", "-q"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let mut settings = PARALLEL.to_vec();
+    settings.extend([
+        "max_standby_streaming_delay=0",
+        "wal_receiver_status_interval=1",
+    ]);
+    let (mut s, tmp) = standby_of(&p, "s1", &settings);
+    let (_, cancelled) = reads_under_freezes(&p, &s, tmp.path(), 5);
+    assert!(
+        cancelled > 0,
+        "without feedback no standby read was cancelled"
+    );
+    assert_eq!(p.query("select backend_xmin from pg_stat_replication"), "");
+
+    s.stop();
+    settings.push("hot_standby_feedback=on");
+    s.start(&settings);
+    let counted = || {
+        s.query("select confl_snapshot from pg_stat_database_conflicts where datname = 'postgres'")
+    };
+    let before = counted();
+    // Queries taken before the first feedback arrived are not covered by it.
+    let xmin = || p.query("select backend_xmin from pg_stat_replication");
+    wait_for("the primary to hold its horizon for the standby", || {
+        !xmin().is_empty()
+    });
+    let first: i64 = xmin().parse().unwrap();
+    let (reads, cancelled) = reads_under_freezes(&p, &s, tmp.path(), 10);
+    assert_eq!(
+        cancelled, 0,
+        "standby reads cancelled despite hot_standby_feedback"
+    );
+    assert!(reads > 0);
+    assert_eq!(
+        counted(),
+        before,
+        "recovery conflicts despite hot_standby_feedback"
+    );
+    wait_for("the hold to move forward", || {
+        xmin().parse::<i64>().is_ok_and(|x| x > first)
+    });
+    wait_caught_up(&p, &s);
+    check_consistent(&s).unwrap();
+    assert_eq!(digest(&p), digest(&s), "the standby's rows differ");
+    eprintln!("{reads} standby reads with feedback, none cancelled");
+    s.stop();
+    wait_for("the hold to go with the standby", || {
+        p.query("select count(*) from pg_stat_replication") == "0"
+    });
+    p.stop();
+    verify(&p.dir);
+    verify(&s.dir);
+}
+
 /// VACUUM on the primary while its clients move rows between paired keys (`k` and `k + 1000`:
 /// always exactly one of the two exists, each key deleted and inserted again in turn), every
 /// other one a database-wide VACUUM FREEZE followed by a checkpoint: a hot standby replays the

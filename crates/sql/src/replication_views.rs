@@ -101,7 +101,7 @@ pub(crate) fn pg_stat_replication(
                 Value::Null,
                 Value::Int4(i32::from(s.client_port)),
                 unix_us(start),
-                Value::Null,
+                int8(s.backend_xmin),
                 Value::Text(s.state.name().to_string()),
                 lsn(s.sent_lsn),
                 lsn(s.write_lsn),

@@ -16,6 +16,7 @@ pub mod bulk_write;
 pub mod catalog;
 pub mod checkpointer;
 pub mod control;
+pub mod feedback;
 pub mod fsm;
 pub mod guc;
 pub mod heap;

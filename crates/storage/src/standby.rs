@@ -61,8 +61,9 @@ pub struct Recovery {
     /// The walreceiver's write and flush positions.
     received_write: AtomicU64,
     received_flush: AtomicU64,
-    /// End of the last record replayed.
-    replayed: AtomicU64,
+    /// End of the last record replayed, stored only after every commit before it is published
+    /// (snapshots record it: [`crate::xact::XactManager::track_replay`]).
+    replayed: Arc<AtomicU64>,
     /// Commit time of the last commit replayed, µs since 2000-01-01 (`i64::MIN`: none yet).
     last_commit_ts: AtomicI64,
     /// `pg_wal_replay_pause()`.
@@ -136,7 +137,7 @@ impl Recovery {
             start_lsn: start,
             received_write: AtomicU64::new(start.0),
             received_flush: AtomicU64::new(start.0),
-            replayed: AtomicU64::new(start.0),
+            replayed: Arc::new(AtomicU64::new(start.0)),
             last_commit_ts: AtomicI64::new(i64::MIN),
             paused: AtomicBool::new(false),
             promote: AtomicBool::new(false),
@@ -347,6 +348,7 @@ pub(crate) fn open(
     let rec = Arc::new(Recovery::new(end, ctl.checkpoint_lsn));
     *rec.restart_candidate.lock() = candidate;
     let _ = st.recovery.set(rec.clone());
+    st.xact.track_replay(rec.replayed.clone());
     st.catalog.reload(&st)?;
     crate::start_workers(&st)?;
     reader.set_limit(end);

@@ -36,6 +36,13 @@
 //! same slots say which queries a replayed prune conflicts with
 //! ([`XactManager::conflicting_snapshots`]).
 //!
+//! **hot_standby_feedback** (DESIGN.md, "Hot standby feedback"). A standby's CSNs are its own,
+//! so what it tells its primary is a WAL position: each slot also records the replay position
+//! read *before* its bound ([`XactManager::track_replay`]), so the snapshot sees every commit
+//! whose record ends at or below it, and [`XactManager::oldest_snapshot_lsn`] is the smallest
+//! of them and of the replay position. On the primary a walsender holds the horizon for it
+//! with a slot of its own ([`XactManager::hold`]).
+//!
 //! **Row-lock waits.** An updater that finds a row version's `xmax` set by a transaction still in
 //! progress waits for that transaction to end (PostgreSQL's `XactLockTableWait`). Each waiter
 //! records one wait-for edge; a new edge that closes a cycle is a deadlock (40P01), detected
@@ -95,6 +102,9 @@ pub struct SnapshotSlot {
     conflict: AtomicBool,
     /// The transaction's cancel flag, which replay sets with `conflict` to interrupt it.
     cancel: Arc<AtomicBool>,
+    /// On a hot standby, the replay position (bytes) read before `csn` was stored: the
+    /// snapshot sees every commit whose record ends at or below it. 0 on a primary.
+    lsn: AtomicU64,
     /// Index in the registry.
     index: usize,
 }
@@ -166,6 +176,9 @@ pub struct XactManager {
     dirty_pages: Mutex<std::collections::BTreeSet<u64>>,
     /// Registered snapshots by index; `None` = a free entry.
     snapshots: Mutex<Vec<Option<Arc<SnapshotSlot>>>>,
+    /// On a hot standby, the end of the last record replayed, stored only after every commit
+    /// before it is published ([`XactManager::track_replay`]).
+    replay: std::sync::OnceLock<Arc<AtomicU64>>,
     /// Held shared by committers from commit-record insertion until the xid is COMMITTING;
     /// exclusively by the checkpoint while it fixes the redo point.
     pub commit_lock: RwLock<()>,
@@ -197,6 +210,7 @@ impl XactManager {
             waits_for: Mutex::new(HashMap::new()),
             dirty_pages: Mutex::new(std::collections::BTreeSet::new()),
             snapshots: Mutex::new(Vec::new()),
+            replay: std::sync::OnceLock::new(),
             commit_lock: RwLock::new(()),
         };
         // Chunk by chunk: one whose xids all have an outcome is settled at once (two bits per
@@ -485,6 +499,7 @@ impl XactManager {
             csn: AtomicU64::new(SnapshotSlot::IDLE),
             conflict: AtomicBool::new(false),
             cancel,
+            lsn: AtomicU64::new(0),
             index,
         });
         if index == slots.len() {
@@ -512,6 +527,11 @@ impl XactManager {
     /// A snapshot for a new statement of transaction `xid`, registered in `slot` first (see the
     /// module documentation for why in this order).
     pub fn snapshot_in(&self, slot: &SnapshotSlot, xid: Xid) -> Snapshot {
+        if let Some(replayed) = self.replay.get() {
+            // Before the bound: every commit ending at or below it is published by now.
+            slot.lsn
+                .store(replayed.load(Ordering::SeqCst), Ordering::SeqCst);
+        }
         let bound = self.last_csn.load(Ordering::SeqCst);
         slot.csn.store(bound, Ordering::SeqCst);
         let csn = self.last_csn.load(Ordering::SeqCst);
@@ -533,6 +553,48 @@ impl XactManager {
             h = h.min(s.csn());
         }
         h
+    }
+
+    /// Makes a hot standby's snapshots record the replay position `replayed` (bytes; its
+    /// owner stores it, `SeqCst` or `Release`, only after publishing every commit whose record
+    /// ends at or below it), for [`XactManager::oldest_snapshot_lsn`]. Called once, when
+    /// replay starts; later calls are ignored.
+    pub fn track_replay(&self, replayed: Arc<AtomicU64>) {
+        let _ = self.replay.set(replayed);
+    }
+
+    /// On a hot standby, a WAL position (bytes) such that every snapshot in use, and every
+    /// snapshot taken later, sees every commit whose record ends at or below it: the smallest
+    /// position the registered snapshots recorded, or the replay position if that is smaller
+    /// (what a walreceiver sends as `hot_standby_feedback`). `None` unless
+    /// [`XactManager::track_replay`] was called.
+    ///
+    /// The replay position is read *before* the slots: a snapshot this scan misses stores its
+    /// bound after the scan and reads the last CSN after that, so it sees every commit published
+    /// before the position was stored (the horizon's argument, one `SeqCst` order).
+    pub fn oldest_snapshot_lsn(&self) -> Option<u64> {
+        let mut oldest = self.replay.get()?.load(Ordering::SeqCst);
+        for s in self.snapshots.lock().iter().flatten() {
+            if s.csn() != SnapshotSlot::IDLE {
+                oldest = oldest.min(s.lsn.load(Ordering::SeqCst));
+            }
+        }
+        Some(oldest)
+    }
+
+    /// Holds the horizon at `csn` with `slot`, as a snapshot that sees the commits with a CSN at
+    /// or below it would (a walsender's hold for its standby's `hot_standby_feedback`);
+    /// [`SnapshotSlot::release`] lets it go. A hold may move back: it only protects a standby's
+    /// queries, which replay's conflict handling protects anyway, so a prune that passed an
+    /// older hold before it was stored costs at worst a cancelled standby query.
+    pub fn hold(&self, slot: &SnapshotSlot, csn: u64) {
+        slot.csn.store(csn, Ordering::SeqCst);
+    }
+
+    /// The last published CSN: every commit with a CSN at or below it is visible to a snapshot
+    /// taken now.
+    pub fn last_csn(&self) -> u64 {
+        self.last_csn.load(Ordering::SeqCst)
     }
 
     /// The registered snapshots that do not see commits with a CSN of `csn` (a hot standby's
@@ -826,6 +888,51 @@ mod tests {
         let c = m.register(Arc::new(AtomicBool::new(false)));
         assert_eq!(m.snapshots.lock().len(), 2);
         m.unregister(&c);
+    }
+
+    /// hot_standby_feedback's two halves: a standby's snapshots record the replay position,
+    /// the oldest one in use is what the standby reports, and a primary's hold keeps the
+    /// horizon where it is set.
+    #[test]
+    fn feedback_reports_the_oldest_snapshots_position_and_a_hold_keeps_the_horizon() {
+        let m = XactManager::new(Xid::FIRST_NORMAL, &[]);
+        assert_eq!(m.oldest_snapshot_lsn(), None, "a primary reports nothing");
+        let replayed = Arc::new(AtomicU64::new(100));
+        m.track_replay(replayed.clone());
+        assert_eq!(
+            m.oldest_snapshot_lsn(),
+            Some(100),
+            "no query: the replay position"
+        );
+        let (a, b) = (
+            m.register(Arc::new(AtomicBool::new(false))),
+            m.register(Arc::new(AtomicBool::new(false))),
+        );
+        m.snapshot_in(&a, Xid::INVALID);
+        replayed.store(200, Ordering::SeqCst);
+        m.snapshot_in(&b, Xid::INVALID);
+        replayed.store(300, Ordering::SeqCst);
+        assert_eq!(m.oldest_snapshot_lsn(), Some(100), "the older query");
+        a.release();
+        assert_eq!(m.oldest_snapshot_lsn(), Some(200));
+        b.release();
+        assert_eq!(m.oldest_snapshot_lsn(), Some(300));
+        m.unregister(&a);
+        m.unregister(&b);
+
+        // The primary's side: a hold is a slot at a CSN of its choosing.
+        for _ in 0..3 {
+            let x = m.assign_xid();
+            m.publish_commit(x);
+        }
+        let hold = m.register(Arc::new(AtomicBool::new(false)));
+        m.hold(&hold, 2);
+        assert_eq!(m.horizon(), 2);
+        m.hold(&hold, 3);
+        assert_eq!(m.horizon(), 3);
+        hold.release();
+        assert_eq!(m.horizon(), m.last_csn());
+        m.unregister(&hold);
     }
 
     #[test]

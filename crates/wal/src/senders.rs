@@ -178,6 +178,9 @@ pub struct WalSnd {
     /// and records per second it replays while it has WAL to replay; 0 until reported.
     apply_bytes_per_sec: AtomicU64,
     apply_records_per_sec: AtomicU64,
+    /// The xmin this walsender holds for the standby's `hot_standby_feedback`, 0 for none
+    /// (`pg_stat_replication.backend_xmin`).
+    xmin: AtomicU64,
 }
 
 /// What `pg_stat_replication` shows of one walsender at one moment.
@@ -220,6 +223,8 @@ pub struct WalSndSnapshot {
     pub apply_bytes_per_sec: Option<u64>,
     /// See `apply_bytes_per_sec`: WAL records per second.
     pub apply_records_per_sec: Option<u64>,
+    /// The xmin held for the standby's `hot_standby_feedback` (`None`: no feedback held).
+    pub backend_xmin: Option<u64>,
 }
 
 impl WalSnd {
@@ -247,6 +252,7 @@ impl WalSnd {
             lags: Mutex::new(SentTracking::default()),
             apply_bytes_per_sec: AtomicU64::new(0),
             apply_records_per_sec: AtomicU64::new(0),
+            xmin: AtomicU64::new(0),
         }
     }
 
@@ -282,6 +288,12 @@ impl WalSnd {
             .store(bytes_per_sec, Ordering::Relaxed);
         self.apply_records_per_sec
             .store(records_per_sec, Ordering::Relaxed);
+    }
+
+    /// Sets the xmin held for the standby's `hot_standby_feedback` (`None`: released), for
+    /// `pg_stat_replication.backend_xmin`.
+    pub fn set_xmin(&self, xmin: Option<u64>) {
+        self.xmin.store(xmin.unwrap_or(0), Ordering::Relaxed);
     }
 
     /// End of the WAL sent, bytes.
@@ -328,6 +340,7 @@ impl WalSnd {
             incoming_bytes_per_sec: lags.rate.rate(Instant::now(), self.sent_lsn()),
             apply_bytes_per_sec: known(&self.apply_bytes_per_sec),
             apply_records_per_sec: known(&self.apply_records_per_sec),
+            backend_xmin: known(&self.xmin),
         }
     }
 }

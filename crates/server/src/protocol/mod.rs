@@ -280,7 +280,7 @@ pub async fn serve(
                 .int(&crate::guc::WAL_SENDER_TIMEOUT);
             let timeout = (timeout > 0).then(|| std::time::Duration::from_millis(timeout as u64));
             let ended =
-                walsender::stream(&mut socket, src.wal(), reg, slot.as_ref(), start, timeout).await;
+                walsender::stream(&mut socket, src, reg, slot.as_ref(), start, timeout).await;
             drop(slot);
             match ended {
                 Ok(walsender::Ended::CopyDone) => socket.set_state(State::ReadyForQuery),

@@ -10,6 +10,11 @@
 //! | client | `r` standby status update | u64 write, u64 flush, u64 apply, i64 send time, u8 reply requested |
 //! | client | `h` hot-standby feedback | i64 send time, u32 xmin, u32 epoch, u32 catalog xmin, u32 epoch |
 //!
+//! A walnut standby's `h` carries a WAL position where PostgreSQL's carries an xid: xmin is its
+//! low 32 bits and the epoch its high 32, the catalog pair repeats them, and 0 releases the hold
+//! (PostgreSQL's invalid xmin). Its queries see every commit whose record ends at or below
+//! it; [`walnut_storage::feedback::StandbyHold`] holds this server's horizon for them.
+//!
 //! The loop: send the flushed WAL not yet sent, at most [`MAX_SEND_SIZE`] per message and
 //! never across a segment; when caught up, wait for the WAL's flush notification, a client
 //! message or the keepalive timer. Only WAL at or below the flush LSN is sent, so a standby
@@ -34,6 +39,7 @@ use std::os::unix::fs::FileExt;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use walnut_common::{Error, Lsn, SqlState};
+use walnut_storage::feedback::StandbyHold;
 use walnut_storage::slots::AcquiredSlot;
 use walnut_wal::senders::{Registration, WalSnd, WalSndState};
 use walnut_wal::{segment_file_name, segment_of, Wal, WAL_SEGMENT_SIZE};
@@ -192,8 +198,20 @@ pub enum Ended {
     Closed,
 }
 
+/// A client message, once its positions are recorded.
+#[derive(Debug, PartialEq, Eq)]
+enum ClientMsg {
+    /// A standby status update; `true`: it asks for a reply.
+    Status(bool),
+    /// walnut's apply capacity message.
+    Capacity,
+    /// Hot-standby feedback: hold the horizon for queries that see every commit ending at or
+    /// below this position, or release it (`None`).
+    Feedback(Option<Lsn>),
+}
+
 /// A status message from the client, decoded.
-fn on_client_copy_data(snd: &WalSnd, data: &Bytes) -> Result<bool, Error> {
+fn on_client_copy_data(snd: &WalSnd, data: &Bytes) -> Result<ClientMsg, Error> {
     let bad = |what: &str| protocol_error(format!("invalid standby message: {what}"));
     match data.first() {
         Some(b'r') => {
@@ -204,18 +222,21 @@ fn on_client_copy_data(snd: &WalSnd, data: &Bytes) -> Result<bool, Error> {
             let (write, flush, apply) = (u64_at(1), u64_at(9), u64_at(17));
             let reply_requested = data[33] != 0;
             snd.reply(write, flush, apply, Instant::now(), unix_now_us());
-            Ok(reply_requested)
+            Ok(ClientMsg::Status(reply_requested))
         }
         // walnut's apply capacity message (a walnut standby's walreceiver sends it when the
         // figure changes): bytes/s, records/s, send time.
         Some(b'c') if data.len() == 25 => {
             let u64_at = |i: usize| u64::from_be_bytes(data[i..i + 8].try_into().expect("8"));
             snd.set_apply_capacity(u64_at(1), u64_at(9));
-            Ok(false)
+            Ok(ClientMsg::Capacity)
         }
         Some(b'c') => Err(bad("an apply capacity message must be 25 bytes")),
-        // Hot-standby feedback: accepted; walnut keeps no row versions for it yet.
-        Some(b'h') if data.len() == 25 => Ok(false),
+        Some(b'h') if data.len() == 25 => {
+            let u32_at = |i: usize| u32::from_be_bytes(data[i..i + 4].try_into().expect("4"));
+            let lsn = (u64::from(u32_at(13)) << 32) | u64::from(u32_at(9));
+            Ok(ClientMsg::Feedback((lsn != 0).then_some(Lsn(lsn))))
+        }
         Some(b'h') => Err(bad("a hot standby feedback message must be 25 bytes")),
         Some(&t) => Err(protocol_error(format!(
             "unexpected message type \"{}\"",
@@ -225,14 +246,15 @@ fn on_client_copy_data(snd: &WalSnd, data: &Bytes) -> Result<bool, Error> {
     }
 }
 
-/// Streams WAL from `start` until the client's CopyDone, the connection's end, or an error
-/// (sent as FATAL, then closed). The CopyBothResponse has been sent.
+/// Streams `src`'s WAL from `start` until the client's CopyDone, the connection's end, or an
+/// error (sent as FATAL, then closed), holding the horizon for the client's hot-standby
+/// feedback meanwhile. The CopyBothResponse has been sent.
 ///
 /// # Errors
 /// The socket's I/O errors.
 pub async fn stream<T>(
     socket: &mut T,
-    wal: &Arc<Wal>,
+    src: &WalSource,
     reg: &Registration,
     slot: Option<&AcquiredSlot>,
     start: Lsn,
@@ -245,7 +267,9 @@ where
     T::Error: Debug,
     PgWireError: From<T::Error>,
 {
+    let wal = src.wal();
     let snd = reg.snd();
+    let mut hold = StandbyHold::new(src.storage.clone());
     let mut sent = start.0;
     let mut file = None;
     let mut last_reply = Instant::now();
@@ -262,6 +286,7 @@ where
         notified.as_mut().enable();
         let flush = wal.flush_lsn().0;
         if sent < flush {
+            hold.sample();
             let batch_end = flush.min(sent + BATCH);
             while sent < batch_end {
                 let seg_end = (segment_of(sent) + 1) * WAL_SEGMENT_SIZE;
@@ -316,7 +341,14 @@ where
         match msg {
             Some(Ok(PgWireFrontendMessage::CopyData(d))) => {
                 match on_client_copy_data(snd, &d.data) {
-                    Ok(reply_requested) => {
+                    Ok(m) => {
+                        if let ClientMsg::Feedback(lsn) = m {
+                            hold.sample();
+                            let xmin = hold.feedback(lsn);
+                            // A guess (the standby is behind every sample) shows as none.
+                            snd.set_xmin(xmin.filter(|_| hold.exact()).map(|x| x.0));
+                        }
+                        let reply_requested = m == ClientMsg::Status(true);
                         // Synchronous commits waiting for this standby re-check.
                         reg.replied();
                         // A physical slot keeps WAL from what the receiver has flushed.
@@ -389,7 +421,10 @@ mod tests {
         r.put_u64(100);
         r.put_i64(0);
         r.put_u8(1);
-        assert!(on_client_copy_data(&snd, &r.clone().freeze()).unwrap());
+        assert_eq!(
+            on_client_copy_data(&snd, &r.clone().freeze()).unwrap(),
+            ClientMsg::Status(true)
+        );
         let s = snd.snapshot();
         assert_eq!((s.write_lsn, s.flush_lsn, s.replay_lsn), (300, 200, 100));
         r.truncate(20);
@@ -402,7 +437,10 @@ mod tests {
         c.put_u64(50 << 20);
         c.put_u64(400_000);
         c.put_i64(0);
-        assert!(!on_client_copy_data(&snd, &c.clone().freeze()).unwrap());
+        assert_eq!(
+            on_client_copy_data(&snd, &c.clone().freeze()).unwrap(),
+            ClientMsg::Capacity
+        );
         let s = snd.snapshot();
         assert_eq!(
             (s.apply_bytes_per_sec, s.apply_records_per_sec),
@@ -411,6 +449,24 @@ mod tests {
         c.truncate(17);
         assert!(on_client_copy_data(&snd, &c.freeze()).is_err());
         assert!(on_client_copy_data(&snd, &Bytes::from_static(b"z")).is_err());
+        // Hot-standby feedback: a WAL position in (epoch, xmin); 0 releases.
+        let mut h = BytesMut::new();
+        h.put_u8(b'h');
+        h.put_i64(0);
+        for _ in 0..2 {
+            h.put_u32(0x0000_0002);
+            h.put_u32(0x0000_0001);
+        }
+        assert_eq!(
+            on_client_copy_data(&snd, &h.clone().freeze()).unwrap(),
+            ClientMsg::Feedback(Some(Lsn(0x1_0000_0002)))
+        );
+        h.truncate(9);
+        h.put_bytes(0, 16);
+        assert_eq!(
+            on_client_copy_data(&snd, &h.freeze()).unwrap(),
+            ClientMsg::Feedback(None)
+        );
         assert!(on_client_copy_data(&snd, &Bytes::new()).is_err());
     }
 }
