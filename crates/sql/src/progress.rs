@@ -306,6 +306,7 @@ fn vacuum_phase_name(phase: u32) -> &'static str {
         walnut_storage::progress::VACUUM_SCANNING_HEAP => "scanning heap",
         walnut_storage::progress::VACUUM_VACUUMING_INDEXES => "vacuuming indexes",
         walnut_storage::progress::VACUUM_VACUUMING_HEAP => "vacuuming heap",
+        walnut_storage::progress::VACUUM_TRUNCATING_HEAP => "truncating heap",
         walnut_storage::progress::VACUUM_FINAL_CLEANUP => "performing final cleanup",
         _ => "initializing",
     }

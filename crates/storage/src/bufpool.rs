@@ -818,6 +818,55 @@ impl BufferPool {
         }
     }
 
+    /// Drops the cached pages of `rel` at or after block `from`, dirty or not, without
+    /// writing them (PostgreSQL's `DropRelationBuffers` for a truncation): the caller cut the
+    /// file there first, so a page read again reads as new. A frame pinned meanwhile (a scan
+    /// that read `nblocks` before the cut, a write-out in progress) cannot be dropped: it is
+    /// zeroed under its exclusive latch and marked clean instead, so it reads as the new page
+    /// the file's end gives, and an extension that later reaches its block (`ReadMode::Zero`,
+    /// which returns a cached frame as it is) finds a new page (storage DESIGN.md, "VACUUM",
+    /// step 6). Returns how many frames were zeroed rather than dropped.
+    pub fn drop_blocks_from(&self, rel: RelFileId, from: BlockNumber) -> usize {
+        let mut zeroed = 0;
+        for (i, f) in self.frames.iter().enumerate() {
+            let Some(tag) = BufTag::unpack(f.tag.load(Ordering::Acquire)) else {
+                continue;
+            };
+            if tag.rel != rel || tag.block < from {
+                continue;
+            }
+            let pinned = {
+                let mut map = self.shard(tag).lock();
+                if map.get(&tag) != Some(&i) {
+                    continue;
+                }
+                // Pins are taken under this lock: none can come while it is held.
+                if f.pins.load(Ordering::Acquire) == 0 {
+                    map.remove(&tag);
+                    f.tag.store(NO_TAG, Ordering::Release);
+                    f.valid.store(false, Ordering::Release);
+                    f.dirty.store(false, Ordering::Release);
+                    continue;
+                }
+                // Pinned: keep it mapped; this pin keeps the frame ours to zero.
+                f.pins.fetch_add(1, Ordering::AcqRel);
+                Pinned {
+                    pool: self,
+                    idx: i,
+                    tag,
+                }
+            };
+            if f.valid.load(Ordering::Acquire) {
+                let mut page = f.page.write();
+                page.fill(0);
+                f.dirty.store(false, Ordering::SeqCst);
+            }
+            drop(pinned);
+            zeroed += 1;
+        }
+        zeroed
+    }
+
     /// Number of frames.
     pub fn len(&self) -> usize {
         self.frames.len()

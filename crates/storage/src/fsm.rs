@@ -113,6 +113,14 @@ impl FreeSpaceMap {
         .map(|b| BlockNumber(b as u32))
     }
 
+    /// Forgets every block at or after `from` (VACUUM truncated them away).
+    pub fn forget_from(&self, from: BlockNumber) {
+        let mut t = self.tree.lock();
+        for b in from.0 as usize..t.leaves {
+            t.set(b, 0);
+        }
+    }
+
     /// The room block `block`'s entry records, bytes (a multiple of [`CATEGORY_BYTES`]).
     pub fn recorded(&self, block: BlockNumber) -> usize {
         let t = self.tree.lock();

@@ -60,6 +60,9 @@ pub const XACT_ABORT: u8 = 0x10;
 pub const RM_SMGR: RmgrId = RmgrId(4);
 /// Relation file created: main data = u32 relation file id.
 pub const SMGR_CREATE: u8 = 0x00;
+/// Relation file truncated by VACUUM: main data = u32 relation file id, u32 blocks kept
+/// (PostgreSQL's `XLOG_SMGR_TRUNCATE`).
+pub const SMGR_TRUNCATE: u8 = 0x10;
 /// Resource manager of checkpoint records.
 pub const RM_XLOG: RmgrId = RmgrId(5);
 /// Checkpoint: main data = u64 redo LSN, u64 next xid, u32 next relation file.
@@ -816,6 +819,23 @@ impl Storage {
         }
         self.pool.drop_relation(rel);
         self.smgr.unlink(rel)
+    }
+
+    /// Cuts `rel` to `nblocks` blocks once nothing may use the blocks past the cut (VACUUM's
+    /// step 6, or redo of its `SMGR TRUNCATE`): the file, then the cached pages, then the
+    /// free-space map's entries and the insert hint. The caller holds `extend_lock`; on a
+    /// primary it has already checked the blocks empty, lowered `rel.nblocks`, and made the
+    /// record durable.
+    ///
+    /// # Errors
+    /// I/O errors from the truncation.
+    pub fn cut_relation(&self, rel: &smgr::Relation, nblocks: u32) -> Result<()> {
+        self.smgr.truncate(rel, nblocks)?;
+        self.pool
+            .drop_blocks_from(rel.id, walnut_common::BlockNumber(nblocks));
+        rel.fsm.forget_from(walnut_common::BlockNumber(nblocks));
+        let _ = rel.insert_hint.fetch_min(nblocks, Ordering::AcqRel);
+        Ok(())
     }
 
     /// Leaves the file of a dropped relation that could not be removed to the next checkpoint,

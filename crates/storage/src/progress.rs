@@ -96,6 +96,8 @@ pub const VACUUM_SCANNING_HEAP: u32 = 1;
 pub const VACUUM_VACUUMING_INDEXES: u32 = 2;
 /// PostgreSQL's vacuum phase 3 ("vacuuming heap").
 pub const VACUUM_VACUUMING_HEAP: u32 = 3;
+/// PostgreSQL's vacuum phase 5 ("truncating heap").
+pub const VACUUM_TRUNCATING_HEAP: u32 = 5;
 /// PostgreSQL's vacuum phase 6 ("performing final cleanup").
 pub const VACUUM_FINAL_CLEANUP: u32 = 6;
 

@@ -130,6 +130,10 @@ pub struct Relation {
     pub nblocks: AtomicU32,
     /// Block where the last heap insert found room: where the next one tries first.
     pub insert_hint: AtomicU32,
+    /// While a VACUUM cuts an empty tail off, the first block no insert may place a version
+    /// on (its step 6); `u32::MAX` otherwise. Readers go by `nblocks`, which is lowered only
+    /// once the tail is known empty. See [`Relation::insert_end`].
+    pub insert_limit: AtomicU32,
     /// The heap's free-space map (in memory; VACUUM fills it, inserts read it when the insert
     /// hint's page is full).
     pub fsm: crate::fsm::FreeSpaceMap,
@@ -154,6 +158,17 @@ pub struct Relation {
     /// first range scan that reads ahead (`btree::range`); never changes (TRUNCATE makes new
     /// files for both).
     pub index_heap: OnceLock<RelFileId>,
+}
+
+impl Relation {
+    /// The first block an insert may not place a version on: `nblocks`, or lower while a
+    /// VACUUM cuts an empty tail off (`insert_limit`).
+    pub fn insert_end(&self) -> u32 {
+        // The limit first: VACUUM lowers `nblocks` to the cut before it lifts the limit, so
+        // a lifted limit read here comes with the lowered `nblocks`.
+        let limit = self.insert_limit.load(Ordering::Acquire);
+        self.nblocks.load(Ordering::Acquire).min(limit)
+    }
 }
 
 /// The relation files of one data directory.
@@ -294,6 +309,7 @@ impl Smgr {
             file,
             nblocks: AtomicU32::new(nblocks),
             insert_hint: AtomicU32::new(nblocks.saturating_sub(1)),
+            insert_limit: AtomicU32::new(u32::MAX),
             extend_lock: Mutex::new(()),
             vacuum_lock: Mutex::new(()),
             dropping: AtomicBool::new(false),
@@ -667,6 +683,25 @@ impl Smgr {
             rel.file.write_at(&ZEROS.0[..n], off + done)?;
             done += n as u64;
         }
+        Ok(())
+    }
+
+    /// Cuts `rel`'s file to `nblocks` blocks (if it is longer) and lowers `rel.nblocks` to
+    /// at most that: VACUUM's truncation of an empty tail and its redo (PostgreSQL's
+    /// `mdtruncate`). The file is synced at the next checkpoint, like a write: until then
+    /// the WAL record that asked for it is what makes it durable. The caller holds
+    /// `extend_lock` and drops the buffers past the cut afterwards.
+    ///
+    /// # Errors
+    /// I/O errors from stat or truncate.
+    pub fn truncate(&self, rel: &Relation, nblocks: u32) -> Result<()> {
+        let len = nblocks as u64 * BLCKSZ as u64;
+        let io = |e| Error::io(format!("could not truncate file \"base/{}\"", rel.id.0), e);
+        if rel.file.len().map_err(io)? > len {
+            rel.file.set_len(len).map_err(io)?;
+            self.dirty.lock().insert(rel.id);
+        }
+        rel.nblocks.fetch_min(nblocks, Ordering::AcqRel);
         Ok(())
     }
 

@@ -36,7 +36,7 @@
 use crate::catalog::TableInfo;
 use crate::progress::{
     VACUUM_FINAL_CLEANUP as PHASE_FINAL_CLEANUP, VACUUM_SCANNING_HEAP as PHASE_SCANNING_HEAP,
-    VACUUM_VACUUMING_HEAP as PHASE_VACUUMING_HEAP,
+    VACUUM_TRUNCATING_HEAP as PHASE_TRUNCATING_HEAP, VACUUM_VACUUMING_HEAP as PHASE_VACUUMING_HEAP,
     VACUUM_VACUUMING_INDEXES as PHASE_VACUUMING_INDEXES,
 };
 use crate::{btree, heap, Storage};
@@ -77,6 +77,8 @@ pub struct VacuumStats {
     pub pages_frozen: u32,
     /// The table's new `relfrozenxid`: the oldest xid a version may still name.
     pub relfrozenxid: Xid,
+    /// Empty pages cut off the end of the heap (step 6).
+    pub pages_removed: u32,
 }
 
 impl VacuumStats {
@@ -295,7 +297,9 @@ pub fn vacuum_table_with(
     let running = st.xact.oldest_running();
     let limit = freeze_limit(running, params.freeze_min_age);
     stats.relfrozenxid = running;
-    match scan_and_free(st, info, &rel, limit, &mut stats, &mut check) {
+    match scan_and_free(st, info, &rel, limit, &mut stats, &mut check)
+        .and_then(|()| truncate_tail(st, &rel, &mut stats, &mut check))
+    {
         Ok(()) => {}
         Err(e) if e.kind == ErrorKind::Cancelled && give_way() => return Ok(None),
         Err(e) => return Err(e),
@@ -385,6 +389,129 @@ fn scan_and_free(
         p.phase.store(PHASE_FINAL_CLEANUP, Ordering::Release);
     }
     Ok(())
+}
+
+/// PostgreSQL's `REL_TRUNCATE_MINIMUM` and `REL_TRUNCATE_FRACTION`: an empty tail is cut off
+/// if it is at least this many pages, or at least this fraction (1/16) of the heap.
+const TRUNCATE_MINIMUM: u32 = 1000;
+const TRUNCATE_FRACTION: u32 = 16;
+
+/// A page VACUUM may cut off: a heap page without line pointers (step 4 leaves none at the
+/// end of a page's array, so a page whose every version is gone has none at all). A new page
+/// is not one: it may be a block an insert or a bulk load has just allocated and not yet
+/// filled (PostgreSQL's table lock keeps those apart; walnut leaves them be).
+fn empty_page(p: &crate::page::PageBuf) -> bool {
+    crate::page::kind(p) == Some(crate::page::PageKind::Heap) && crate::page::slot_count(p) == 0
+}
+
+/// Step 6 (PostgreSQL's `lazy_truncate_heap`; DESIGN.md, "VACUUM"): cuts the run of empty
+/// pages at the end of `rel` off, if it is worth it ([`TRUNCATE_MINIMUM`],
+/// [`TRUNCATE_FRACTION`]), and adds the pages cut to `stats.pages_removed`. The caller holds
+/// `vacuum_lock`. It gives up, leaving the heap as it is, if the heap grew since the run was
+/// found or every page of it got a version meanwhile.
+///
+/// # Errors
+/// `check`'s (only before anything changes); I/O errors and the WAL's. If cutting the file
+/// fails after the record is durable, `nblocks` stays at the cut and the file longer; the
+/// pages past the cut are empty, an extension zeroes a cached one (`heap::target_page`), and
+/// redo cuts the file.
+fn truncate_tail(
+    st: &Storage,
+    rel: &crate::smgr::Relation,
+    stats: &mut VacuumStats,
+    check: &mut dyn FnMut() -> Result<()>,
+) -> Result<()> {
+    let n = rel.nblocks.load(Ordering::Acquire);
+    let mut cut = n;
+    while cut > 0 {
+        check()?;
+        let pin = st
+            .pool
+            .pin(rel, BlockNumber(cut - 1), crate::bufpool::ReadMode::Normal)?;
+        if !empty_page(&pin.read()) {
+            break;
+        }
+        cut -= 1;
+    }
+    let freeable = n - cut;
+    if freeable == 0 || (freeable < TRUNCATE_MINIMUM && freeable < n / TRUNCATE_FRACTION) {
+        return Ok(());
+    }
+    let progress = crate::progress::vacuum_progress();
+    let phase = |ph| {
+        if let Some(p) = progress.as_deref() {
+            p.phase.store(ph, Ordering::Release);
+        }
+    };
+    phase(PHASE_TRUNCATING_HEAP);
+    let r = cut_tail(st, rel, n, cut);
+    phase(PHASE_FINAL_CLEANUP);
+    stats.pages_removed += r?;
+    Ok(())
+}
+
+/// Steps 6.1 to 6.5 for the empty pages `[cut, n)` of `rel` (DESIGN.md, "VACUUM"). Returns the
+/// pages cut off.
+fn cut_tail(st: &Storage, rel: &crate::smgr::Relation, n: u32, cut: u32) -> Result<u32> {
+    let _ext = rel.extend_lock.lock();
+    if rel.nblocks.load(Ordering::Acquire) != n {
+        return Ok(0);
+    }
+    // Inserts stop choosing the tail (`target_page` keeps below `Relation::insert_end`), and
+    // one that latches a tail page from now on leaves it (`heap::past_a_cut`). Readers still
+    // go by `nblocks`: the tail may yet hold a version.
+    rel.insert_limit.store(cut, Ordering::SeqCst);
+    // An insert that latched a tail page before the store may have placed a version: each page
+    // again, under its exclusive latch, from the end.
+    let keep = (|| {
+        for b in (cut..n).rev() {
+            let pin = st
+                .pool
+                .pin(rel, BlockNumber(b), crate::bufpool::ReadMode::Normal)?;
+            if !empty_page(&pin.write()) {
+                return Ok(b + 1);
+            }
+        }
+        Ok(cut)
+    })();
+    let keep = match keep {
+        Ok(k) if k < n => k,
+        other => {
+            rel.insert_limit.store(u32::MAX, Ordering::SeqCst);
+            return other.map(|_| 0);
+        }
+    };
+    // `[keep, n)` is empty and stays so. Readers stop there from now on (a scan that read `n`
+    // goes on and finds empty pages, or new ones once the file is cut). `nblocks` before the
+    // limit is lifted: `Relation::insert_end` reads them the other way round.
+    rel.nblocks.store(keep, Ordering::SeqCst);
+    rel.insert_limit.store(u32::MAX, Ordering::SeqCst);
+    // No checkpoint may fix its redo point between the record and the cut (PostgreSQL's
+    // `DELAY_CHKPT_START | DELAY_CHKPT_COMPLETE` in `RelationTruncate`): its redo would not
+    // cut the file, while the pages dropped unwritten below would be missing from it.
+    let _no_redo_point = st.xact.commit_lock.read();
+    let logged = st.wal().insert(&mut |_| walnut_wal::Record {
+        rmgr: crate::RM_SMGR,
+        info: crate::SMGR_TRUNCATE,
+        xid: Xid::INVALID,
+        flags: 0,
+        blocks: vec![],
+        main_data: [rel.id.0.to_le_bytes(), keep.to_le_bytes()].concat(),
+    });
+    let end = match logged {
+        Ok((_, end)) => end,
+        Err(e) => {
+            // Nothing is cut: the empty pages are the heap's again.
+            rel.nblocks.store(n, Ordering::SeqCst);
+            return Err(e);
+        }
+    };
+    // The record durable first, and with it every record that emptied the tail (PostgreSQL's
+    // `RelationTruncate`): a cut that reached the disk before that WAL could outlive it in a
+    // crash, and redo would then find the rows of a page gone that the WAL never removed.
+    st.wal().flush(end)?;
+    st.cut_relation(rel, keep)?;
+    Ok(n - keep)
 }
 
 /// Steps 2 to 4 for dead line pointers `dead` (block, 1-based slots), every one of which was
@@ -551,14 +678,15 @@ pub fn report(
     };
     let mut m = format!(
         "{heading} \"postgres.public.{}\": index scans: {}\n\
-         pages: 0 removed, {} remain, {} scanned ({:.2}% of total)\n\
+         pages: {} removed, {} remain, {} scanned ({:.2}% of total)\n\
          tuples: {} removed, {} remain, {} are dead but not yet removable\n\
          new relfrozenxid: {}\n\
          frozen: {} pages from table ({:.2}% of total) had {} tuples frozen\n\
          dead item identifiers: {} removed",
         info.def.name,
         s.index_scans,
-        s.pages,
+        s.pages_removed,
+        s.pages.saturating_sub(s.pages_removed),
         s.pages_scanned,
         pct(s.pages_scanned as u64, s.pages as u64),
         s.removed,

@@ -184,6 +184,14 @@ fn setup(st: &Arc<Storage>) {
     })
     .unwrap();
     t.create_table(TableDef {
+        name: "bulge".into(),
+        columns: vec![col("k", DataType::Int4), col("v", DataType::Int8)],
+        primary_key: Some(vec![0]),
+        fillfactor: 100,
+        autovacuum_enabled: true,
+    })
+    .unwrap();
+    t.create_table(TableDef {
         name: "scratch".into(),
         columns: vec![col("k", DataType::Int4), col("v", DataType::Int8)],
         primary_key: Some(vec![0]),
@@ -311,6 +319,31 @@ fn churn(st: &Arc<Storage>, rng: &mut Rng) -> walnut_common::Result<()> {
     }
 }
 
+/// Rows table `bulge` grows by and loses again in one [`bulge`].
+const BULGE_ROWS: i32 = 800;
+
+/// Grows table `bulge` by [`BULGE_ROWS`] rows in one transaction and deletes them all in the
+/// next, so that the next VACUUM finds an empty tail and cuts it off (`SMGR TRUNCATE`).
+fn bulge(st: &Arc<Storage>, rng: &mut Rng) -> walnut_common::Result<()> {
+    let mut t = Txn::begin(st.clone(), Arc::new(AtomicBool::new(false)));
+    let info = t.table("bulge").expect("bulge");
+    for k in 0..BULGE_ROWS {
+        t.insert(&info, &[Value::Int4(k), Value::Int8(rng.next() as i64)])?;
+    }
+    commit(t)?;
+    let mut t = Txn::begin(st.clone(), Arc::new(AtomicBool::new(false)));
+    t.new_statement();
+    let mut tids = Vec::new();
+    t.scan(&info, &mut |tid, _| {
+        tids.push(tid);
+        Ok(true)
+    })?;
+    for tid in tids {
+        t.delete(&info, tid)?;
+    }
+    commit(t)
+}
+
 /// Rows of `table` (first column as text or int, second as int) visible now.
 fn rows(st: &Arc<Storage>, table: &str) -> Vec<Vec<Value>> {
     try_rows(st, table).unwrap_or_else(|e| panic!("scan of {table}: {e}"))
@@ -374,6 +407,13 @@ fn check_recovered(image: &FaultVfs, dir: &Path, must: &[Entry], what: &str, dir
         .unwrap_or_else(|e| panic!("{what}: recovery failed: {e}"));
     let history = try_rows(&st, "history").unwrap_or_else(|e| panic!("{what}: {e}"));
     let accounts = try_rows(&st, "accounts").unwrap_or_else(|e| panic!("{what}: {e}"));
+    // A bulge is one transaction and its removal the next: all of it or none.
+    let bulge = try_rows(&st, "bulge").unwrap_or_else(|e| panic!("{what}: {e}"));
+    assert!(
+        bulge.is_empty() || bulge.len() == BULGE_ROWS as usize,
+        "{what}: {} rows of a bulge of {BULGE_ROWS}",
+        bulge.len()
+    );
     let present: HashMap<String, (i32, i32, i64)> = history
         .iter()
         .map(|r| {
@@ -628,6 +668,8 @@ struct Tally {
     frozen: u64,
     /// Rounds whose checkpoints let the status store forget xids (the oldest xid moved).
     truncated: u64,
+    /// Empty pages VACUUM cut off the end of a heap (`SMGR TRUNCATE` records).
+    pages_cut: u64,
 }
 
 impl Tally {
@@ -644,6 +686,7 @@ impl Tally {
         self.vacuumed_entries += o.vacuumed_entries;
         self.frozen += o.frozen;
         self.truncated += o.truncated;
+        self.pages_cut += o.pages_cut;
     }
 }
 
@@ -705,8 +748,15 @@ fn round(seed: u64, images: u64) -> Tally {
         let (st, stop) = (st.clone(), stop.clone());
         std::thread::spawn(move || {
             let mut rng = Rng(seed ^ 0x5C4A_7C41);
+            let mut n = 0u64;
             while !stop.load(Ordering::Relaxed) {
-                match churn(&st, &mut rng) {
+                n += 1;
+                let r = if n % 50 == 0 {
+                    bulge(&st, &mut rng)
+                } else {
+                    churn(&st, &mut rng)
+                };
+                match r {
                     Ok(()) => {}
                     Err(e) if e.sqlstate == SqlState::DEADLOCK_DETECTED => {}
                     Err(e) => panic!("churn failed: {e}"),
@@ -728,7 +778,7 @@ fn round(seed: u64, images: u64) -> Tally {
                     freeze_min_age: if freeze { 0 } else { 50_000_000 },
                     ..Default::default()
                 };
-                for table in ["scratch", "accounts", "history"] {
+                for table in ["scratch", "accounts", "history", "bulge"] {
                     let info = st.catalog.get(table).expect("table");
                     let s =
                         walnut_storage::vacuum::vacuum_table_with(&st, &info, params, &mut || {
@@ -739,6 +789,7 @@ fn round(seed: u64, images: u64) -> Tally {
                     done.dead_items += s.dead_items;
                     done.index_entries_removed += s.index_entries_removed;
                     done.frozen += s.frozen;
+                    done.pages_removed += s.pages_removed;
                 }
                 if freeze {
                     walnut_storage::vacuum::vacuum_catalog(&st, 0, &mut || Ok(()))
@@ -835,6 +886,7 @@ fn round(seed: u64, images: u64) -> Tally {
         vacuumed_entries: vacuumed.index_entries_removed,
         frozen: vacuumed.frozen,
         truncated,
+        pages_cut: vacuumed.pages_removed as u64,
         ..Tally::default()
     };
     for image in &taken {
@@ -1073,7 +1125,8 @@ fn acknowledged_commits_survive_random_crashes_and_nothing_is_partial() {
         "crash test: {rounds} rounds, {} commits, {} crash images recovered and verified in {:?}: \
          {} mid-checkpoint ({} of them at random moments), {} mid-split ({} at random moments; \
          {} with a split half on disk); {} pages pruned; VACUUM freed {} dead line pointers, \
-         removed {} index entries and froze {} versions; {} rounds moved the oldest xid",
+         removed {} index entries, froze {} versions and cut {} empty pages off; {} rounds \
+         moved the oldest xid",
         t.commits,
         t.images,
         started.elapsed(),
@@ -1086,6 +1139,7 @@ fn acknowledged_commits_survive_random_crashes_and_nothing_is_partial() {
         t.vacuumed,
         t.vacuumed_entries,
         t.frozen,
+        t.pages_cut,
         t.truncated
     );
     if images >= 3 {
@@ -1121,6 +1175,9 @@ fn acknowledged_commits_survive_random_crashes_and_nothing_is_partial() {
             t.truncated > 0,
             "base seed {base}: no round moved the oldest xid"
         );
+        // The bulges left empty tails, which VACUUM cut off (the images hold truncation
+        // records to replay).
+        assert!(t.pages_cut > 0, "base seed {base}: no empty tail was cut");
     }
 }
 

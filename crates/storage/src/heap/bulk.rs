@@ -213,6 +213,12 @@ impl BulkInsert {
                 let want = (n - pins.len()) as u32;
                 let first = {
                     let _ext = self.rel.extend_lock.lock();
+                    // As a single extension does (`pin_new_block`): no block it allocates
+                    // keeps a page a truncation left cached.
+                    let next = self.rel.nblocks.load(Ordering::Acquire);
+                    for b in next..next + want {
+                        super::pin_new_block(st, &self.rel, BlockNumber(b))?;
+                    }
                     st.smgr.extend_by(&self.rel, want)?
                 };
                 for b in first.0..first.0 + want {

@@ -373,10 +373,19 @@ fn tuples(p: &PageBuf, block: BlockNumber) -> impl Iterator<Item = Result<(usize
 fn skip_full_page(rel: &Relation, block: BlockNumber) {
     let _ = rel.insert_hint.compare_exchange(
         block.0,
-        rel.nblocks.load(Ordering::Acquire),
+        rel.insert_end(),
         Ordering::AcqRel,
         Ordering::Relaxed,
     );
+}
+
+/// True if `block`, whose exclusive latch the caller holds, is where a VACUUM is cutting an
+/// empty tail off (its step 6 lowers `insert_limit` before it latches each page to check it is
+/// empty), so nothing may be placed on it; the caller looks elsewhere. Read under the latch:
+/// if the VACUUM latched the page first, the lowered limit is visible now; if not, it finds
+/// what the caller places and keeps the page.
+fn past_a_cut(rel: &Relation, block: BlockNumber) -> bool {
+    block.0 >= rel.insert_end()
 }
 
 /// The corruption error for a page of a heap relation that is neither new nor a heap page.
@@ -400,7 +409,7 @@ fn target_page<'a>(
     avoid: Option<BlockNumber>,
 ) -> Result<Pinned<'a>> {
     let hint = BlockNumber(rel.insert_hint.load(Ordering::Acquire));
-    if hint.0 < rel.nblocks.load(Ordering::Acquire) && Some(hint) != avoid {
+    if hint.0 < rel.insert_end() && Some(hint) != avoid {
         let pin = st.pool.pin(rel, hint, ReadMode::Normal)?;
         let room = |p: &PageBuf| page::free_space(p) >= len + page::LINE_POINTER_SIZE + reserve;
         let (ok, heap) = {
@@ -432,7 +441,7 @@ fn target_page<'a>(
         let Some(block) = rel.fsm.search(need, avoid) else {
             break;
         };
-        if block.0 >= rel.nblocks.load(Ordering::Acquire) {
+        if block.0 >= rel.insert_end() {
             rel.fsm.record(block, 0);
             continue;
         }
@@ -454,12 +463,43 @@ fn target_page<'a>(
     }
     let _ext = rel.extend_lock.lock();
     let cur = BlockNumber(rel.insert_hint.load(Ordering::Acquire));
-    if cur != hint && cur.0 < rel.nblocks.load(Ordering::Acquire) && Some(cur) != avoid {
+    if cur != hint && cur.0 < rel.insert_end() && Some(cur) != avoid {
         return st.pool.pin(rel, cur, ReadMode::Normal);
     }
+    let next = BlockNumber(rel.nblocks.load(Ordering::Acquire));
+    let pin = pin_new_block(st, rel, next)?;
     let block = st.smgr.extend(rel)?;
-    let pin = st.pool.pin(rel, block, ReadMode::Zero)?;
+    assert_eq!(
+        block, next,
+        "extension under extend_lock allocated another block"
+    );
     rel.insert_hint.store(block.0, Ordering::Release);
+    Ok(pin)
+}
+
+/// Pins block `block` of `rel`, the next one an extension allocates (the caller holds
+/// `extend_lock`, and `block` is `nblocks`), as a new page. A block a VACUUM cut off may still
+/// be cached, holding the empty page it had (a read in flight during the cut, or a write-out
+/// that put the page back: storage DESIGN.md, "VACUUM", step 6); it is zeroed, so that the
+/// block's first record initializes it and redo, which sees the cut, needs nothing from the
+/// file. Done before the extension: no insert chooses a block at or past `nblocks`, so none can
+/// have placed a version there.
+///
+/// # Errors
+/// As [`BufferPool::pin`](crate::bufpool::BufferPool::pin).
+pub(crate) fn pin_new_block<'a>(
+    st: &'a Storage,
+    rel: &Relation,
+    block: BlockNumber,
+) -> Result<Pinned<'a>> {
+    debug_assert!(rel.extend_lock.is_locked());
+    let pin = st.pool.pin(rel, block, ReadMode::Zero)?;
+    {
+        let mut p = pin.write();
+        if !page::is_new(&p) {
+            p.fill(0);
+        }
+    }
     Ok(pin)
 }
 
@@ -491,6 +531,9 @@ pub fn insert(
     loop {
         let pin = target_page(st, rel, tuple.len(), reserve, None)?;
         let mut p = pin.write();
+        if past_a_cut(rel, pin.tag.block) {
+            continue;
+        }
         let will_init = page::is_new(&p);
         if will_init {
             page::init(&mut p, PageKind::Heap, 0);
@@ -792,6 +835,9 @@ pub fn update(st: &Storage, rel: &Relation, old: Tid, xid: Xid, data: &[u8]) -> 
         } else {
             op = opin.write();
             tp = tpin.write();
+        }
+        if past_a_cut(rel, tpin.tag.block) {
+            continue;
         }
         let i = tuple_index(&op, old.slot)?;
         if let Some(c) = check_xmax(st, page::item(&op, i).expect("checked"), xid) {

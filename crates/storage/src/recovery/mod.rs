@@ -22,8 +22,8 @@ use crate::bufpool::ReadMode;
 use crate::control::ControlFile;
 use crate::page;
 use crate::{
-    btree, heap, Storage, RM_SMGR, RM_XACT, RM_XLOG, SMGR_CREATE, XACT_ABORT, XACT_COMMIT,
-    XLOG_CHECKPOINT,
+    btree, heap, Storage, RM_SMGR, RM_XACT, RM_XLOG, SMGR_CREATE, SMGR_TRUNCATE, XACT_ABORT,
+    XACT_COMMIT, XLOG_CHECKPOINT,
 };
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -377,13 +377,15 @@ pub fn apply_block(
 
 /// Whether applying the record's main data ([`apply_main`]) must wait until every earlier
 /// record's blocks are applied: a transaction record that removes relation files (a page
-/// of one could otherwise be written after its file is gone). Undecodable main data counts
-/// as yes; [`apply_main`] then reports it.
+/// of one could otherwise be written after its file is gone), and a truncation (a page past
+/// the cut could be written after it). Undecodable main data counts as yes; [`apply_main`]
+/// then reports it.
 pub fn main_needs_barrier(r: &Record) -> bool {
     matches!(
         (r.rmgr, r.info),
         (RM_XACT, XACT_COMMIT) | (RM_XACT, XACT_ABORT)
     ) && parse_rel_list(&r.main_data).map_or(true, |rels| !rels.is_empty())
+        || (r.rmgr, r.info) == (RM_SMGR, SMGR_TRUNCATE)
 }
 
 /// Applies what a record at `lsn` does beyond its blocks: transaction status and relation
@@ -404,6 +406,21 @@ pub fn apply_main(st: &Storage, lsn: Lsn, r: &Record, applied: &mut Applied) -> 
             st.xact.redo_abort(r.xid);
             for rel in parse_rel_list(&r.main_data)? {
                 st.remove_relation(rel)?;
+            }
+        }
+        (RM_SMGR, SMGR_TRUNCATE) => {
+            let d = &r.main_data;
+            let (Some(id), Some(n)) = (d.get(..4), d.get(4..8)) else {
+                return Err(Error::corruption("smgr truncate record is truncated"));
+            };
+            let id = RelFileId(u32::from_le_bytes(id.try_into().expect("4")));
+            let n = u32::from_le_bytes(n.try_into().expect("4"));
+            // A file dropped later in the WAL may be gone already (PostgreSQL's
+            // `smgr_redo` skips it too).
+            if st.smgr.exists(id) {
+                let rel = st.smgr.open(id)?;
+                let _ext = rel.extend_lock.lock();
+                st.cut_relation(&rel, n)?;
             }
         }
         (RM_SMGR, SMGR_CREATE) => {
