@@ -248,11 +248,12 @@ fn hot_standby_reads_are_consistent_under_replay_and_kill9_of_the_standby() {
     assert!(out.status.success(), "{}", stderr(&out));
     let (mut s, tmp) = standby_of(&p, "s1", PARALLEL);
     let load = transfers(&p, tmp.path(), "30");
-    let t0 = Instant::now();
     let mut checks = 0;
     let mut kills = 0;
     let mut rng = std::process::id() as u64;
-    while t0.elapsed() < Duration::from_secs(26) {
+    // A count of checks, not a time: a slow machine does fewer checks in the load's 30 s, and
+    // those after the load ended check a standby catching up.
+    while kills < 3 || checks <= 30 {
         check_consistent(&s).unwrap_or_else(|e| panic!("torn read on the standby: {e}"));
         checks += 1;
         rng = rng
@@ -273,7 +274,6 @@ fn hot_standby_reads_are_consistent_under_replay_and_kill9_of_the_standby() {
     }
     let out = load.wait_with_output().unwrap();
     assert!(out.status.success(), "pgbench: {}", stderr(&out));
-    assert!(kills == 3 && checks > 30, "{kills} kills, {checks} checks");
     wait_caught_up(&p, &s);
     check_consistent(&s).unwrap();
     assert_eq!(digest(&p), digest(&s), "the standby's rows differ");
