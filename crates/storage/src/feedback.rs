@@ -152,6 +152,11 @@ impl StandbyHold {
         self.last_sample = Some(Instant::now());
     }
 
+    /// The hold is a sample at or before the last feedback's position, not a guess.
+    pub fn exact(&self) -> bool {
+        self.exact
+    }
+
     /// Applies a standby's feedback: hold the horizon for queries that see every commit ending
     /// at or below `lsn`, or release the hold (`None`). Returns the xmin now held, for
     /// `pg_stat_replication.backend_xmin`.
@@ -179,13 +184,6 @@ impl StandbyHold {
         xact.hold(slot, at.csn);
         self.held = Some(at);
         Some(at.xmin)
-    }
-}
-
-impl StandbyHold {
-    /// The hold is a sample at or before the last feedback's position, not a guess.
-    pub fn exact(&self) -> bool {
-        self.exact
     }
 }
 

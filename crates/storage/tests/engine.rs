@@ -857,6 +857,29 @@ fn accounts_with_rows(st: &Arc<Storage>, n: i32) -> Arc<walnut_storage::catalog:
     info
 }
 
+/// Deletes, in one committed transaction, every row of `info` whose first column (an int4 key)
+/// satisfies `doomed`.
+fn delete_where(
+    st: &Arc<Storage>,
+    info: &walnut_storage::catalog::TableInfo,
+    doomed: impl Fn(i32) -> bool,
+) {
+    let mut t = Txn::begin(st.clone(), Arc::new(AtomicBool::new(false)));
+    t.new_statement();
+    let mut victims = Vec::new();
+    t.scan(info, &mut |tid, r| {
+        if doomed(r[0].as_i64().unwrap() as i32) {
+            victims.push(tid);
+        }
+        Ok(true)
+    })
+    .unwrap();
+    for tid in victims {
+        assert_eq!(t.delete(info, tid).unwrap(), RowWrite::Done);
+    }
+    commit(t);
+}
+
 /// Shuts `st` down cleanly and checks its data directory `dir` with `walnut verify`'s checks.
 fn shut_down_and_verify(st: Arc<Storage>, dir: &Path) {
     st.shutdown().unwrap();
@@ -1052,20 +1075,7 @@ fn inserts_reuse_the_space_vacuum_freed_before_extending() {
             t.insert(&info, &row(aid, 0)).unwrap();
         }
         commit(t);
-        let mut t = Txn::begin(st.clone(), Arc::new(AtomicBool::new(false)));
-        t.new_statement();
-        let mut victims = Vec::new();
-        t.scan(&info, &mut |tid, r| {
-            if r[0].as_i64().unwrap() % 2 == 0 {
-                victims.push(tid);
-            }
-            Ok(true)
-        })
-        .unwrap();
-        for tid in victims {
-            assert_eq!(t.delete(&info, tid).unwrap(), RowWrite::Done);
-        }
-        commit(t);
+        delete_where(&st, &info, |aid| aid % 2 == 0);
         let rel = st.smgr.open(info.relfile).unwrap();
         let pages = rel.nblocks.load(std::sync::atomic::Ordering::Acquire);
         let s = walnut_storage::vacuum::vacuum_table(&st, &info, &mut || Ok(())).unwrap();
@@ -1114,20 +1124,7 @@ fn vacuum_truncates_an_empty_tail_and_redo_repeats_it() {
     let info = accounts_with_rows(&st, 3000);
     let rel = st.smgr.open(info.relfile).unwrap();
     let pages = rel.nblocks.load(Acquire);
-    let mut t = Txn::begin(st.clone(), Arc::new(AtomicBool::new(false)));
-    t.new_statement();
-    let mut victims = Vec::new();
-    t.scan(&info, &mut |tid, r| {
-        if r[0].as_i64().unwrap() > 1000 {
-            victims.push(tid);
-        }
-        Ok(true)
-    })
-    .unwrap();
-    for tid in victims {
-        assert_eq!(t.delete(&info, tid).unwrap(), RowWrite::Done);
-    }
-    commit(t);
+    delete_where(&st, &info, |aid| aid > 1000);
     let s = walnut_storage::vacuum::vacuum_table(&st, &info, &mut || Ok(())).unwrap();
     let kept = rel.nblocks.load(Acquire);
     assert!(
@@ -1241,21 +1238,7 @@ fn truncation_loses_no_row_inserted_or_scanned_meanwhile() {
                 t.insert(&info, &row(aid, 0)).unwrap();
             }
             commit(t);
-            let mut t = Txn::begin(st.clone(), Arc::new(AtomicBool::new(false)));
-            t.new_statement();
-            let mut victims = Vec::new();
-            t.scan(&info, &mut |tid, r| {
-                let k = r[0].as_i64().unwrap();
-                if (base as i64..base as i64 + 3000).contains(&k) {
-                    victims.push(tid);
-                }
-                Ok(true)
-            })
-            .unwrap();
-            for tid in victims {
-                assert_eq!(t.delete(&info, tid).unwrap(), RowWrite::Done);
-            }
-            commit(t);
+            delete_where(&st, &info, |aid| (base..base + 3000).contains(&aid));
             // Scans that began before the deletes still see the rows.
             std::thread::sleep(std::time::Duration::from_millis(20));
             let s = walnut_storage::vacuum::vacuum_table(&st, &info, &mut || Ok(())).unwrap();
