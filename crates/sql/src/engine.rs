@@ -19,8 +19,8 @@ impl StorageEngine {
     /// `pg_stat_user_tables`, PostgreSQL 18's columns, a row per table (in name order) from
     /// its counters (`walnut_storage::tabstat`, kept since the server started). `relid` is the
     /// table's `pg_class.oid`; `last_seq_scan` and `last_idx_scan` are not kept (NULL), nor is
-    /// anything about ANALYZE (walnut keeps no statistics: 0 and NULL); `n_tup_hot_upd` is 0
-    /// (an update always points the index entry at its new version).
+    /// anything about ANALYZE (walnut keeps no statistics: 0 and NULL). `n_tup_hot_upd` counts
+    /// the same-page updates that left the index entry where it was.
     fn pg_stat_user_tables(&self) -> (Vec<ColumnDef>, Vec<Vec<Value>>) {
         use std::sync::atomic::Ordering::Relaxed;
         use DataType::{Float8, Int8, Text, Timestamp};
@@ -90,7 +90,7 @@ impl StorageEngine {
                     n(&c.n_tup_ins),
                     n(&c.n_tup_upd),
                     n(&c.n_tup_del),
-                    Value::Int8(0),
+                    n(&c.n_tup_hot_upd),
                     n(&c.n_tup_newpage_upd),
                     est(&c.n_live_tup),
                     est(&c.n_dead_tup),

@@ -44,9 +44,15 @@ const MAGIC: u32 = 0x544E_4C57;
 /// file holds the system identifier; 4, the transaction status store is paged (`pg_xact/0000`
 /// segments of two bits per xid instead of one `pg_xact/status` file of a byte per xid); 5, the
 /// control file holds the oldest xid, and a heap `xmin` may be `Xid::ABORTED` (a format-4
-/// directory is read as it is: it has neither).
-pub const FORMAT_VERSION: u32 = 5;
-/// The previous format, which this version reads.
+/// directory is read as it is: it has neither); 6, heap tuples carry same-page update flags,
+/// heap line pointers may be redirects, and an aborted `xmax` is frozen as `Xid::ABORTED`
+/// (storage DESIGN.md, "Same-page updates"; a format-5 directory is read as it is: it has
+/// none of them, and the control file is the same). An older server refuses a format-6
+/// directory, whose pages it would misread.
+pub const FORMAT_VERSION: u32 = 6;
+/// An earlier format this version reads: the same control file, no same-page updates.
+const FORMAT_VERSION_5: u32 = 5;
+/// The earliest format this version reads.
 const FORMAT_VERSION_4: u32 = 4;
 /// Size of the control file, bytes.
 const CONTROL_LEN: usize = 64;
@@ -199,6 +205,7 @@ impl ControlFile {
         if b.len() >= 8
             && b[..4] == MAGIC.to_le_bytes()
             && version != Some(FORMAT_VERSION)
+            && version != Some(FORMAT_VERSION_5)
             && version != Some(FORMAT_VERSION_4)
         {
             return Err(Error::corruption(format!(
@@ -558,6 +565,16 @@ mod tests {
         assert_eq!(ControlFile::decode(&read.encode()).unwrap(), read);
         b[10] ^= 1;
         assert!(ControlFile::decode(&b).is_err(), "its CRC is checked");
+        // Format 5: the same file, read as it is (and written back as the current format).
+        let mut b = c.encode();
+        b[4..8].copy_from_slice(&FORMAT_VERSION_5.to_le_bytes());
+        let crc = walnut_common::crc32c(&b[..CONTROL_LEN - 4]);
+        b[CONTROL_LEN - 4..].copy_from_slice(&crc.to_le_bytes());
+        assert_eq!(ControlFile::decode(&b).unwrap(), c);
+        assert_eq!(
+            u32::from_le_bytes(c.encode()[4..8].try_into().unwrap()),
+            FORMAT_VERSION
+        );
     }
 
     #[test]

@@ -58,6 +58,15 @@ pub const PD_HAS_FREE_LINES: u16 = 1;
 /// point at its slot (an index entry), so the slot is not reused (PostgreSQL's `LP_DEAD`).
 pub const LP_DEAD_LEN: usize = 1;
 
+/// Length-field bit of a redirect line pointer (offset 0): its item is gone, and the low 15
+/// bits name the slot (1-based, on the same page) that an index lookup goes on to. A heap
+/// chain's root becomes one when pruning removes it while newer versions of its row remain on
+/// the page (PostgreSQL's `LP_REDIRECT`; storage DESIGN.md, "Same-page updates").
+pub const LP_REDIRECT: usize = 0x8000;
+
+// Slot numbers fit the low 15 bits.
+const _: () = assert!(MAX_LINE_POINTERS < LP_REDIRECT);
+
 /// Page kinds (the `kind` header field).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(u16)]
@@ -228,7 +237,12 @@ pub fn check_header(p: &PageBuf) -> Result<()> {
     }
     for i in 0..slot_count(p) {
         let (off, len) = line_pointer(p, i);
-        if (off != 0 && (off < upper || off + len > special)) || (off == 0 && len > LP_DEAD_LEN) {
+        let bad_redirect = off == 0
+            && len > LP_DEAD_LEN
+            && (len & LP_REDIRECT == 0
+                || !(1..=slot_count(p)).contains(&(len & !LP_REDIRECT))
+                || len & !LP_REDIRECT == i + 1);
+        if (off != 0 && (off < upper || off + len > special)) || bad_redirect {
             return Err(Error::corruption(format!(
                 "line pointer {i} is corrupt: offset {off}, length {len}"
             )));
@@ -300,22 +314,53 @@ pub fn is_dead(p: &PageBuf, i: usize) -> bool {
     i < slot_count(p) && line_pointer(p, i) == (0, LP_DEAD_LEN)
 }
 
-/// Marks line pointer `i`, which holds an item, dead (the item's bytes stay until [`compact`]).
+/// The line-pointer index (0-based) that redirect line pointer `i` names, or `None` if `i` is
+/// not a redirect.
+pub fn redirect_target(p: &PageBuf, i: usize) -> Option<usize> {
+    if i >= slot_count(p) {
+        return None;
+    }
+    match line_pointer(p, i) {
+        (0, len) if len & LP_REDIRECT != 0 => (len & !LP_REDIRECT).checked_sub(1),
+        _ => None,
+    }
+}
+
+/// Makes line pointer `i`, which holds an item or is a redirect, a redirect to line pointer
+/// `target` (0-based; another one that holds an item). The item's bytes stay until
+/// [`compact`].
+pub fn set_redirect(p: &mut PageBuf, i: usize, target: usize) {
+    assert!(
+        item(p, i).is_some() || redirect_target(p, i).is_some(),
+        "line pointer {i} made a redirect holds no item and is no redirect"
+    );
+    assert!(
+        target != i && item(p, target).is_some(),
+        "redirect of line pointer {i} to {target}, which holds no item"
+    );
+    let at = PAGE_HEADER_SIZE + i * LINE_POINTER_SIZE;
+    wr16(p, at, 0);
+    wr16(p, at + 2, (LP_REDIRECT | (target + 1)) as u16);
+}
+
+/// Marks line pointer `i`, which holds an item or is a redirect, dead (the item's bytes stay
+/// until [`compact`]).
 pub fn set_dead(p: &mut PageBuf, i: usize) {
     assert!(
-        item(p, i).is_some(),
-        "line pointer {i} marked dead holds no item"
+        item(p, i).is_some() || redirect_target(p, i).is_some(),
+        "line pointer {i} marked dead holds no item and is no redirect"
     );
     let at = PAGE_HEADER_SIZE + i * LINE_POINTER_SIZE;
     wr16(p, at, 0);
     wr16(p, at + 2, LP_DEAD_LEN as u16);
 }
 
-/// Marks line pointer `i`, which holds an item, unused (the bytes stay until [`compact`]).
+/// Marks line pointer `i`, which holds an item or is a redirect, unused (the bytes stay until
+/// [`compact`]).
 pub fn set_unused(p: &mut PageBuf, i: usize) {
     assert!(
-        item(p, i).is_some(),
-        "line pointer {i} marked unused holds no item"
+        item(p, i).is_some() || redirect_target(p, i).is_some(),
+        "line pointer {i} marked unused holds no item and is no redirect"
     );
     let at = PAGE_HEADER_SIZE + i * LINE_POINTER_SIZE;
     wr16(p, at, 0);

@@ -33,6 +33,9 @@ pub struct TableCounters {
     pub n_tup_del: AtomicU64,
     /// Updates whose new version went to another page than the old one.
     pub n_tup_newpage_upd: AtomicU64,
+    /// Updates whose new version was heap-only: on the old one's page, with no index entry
+    /// moved (PostgreSQL's `n_tup_hot_upd`).
+    pub n_tup_hot_upd: AtomicU64,
     /// Estimated live rows: set by VACUUM, moved by committed inserts and deletes since.
     pub n_live_tup: AtomicI64,
     /// Estimated dead versions: set by VACUUM (those it could not remove yet), moved by
@@ -68,6 +71,8 @@ pub struct PendingCounts {
     pub deleted: u64,
     /// Of `updated`, those whose new version went to another page.
     pub newpage_updated: u64,
+    /// Of `updated`, the heap-only ones (same page, no index entry moved).
+    pub hot_updated: u64,
 }
 
 impl TableCounters {
@@ -82,6 +87,7 @@ impl TableCounters {
         add(&self.n_tup_upd, p.updated);
         add(&self.n_tup_del, p.deleted);
         add(&self.n_tup_newpage_upd, p.newpage_updated);
+        add(&self.n_tup_hot_upd, p.hot_updated);
         add(&self.n_ins_since_vacuum, p.inserted);
         let (live, dead) = if committed {
             (
@@ -242,6 +248,7 @@ mod tests {
             updated: 3,
             deleted: 2,
             newpage_updated: 1,
+            hot_updated: 1,
         };
         c.end_of_xact(&p, true);
         let get = |a: &AtomicI64| a.load(Ordering::Relaxed);

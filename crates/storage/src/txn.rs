@@ -170,7 +170,7 @@ impl Txn {
         info.catalog_tid = match old {
             None => heap::insert(&self.st, &cat, xid, Tid::INVALID, &bytes, 100)?,
             Some(tid) => loop {
-                match heap::update(&self.st, &cat, tid, xid, &bytes)? {
+                match heap::update(&self.st, &cat, tid, xid, &bytes, None)? {
                     WriteCheck::Done(t) => break t,
                     WriteCheck::WaitFor(x) => self.st.xact.wait_for(xid, x, &self.cancel)?,
                     _ => {
@@ -447,12 +447,16 @@ impl Txn {
         let key = Self::key_of(info, row).expect("a table with an index has a primary key");
         let irel = self.st.smgr.open(index)?;
         let prev = match btree::get(&self.st, &irel, &key)? {
-            // A chain that pruning ended with a dead line pointer holds nothing anyone sees: the
-            // new version starts a chain of its own. (So does one whose slot VACUUM freed
-            // after the lookup, an error here; the check under the leaf's latch below decides
-            // the link for good, and reports a damaged page.)
-            Some(head) if matches!(heap::fetch_live(&self.st, &rel, head), Ok(Some(_))) => head,
-            _ => Tid::INVALID,
+            // The new version links to the newest version the entry reaches (past same-page
+            // updates). A chain that pruning ended with a dead line pointer holds nothing
+            // anyone sees: the new version starts a chain of its own. (So does one whose slot
+            // VACUUM freed after the lookup, an error here; the check under the leaf's latch
+            // below decides the link for good, and reports a damaged page.)
+            Some(root) => match heap::chain_head(&self.st, &rel, root) {
+                Ok(Some((head, _))) => head,
+                _ => Tid::INVALID,
+            },
+            None => Tid::INVALID,
         };
         let tid = heap::insert(&self.st, &rel, xid, prev, &data, info.def.fillfactor)?;
         self.count(info).inserted += 1;
@@ -472,8 +476,9 @@ impl Txn {
                     // (and may reuse the slot it named). Under the leaf's latch, so nobody
                     // reads the new version through the entry before.
                     let want = match existing {
-                        Some(head) if heap::fetch_live(&st, &rel, head)?.is_some() => head,
-                        _ => Tid::INVALID,
+                        Some(root) => heap::chain_head(&st, &rel, root)?
+                            .map_or(Tid::INVALID, |(head, _)| head),
+                        None => Tid::INVALID,
                     };
                     if want != linked {
                         heap::relink_prev(&st, &rel, tid, want, xid)?;
@@ -680,25 +685,41 @@ impl Txn {
         if let Some(row) = new_row {
             encode_row(info.def.column_types(), row, &mut data);
         }
+        let index = match (new_row, info.index) {
+            (Some(row), Some(index)) => Some((
+                self.st.smgr.open(index)?,
+                Self::key_of(info, row).expect("primary key"),
+            )),
+            _ => None,
+        };
         loop {
             let r = match new_row {
-                Some(_) => heap::update(&self.st, &rel, tid, xid, &data)?,
+                Some(_) => {
+                    // What the entry names now (read again on every try): a same-page update
+                    // is heap-only if it leads to the version updated (`heap::update`).
+                    let entry = match &index {
+                        Some((irel, key)) => btree::get(&self.st, irel, key)?,
+                        None => None,
+                    };
+                    heap::update(&self.st, &rel, tid, xid, &data, entry)?
+                }
                 None => heap::delete(&self.st, &rel, tid, xid)?,
             };
             match r {
-                WriteCheck::Done(new) => {
+                WriteCheck::Done(new) | WriteCheck::HeapOnly(new) => {
+                    let hot = matches!(r, WriteCheck::HeapOnly(_));
                     let c = self.count(info);
                     match new_row {
                         Some(_) => {
                             c.updated += 1;
                             c.newpage_updated += u64::from(new.block != tid.block);
+                            c.hot_updated += u64::from(hot);
                         }
                         None => c.deleted += 1,
                     }
-                    if let (Some(row), Some(index)) = (new_row, info.index) {
-                        let key = Self::key_of(info, row).expect("primary key");
-                        let irel = self.st.smgr.open(index)?;
-                        btree::set_tid(&self.st, &irel, xid, &key, new)?;
+                    // A heap-only version leaves the entry on its chain's root.
+                    if let (Some((irel, key)), false) = (&index, hot) {
+                        btree::set_tid(&self.st, irel, xid, key, new)?;
                     }
                     return Ok(RowWrite::Done);
                 }
@@ -984,16 +1005,16 @@ fn vacuumed_meanwhile(
     heap::visible_version(st, rel, tid, snap)
 }
 
-/// Uniqueness decision for an existing index entry pointing at `head`.
+/// Uniqueness decision for an existing index entry pointing at `root` (from the newest version
+/// it reaches: `heap::chain_head`).
 fn existing_state(
     st: &Storage,
     rel: &crate::smgr::Relation,
-    head: Tid,
+    root: Tid,
     me: Xid,
 ) -> Result<Existing> {
-    let mut tid = head;
     // Pruned: deleted, or an aborted insert, long enough ago for everyone.
-    let Some(mut v) = heap::fetch_live(st, rel, tid)? else {
+    let Some((mut tid, mut v)) = heap::chain_head(st, rel, root)? else {
         return Ok(Existing::Replace);
     };
     for _ in 0..1_000_000 {

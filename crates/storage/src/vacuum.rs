@@ -7,8 +7,9 @@
 //! 1. **Scans the heap** ([`heap::vacuum_scan_page`]): prunes every page and lists its dead
 //!    line pointers, the set `D`.
 //! 2. **Scans the index** ([`btree::bulk_delete`]): removes every entry that names a member of
-//!    `D`. A member no entry named belonged to a key that was inserted again: a version of it
-//!    may link to the member with its `prev`.
+//!    `D`. A member no entry named belonged to a key that was inserted again, or is the last
+//!    version of a deleted row's same-page chain (its root is the member the entry named): a
+//!    version of it may link to the member with its `prev`.
 //! 3. **Clears those links**, when step 2 left such members: a second heap scan
 //!    ([`heap::prev_links`]) finds the versions whose `prev` names one, and
 //!    [`heap::clear_prev`] sets it to none.

@@ -15,8 +15,9 @@
 //!    has a primary key.
 //! 4. **Heaps**: every tuple parses; `prev`/`next` links point at existing tuples of the same
 //!    relation, except those pruning may leave pointing at a removed version (a `prev` of a
-//!    version whose inserter committed or aborted, a `next` of one whose deleter committed;
-//!    DESIGN.md, "Pruning"); an index entry may name a dead line pointer when its key has no
+//!    version whose inserter committed or aborted, a `next` of one whose deleter committed,
+//!    or whose same-page update aborted; DESIGN.md, "Pruning"); every redirect names a
+//!    heap-only tuple; an index entry may name a dead line pointer when its key has no
 //!    live row; every live row (inserter committed, no committed deleter) decodes with the
 //!    table's column types; no two live rows share a primary key.
 //! 5. **B-trees**, level by level from the root (after Lehman & Yao, as `verify_nbtree.c`):
@@ -225,22 +226,44 @@ impl Checker<'_> {
         Ok(pages)
     }
 
-    /// The tuple at `tid` of `pages`, if it exists and parses.
-    fn tuple(&self, pages: &Pages, tid: Tid) -> Result<Option<Version>> {
+    /// The heap page `tid` is on, if `tid` is valid and its block a heap page that passed its
+    /// checks.
+    fn heap_page(&self, pages: &Pages, tid: Tid) -> Result<Option<Box<PageBuf>>> {
         if !tid.is_valid() {
             return Ok(None);
         }
-        let Some(p) = self.read(pages, tid.block.0)? else {
+        Ok(self
+            .read(pages, tid.block.0)?
+            .filter(|p| page::kind(p) == Some(PageKind::Heap)))
+    }
+
+    /// The tuple at `tid` of `pages`, if it exists and parses.
+    fn tuple(&self, pages: &Pages, tid: Tid) -> Result<Option<Version>> {
+        let Some(p) = self.heap_page(pages, tid)? else {
             return Ok(None);
         };
-        if page::kind(&p) != Some(PageKind::Heap) {
-            return Ok(None);
-        }
         let i = tid.slot as usize - 1;
         if i >= page::slot_count(&p) {
             return Ok(None);
         }
         Ok(page::item(&p, i).and_then(|it| heap::parse_version(it).ok()))
+    }
+
+    /// The TID of the newest version that an index entry naming `tid` reaches on its page
+    /// (`heap::hot_head`: through a redirect and same-page update links), or `None` if `tid`
+    /// is not a tuple or a redirect to one (the caller's checks then report what it is).
+    fn chain_head(&self, pages: &Pages, tid: Tid) -> Result<Option<Tid>> {
+        let Some(p) = self.heap_page(pages, tid)? else {
+            return Ok(None);
+        };
+        let aborted = |x: Xid| self.outcomes.aborted(x);
+        Ok(heap::hot_head(&p, tid.block, tid.slot, &aborted)
+            .ok()
+            .flatten()
+            .map(|i| Tid {
+                block: tid.block,
+                slot: i as u16 + 1,
+            }))
     }
 
     /// True if `tid` is a dead line pointer of a heap page of `pages` (a pruned version).
@@ -274,6 +297,22 @@ impl Checker<'_> {
                 continue;
             }
             for i in 0..page::slot_count(&p) {
+                if let Some(t) = page::redirect_target(&p, i) {
+                    let heap_only = page::item(&p, t)
+                        .and_then(|it| heap::parse_version(it).ok())
+                        .is_some_and(|v| v.flags & heap::HEAP_ONLY_TUPLE != 0);
+                    if !heap_only {
+                        self.problem(
+                            Some(id),
+                            Some(BlockNumber(b)),
+                            format!(
+                                "line pointer {} redirects to {}, which holds no heap-only tuple",
+                                i + 1,
+                                t + 1
+                            ),
+                        );
+                    }
+                }
                 let Some(item) = page::item(&p, i) else {
                     continue;
                 };
@@ -478,7 +517,14 @@ fn check_heap(c: &mut Checker<'_>, t: &TableInfo, pages: &Pages) -> Result<HashM
                 v.prev,
                 c.outcomes.committed(v.xmin) || c.outcomes.aborted(v.xmin),
             ),
-            ("next", v.next, c.outcomes.committed(v.xmax)),
+            // ... and the `next` of a version whose same-page update aborted: pruning
+            // removes the heap-only version such an update left (nothing reaches it).
+            (
+                "next",
+                v.next,
+                c.outcomes.committed(v.xmax)
+                    || (c.outcomes.aborted(v.xmax) && v.flags & heap::HEAP_HOT_UPDATED != 0),
+            ),
         ] {
             if link.is_valid() && !may_dangle && !exists.contains(&link) {
                 c.problem(
@@ -795,6 +841,8 @@ fn check_entry(
     reached: &mut HashSet<Tid>,
 ) -> Result<()> {
     let ix = t.index.expect("checked by the caller");
+    // The entry names its chain's root; readers go on from the newest version on that page.
+    let tid = c.chain_head(heap_pages, tid)?.unwrap_or(tid);
     let types: Vec<_> = t.def.columns.iter().map(|col| col.ty.clone()).collect();
     let pk = t.def.primary_key.as_ref().expect("checked by the caller");
     let Some(v) = c.tuple(heap_pages, tid)? else {

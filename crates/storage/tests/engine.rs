@@ -568,14 +568,7 @@ autovacuum_enabled: true,
                     let k = k as i32;
                     let mut t = Txn::begin(st.clone(), Arc::new(AtomicBool::new(false)));
                     t.new_statement();
-                    let mut found = None;
-                    let key = [Value::Int4(k)];
-                    t.index_scan(&info, Bound::Included(&key[..]), Bound::Included(&key[..]), &mut |tid, r| {
-                        found = Some((tid, r));
-                        Ok(false)
-                    })
-                    .unwrap();
-                    match found {
+                    match by_key(&t, &info, k) {
                         Some((tid, old)) => prop_assert_eq!(t.update(&info, tid, &old, &kv_row(k, v)).unwrap(), RowWrite::Done),
                         None => t.insert(&info, &kv_row(k, v)).unwrap(),
                     }
@@ -590,14 +583,7 @@ autovacuum_enabled: true,
                     let k = k as i32;
                     let mut t = Txn::begin(st.clone(), Arc::new(AtomicBool::new(false)));
                     t.new_statement();
-                    let mut found = None;
-                    let key = [Value::Int4(k)];
-                    t.index_scan(&info, Bound::Included(&key[..]), Bound::Included(&key[..]), &mut |tid, _| {
-                        found = Some(tid);
-                        Ok(false)
-                    })
-                    .unwrap();
-                    if let Some(tid) = found {
+                    if let Some((tid, _)) = by_key(&t, &info, k) {
                         prop_assert_eq!(t.delete(&info, tid).unwrap(), RowWrite::Done);
                         if ok {
                             commit(t);
@@ -762,19 +748,8 @@ fn vacuum_leaves_nothing_of_failed_inserts_deleted_rows_and_aborted_updates() {
     // The row is deleted; nothing of key 1 is left for anyone.
     let mut t = Txn::begin(st.clone(), Arc::new(AtomicBool::new(false)));
     t.new_statement();
-    let key = [Value::Int4(1)];
-    let mut found = None;
-    t.index_scan(
-        &info,
-        Bound::Included(&key[..]),
-        Bound::Included(&key[..]),
-        &mut |tid, _| {
-            found = Some(tid);
-            Ok(false)
-        },
-    )
-    .unwrap();
-    assert_eq!(t.delete(&info, found.unwrap()).unwrap(), RowWrite::Done);
+    let (tid, _) = by_key(&t, &info, 1).unwrap();
+    assert_eq!(t.delete(&info, tid).unwrap(), RowWrite::Done);
     commit(t);
     // What pg_stat_progress_vacuum shows of the first VACUUM of `accounts`, once it ended.
     let progress = Arc::new(walnut_storage::progress::VacuumProgress::default());
@@ -1181,7 +1156,6 @@ fn vacuum_truncates_an_empty_tail_and_redo_repeats_it() {
 /// hit only by chance here.
 #[test]
 fn truncation_loses_no_row_inserted_or_scanned_meanwhile() {
-    use std::ops::Bound::Included;
     use std::sync::atomic::Ordering::{Acquire, Release};
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("d");
@@ -1204,19 +1178,8 @@ fn truncation_loses_no_row_inserted_or_scanned_meanwhile() {
                 commit(t);
                 let mut t = Txn::begin(st.clone(), Arc::new(AtomicBool::new(false)));
                 t.new_statement();
-                let key = [Value::Int4(aid)];
-                let mut found = None;
-                t.index_scan(
-                    &info,
-                    Included(&key[..]),
-                    Included(&key[..]),
-                    &mut |tid, _| {
-                        found = Some(tid);
-                        Ok(false)
-                    },
-                )
-                .unwrap_or_else(|e| panic!("row {aid}: {e}"));
-                let tid = found.unwrap_or_else(|| panic!("row {aid} was lost"));
+                let (tid, _) =
+                    by_key(&t, &info, aid).unwrap_or_else(|| panic!("row {aid} was lost"));
                 assert_eq!(t.delete(&info, tid).unwrap(), RowWrite::Done);
                 commit(t);
                 n += 1;
@@ -1323,6 +1286,212 @@ fn freezing_lets_a_checkpoint_remove_status_segments_no_heap_needs() {
     // Writes go on over frozen rows.
     raise_every_balance(&st2, &info);
     assert_eq!(contents(&st2, "accounts")[&1], 2);
+    shut_down_and_verify(st2, &copy);
+    shut_down_and_verify(st, &dir);
+}
+
+/// The version of the row whose int4 key is `aid` that `t`'s statement sees, with its TID,
+/// found through the index.
+fn by_key(
+    t: &Txn,
+    info: &walnut_storage::catalog::TableInfo,
+    aid: i32,
+) -> Option<(Tid, Vec<Value>)> {
+    let key = [Value::Int4(aid)];
+    let mut found = None;
+    t.index_scan(
+        info,
+        Bound::Included(&key[..]),
+        Bound::Included(&key[..]),
+        &mut |tid, r| {
+            found = Some((tid, r));
+            Ok(false)
+        },
+    )
+    .unwrap();
+    found
+}
+
+/// Sets row `aid`'s balance to `bal`, found by its key, in a transaction that commits or
+/// (`commit` false) aborts.
+fn update_by_key(
+    st: &Arc<Storage>,
+    info: &walnut_storage::catalog::TableInfo,
+    aid: i32,
+    bal: i32,
+    commit_it: bool,
+) {
+    let mut t = Txn::begin(st.clone(), Arc::new(AtomicBool::new(false)));
+    t.new_statement();
+    let (tid, old) =
+        by_key(&t, info, aid).unwrap_or_else(|| panic!("row {aid} not found by its key"));
+    assert_eq!(
+        t.update(info, tid, &old, &row(aid, bal)).unwrap(),
+        RowWrite::Done
+    );
+    if commit_it {
+        commit(t);
+    } else {
+        t.rollback();
+    }
+}
+
+/// Same-page updates (heap-only versions, PostgreSQL's HOT): the index entry stays on the
+/// chain's root through every update of a row, and lookups walk forward from it. Pruning makes
+/// the root a redirect to the newest version; a deleted row's chain ends in a dead root, which
+/// VACUUM removes with its entry. An update that aborted after moving the row to another page
+/// left the entry there, as does a delete and re-insert that aborted, so the next same-page
+/// update moves the entry back (not heap-only). A heap-only version that its aborted
+/// transaction went on to delete (and insert its key again) stays through pruning. Lookups and
+/// scans agree throughout, redo of a crash copy repeats it all, and `verify` is clean.
+#[test]
+fn same_page_updates_keep_the_index_entry_and_pruning_redirects_the_root() {
+    use walnut_storage::bufpool::ReadMode;
+    use walnut_storage::{heap, page};
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("d");
+    let st = fresh_with(&dir, 256, no_autovacuum());
+    // 200 rows of 48 bytes: block 0 is full (157), the rest on block 1.
+    let info = accounts_with_rows(&st, 200);
+    let rel = st.smgr.open(info.relfile).unwrap();
+    let irel = st.smgr.open(info.index.unwrap()).unwrap();
+    let entry = |aid: i32| btree::get(&st, &irel, &encode_key(&[Value::Int4(aid)])).unwrap();
+    let hot_updates = || {
+        st.table_stats.with(info.table_id, |c| {
+            c.n_tup_hot_upd.load(std::sync::atomic::Ordering::Relaxed)
+        })
+    };
+    let mut want: BTreeMap<i32, i32> = (1..=200).map(|k| (k, 0)).collect();
+    // Make room on block 0: delete rows 100..=157 and prune.
+    delete_where(&st, &info, |aid| (100..=157).contains(&aid));
+    heap::prune_block(&st, &rel, BlockNumber(0)).unwrap();
+    want.retain(|&k, _| !(100..=157).contains(&k));
+    // Twenty updates of row 1, all on block 0, all heap-only: the entry never moves.
+    let root = entry(1).unwrap();
+    assert_eq!(root.block, BlockNumber(0));
+    for bal in 1..=20 {
+        update_by_key(&st, &info, 1, bal, true);
+        want.insert(1, bal);
+        assert_eq!(contents(&st, "accounts"), want);
+    }
+    assert_eq!(
+        entry(1),
+        Some(root),
+        "a same-page update moved the index entry"
+    );
+    assert_eq!(hot_updates(), 20);
+    // Pruning removes the root's version and leaves a redirect to the newest one.
+    heap::prune_block(&st, &rel, BlockNumber(0)).unwrap();
+    {
+        let pin = st.pool.pin(&rel, root.block, ReadMode::Normal).unwrap();
+        let p = pin.read();
+        assert!(
+            page::redirect_target(&p, root.slot as usize - 1).is_some(),
+            "the pruned root is not a redirect"
+        );
+    }
+    assert_eq!(contents(&st, "accounts"), want);
+    update_by_key(&st, &info, 1, 21, true);
+    want.insert(1, 21);
+    assert_eq!(entry(1), Some(root));
+    assert_eq!(contents(&st, "accounts"), want);
+    // Row 2: updated, then deleted. Pruning ends its chain with a dead root, VACUUM removes it
+    // with its entry.
+    for bal in 1..=3 {
+        update_by_key(&st, &info, 2, bal, true);
+    }
+    delete_where(&st, &info, |aid| aid == 2);
+    want.remove(&2);
+    walnut_storage::vacuum::vacuum_table(&st, &info, &mut || Ok(())).unwrap();
+    assert_eq!(entry(2), None, "VACUUM left the deleted row's entry");
+    assert_eq!(contents(&st, "accounts"), want);
+    // Row 3: an update that goes to another page (block 0 is filled first) and aborts; then,
+    // with room again, a same-page update must move the entry back from the aborted version.
+    rel.insert_hint
+        .store(0, std::sync::atomic::Ordering::Release);
+    let mut t = Txn::begin(st.clone(), Arc::new(AtomicBool::new(false)));
+    for aid in 1000..1100 {
+        t.insert(&info, &row(aid, 0)).unwrap();
+        want.insert(aid, 0);
+    }
+    commit(t);
+    let before = entry(3).unwrap();
+    update_by_key(&st, &info, 3, 7, false);
+    let moved = entry(3).unwrap();
+    assert_ne!(
+        moved.block, before.block,
+        "the aborted update stayed on its page"
+    );
+    delete_where(&st, &info, |aid| (1000..1100).contains(&aid));
+    want.retain(|&k, _| !(1000..1100).contains(&k));
+    heap::prune_block(&st, &rel, before.block).unwrap();
+    let hot = hot_updates();
+    update_by_key(&st, &info, 3, 8, true);
+    want.insert(3, 8);
+    let now = entry(3).unwrap();
+    assert_eq!(
+        (now.block, hot_updates()),
+        (before.block, hot),
+        "the update after the aborted move is not on the old page, or heap-only"
+    );
+    assert_eq!(contents(&st, "accounts"), want);
+    update_by_key(&st, &info, 3, 9, true);
+    want.insert(3, 9);
+    assert_eq!((entry(3), hot_updates()), (Some(now), hot + 1));
+    assert_eq!(contents(&st, "accounts"), want);
+    // Row 4: deleted and inserted again in a transaction that aborts, which moved the entry to
+    // the aborted insert's version (and left no mark on the row's version but its aborted
+    // `xmax`): the next update, on the row's page, moves the entry back.
+    let mut t = Txn::begin(st.clone(), Arc::new(AtomicBool::new(false)));
+    t.new_statement();
+    let found = by_key(&t, &info, 4).map(|(tid, _)| tid);
+    assert_eq!(t.delete(&info, found.unwrap()).unwrap(), RowWrite::Done);
+    t.insert(&info, &row(4, 99)).unwrap();
+    t.rollback();
+    assert_ne!(entry(4), found, "the insert did not move the entry");
+    let hot = hot_updates();
+    update_by_key(&st, &info, 4, 5, true);
+    want.insert(4, 5);
+    assert_eq!(
+        hot_updates(),
+        hot,
+        "the update after the aborted insert is heap-only"
+    );
+    assert_eq!(contents(&st, "accounts"), want);
+    heap::prune_block(&st, &rel, found.unwrap().block).unwrap();
+    assert_eq!(contents(&st, "accounts"), want);
+    // Row 5: in one transaction that aborts, a heap-only update, then a delete and an insert of
+    // the key: the insert links to the heap-only version, and the entry moves to the insert's.
+    // Pruning must keep that heap-only version (its transaction stamped it), or the lookup
+    // walks back into a freed slot, which new rows then fill.
+    let mut t = Txn::begin(st.clone(), Arc::new(AtomicBool::new(false)));
+    t.new_statement();
+    let (tid, old) = by_key(&t, &info, 5).unwrap();
+    assert_eq!(
+        t.update(&info, tid, &old, &row(5, 50)).unwrap(),
+        RowWrite::Done
+    );
+    t.new_statement();
+    let (tid, _) = by_key(&t, &info, 5).unwrap();
+    assert_eq!(t.delete(&info, tid).unwrap(), RowWrite::Done);
+    t.insert(&info, &row(5, 51)).unwrap();
+    t.rollback();
+    heap::prune_block(&st, &rel, tid.block).unwrap();
+    rel.insert_hint
+        .store(tid.block.0, std::sync::atomic::Ordering::Release);
+    let mut t = Txn::begin(st.clone(), Arc::new(AtomicBool::new(false)));
+    for aid in 2000..2010 {
+        t.insert(&info, &row(aid, 0)).unwrap();
+        want.insert(aid, 0);
+    }
+    commit(t);
+    assert_eq!(contents(&st, "accounts"), want);
+    // Redo repeats it all.
+    st.wal().flush(st.wal().insert_lsn()).unwrap();
+    let copy = tmp.path().join("copy");
+    crash_copy(&dir, &copy);
+    let st2 = Storage::open(Arc::new(walnut_io::RealVfs), &copy, config(256)).unwrap();
+    assert_eq!(contents(&st2, "accounts"), want);
     shut_down_and_verify(st2, &copy);
     shut_down_and_verify(st, &dir);
 }

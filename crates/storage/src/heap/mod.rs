@@ -8,13 +8,23 @@
 //! 20  u16  prev.slot
 //! 22  u32  next.block  the newer version that replaced this one (set with xmax by UPDATE)
 //! 26  u16  next.slot
-//! 28  u16  flags       reserved, 0
+//! 28  u16  flags       HEAP_ONLY_TUPLE 0x0001, HEAP_HOT_UPDATED 0x0002 (same-page updates)
 //! 30  u16  reserved    0
 //! 32  ...  row data    walnut_common::value::encode_row
 //! ```
-//! Versions are chained both ways: the primary-key index points at the newest version, readers
-//! walk `prev` back to the first version visible to them, and updaters follow `next` forward to
+//! Versions are chained both ways: the primary-key index entry leads to the newest version
+//! (naming it, or the root of its same-page chain, below), readers walk `prev` back from there
+//! to the first version visible to them, and updaters follow `next` forward to
 //! the newest committed version (PostgreSQL's `t_ctid`) under read committed.
+//!
+//! **Same-page updates** (PostgreSQL's heap-only tuples, HOT; DESIGN.md, "Same-page updates").
+//! An update of a table with an index whose new version fits on the old version's page marks
+//! the new version `HEAP_ONLY_TUPLE` and the old one `HEAP_HOT_UPDATED`, and leaves the index
+//! entry where it was: on the chain's root, the oldest version on the page that an entry
+//! names. A lookup ([`chain_head`]) goes from the root forward along `next` links that stay on
+//! the page to the newest version, under one latch, then walks `prev` back as before. When
+//! pruning removes a root whose row still has versions on the page, the root's line pointer
+//! becomes a redirect to the first of them.
 //!
 //! WAL records (resource manager [`RM_HEAP`]):
 //! - `INSERT`: block 0 = target page (`will_init` if the page was new); data = u16 slot, tuple.
@@ -24,7 +34,9 @@
 //! - `DELETE`: block 0; data = u16 slot, u64 xmax.
 //! - `LINK`: block 0; data = u16 slot, 6-byte TID: the version's new `prev` ([`relink_prev`]).
 //! - `PRUNE`: block 0; data = u16 n_dead, u16 n_unused, then the slots made dead and the slots
-//!   made unused (u16 each), after which the page is compacted; main data = the distinct
+//!   made unused (u16 each), then u16 n_redirect and n_redirect pairs of u16 slots (a root
+//!   made, or moved as, a redirect; the slot it now names: absent in older records), after
+//!   which the page is compacted; main data = the distinct
 //!   `xmax`es of the versions removed (u64 each, ascending; none if only aborted inserts): a
 //!   hot standby's queries that do not see all of them conflict with it. (Not just the largest,
 //!   as PostgreSQL's `snapshotConflictHorizon`: snapshots here are commit sequence numbers,
@@ -33,8 +45,8 @@
 //!   after which the page is compacted ([`vacuum_page`]). No conflict on a hot standby: the
 //!   `PRUNE` that made them dead had it.
 //! - `FREEZE`: block 0; data = u16 n, then n times u16 slot and u8 what (`FREEZE_*` bits:
-//!   `xmin` made `Xid::FROZEN` or `Xid::ABORTED`, `xmax` made `Xid::FROZEN` or cleared with
-//!   `next`); main data = the distinct xids frozen as committed (u64 each, ascending): a hot
+//!   `xmin` made `Xid::FROZEN` or `Xid::ABORTED`, `xmax` made `Xid::FROZEN`, or `Xid::ABORTED`
+//!   with `next` and `HEAP_HOT_UPDATED` cleared); main data = the distinct xids frozen as committed (u64 each, ascending): a hot
 //!   standby's queries that do not see all of them conflict with it, as with `PRUNE`
 //!   ([`freeze_page`]; PostgreSQL's `heap_freeze_execute_prepared`).
 //!
@@ -42,16 +54,21 @@
 //! can see any more is removed from its page when the page is found full: by an update of a
 //! row on it, or by an insert or a moved update looking for room. Against the visibility
 //! horizon `h` ([`crate::xact::XactManager::horizon`]):
+//! - first, same-page chains from their roots ([`plan_hot_chains`]): a root whose row still has
+//!   versions on the page becomes a redirect to the first of them;
 //! - replaced (`xmax` committed with CSN <= `h`, `next` set): its line pointer becomes unused,
-//!   free for a new version. Nothing reaches it any more: the index points at a newer version,
+//!   free for a new version. Nothing reaches it any more: the index leads to a newer version,
 //!   and a reader walks `prev` only from a version whose `xmin` it cannot see, while the
 //!   version that replaced it has `xmin` = this `xmax`, which everyone sees;
+//! - heap-only and inserted by an aborted transaction: unused (no entry names it, and no
+//!   lookup goes past an aborted updater);
 //! - deleted (`xmax` committed with CSN <= `h`, no `next`), or inserted by an aborted
 //!   transaction and replacing nothing (no `prev`): its line pointer becomes dead. The index
 //!   entry may still point at it, and reads it as the end of a chain with nothing visible;
 //!   VACUUM removes both (`crate::vacuum`);
-//! - anything else stays, including a version of an aborted update that replaced another: the
-//!   index may point at it, and its `prev` leads to the live version.
+//! - anything else stays, including a version of an aborted update to another page (or a new
+//!   root) that replaced another: the index may point at it, and its `prev` leads to the live
+//!   version.
 //!
 //! The page is then compacted. A new version takes the first unused line pointer, else a new
 //! one: its slot is in its WAL record either way.
@@ -75,6 +92,14 @@ use walnut_wal::{Record, RmgrId};
 
 mod bulk;
 pub use bulk::{BulkInsert, BULK_BATCH_PAGES_MAX, HEAP_NEWPAGES};
+
+/// Tuple flag (header offset 28): a heap-only version, which a same-page update placed; no
+/// index entry names it: lookups reach it from its chain's root (PostgreSQL's
+/// `HEAP_ONLY_TUPLE`).
+pub const HEAP_ONLY_TUPLE: u16 = 0x0001;
+/// Tuple flag: replaced by a heap-only version on the same page, which its `next` names
+/// (PostgreSQL's `HEAP_HOT_UPDATED`).
+pub const HEAP_HOT_UPDATED: u16 = 0x0002;
 
 /// Heap resource manager id.
 pub const RM_HEAP: RmgrId = RmgrId(2);
@@ -100,7 +125,8 @@ pub const FREEZE_XMIN_COMMITTED: u8 = 0x01;
 pub const FREEZE_XMIN_ABORTED: u8 = 0x02;
 /// `xmax` becomes `Xid::FROZEN` (its deleter committed, visible to all).
 pub const FREEZE_XMAX_COMMITTED: u8 = 0x04;
-/// `xmax` and `next` are cleared (its deleter or updater aborted).
+/// `xmax` becomes `Xid::ABORTED` (its deleter or updater aborted), and `next` and
+/// `HEAP_HOT_UPDATED` are cleared (never an empty `xmax`: [`update`] reads that as unstamped).
 pub const FREEZE_XMAX_ABORTED: u8 = 0x08;
 const FREEZE_ALL: u8 =
     FREEZE_XMIN_COMMITTED | FREEZE_XMIN_ABORTED | FREEZE_XMAX_COMMITTED | FREEZE_XMAX_ABORTED;
@@ -135,6 +161,8 @@ pub struct Version {
     pub prev: Tid,
     /// Newer version.
     pub next: Tid,
+    /// `HEAP_ONLY_TUPLE` and `HEAP_HOT_UPDATED` bits.
+    pub flags: u16,
     /// encode_row bytes.
     pub data: Vec<u8>,
 }
@@ -159,6 +187,7 @@ pub fn parse_version(item: &[u8]) -> Result<Version> {
         xmax: Xid(u64::from_le_bytes(item[8..16].try_into().expect("8"))),
         prev: rd_tid(&item[16..22]),
         next: rd_tid(&item[22..28]),
+        flags: header_flags(item),
         data: item[TUPLE_HEADER_SIZE..].to_vec(),
     })
 }
@@ -202,16 +231,33 @@ fn header_next(item: &[u8]) -> Tid {
     rd_tid(&item[22..28])
 }
 
-/// Stamps a version's xmax and next link. The caller checked the item's length (a tuple it
-/// built, or [`tuple_index`] on a page).
-fn set_xmax_next(item: &mut [u8], xmax: Xid, next: Tid) {
+fn header_flags(item: &[u8]) -> u16 {
+    u16::from_le_bytes([item[28], item[29]])
+}
+
+fn set_header_flag(item: &mut [u8], bit: u16, on: bool) {
+    let f = header_flags(item);
+    let f = if on { f | bit } else { f & !bit };
+    item[28..30].copy_from_slice(&f.to_le_bytes());
+}
+
+/// Stamps a version's xmax and next link, and `HEAP_HOT_UPDATED` as `hot` says (a same-page
+/// update of an indexed table sets it; a delete, or an update that moves the row, clears what
+/// an aborted same-page update left). The caller checked the item's length (a tuple it built,
+/// or [`tuple_index`] on a page).
+fn set_xmax_next(item: &mut [u8], xmax: Xid, next: Tid, hot: bool) {
     assert!(
         item.len() >= TUPLE_HEADER_SIZE,
         "stamp of a truncated tuple"
     );
     assert!(xmax.is_valid(), "stamp of an invalid xmax");
+    assert!(
+        !hot || next.is_valid(),
+        "a same-page update without a next link"
+    );
     item[8..16].copy_from_slice(&xmax.0.to_le_bytes());
     item[22..28].copy_from_slice(&next.to_bytes());
+    set_header_flag(item, HEAP_HOT_UPDATED, hot);
 }
 
 /// Line-pointer index of the tuple at `slot` of a page read from disk (or restored by redo),
@@ -247,17 +293,97 @@ enum Slot {
     Tuple(usize),
     /// A dead line pointer: a version removed by pruning, which no snapshot saw any more.
     Dead,
+    /// A redirect: a chain's root that pruning removed; the line-pointer index its row's
+    /// versions on the page go on from.
+    Redirect(usize),
 }
 
-/// Like [`tuple_index`], but a dead line pointer is [`Slot::Dead`] instead of an error.
+/// Like [`tuple_index`], but a dead line pointer is [`Slot::Dead`] and a redirect
+/// [`Slot::Redirect`] instead of an error.
 ///
 /// # Errors
 /// Corruption (XX001) as [`tuple_index`].
 fn slot_state(p: &PageBuf, slot: u16) -> Result<Slot> {
-    if slot > 0 && page::kind(p) == Some(PageKind::Heap) && page::is_dead(p, slot as usize - 1) {
-        return Ok(Slot::Dead);
+    if slot > 0 && page::kind(p) == Some(PageKind::Heap) {
+        if page::is_dead(p, slot as usize - 1) {
+            return Ok(Slot::Dead);
+        }
+        if let Some(t) = page::redirect_target(p, slot as usize - 1) {
+            return Ok(Slot::Redirect(t));
+        }
     }
     tuple_index(p, slot).map(Slot::Tuple)
+}
+
+/// The next member of a same-page update chain after the tuple at line-pointer index `i` of
+/// page `p` (block `block`): the version its `next` names, if the tuple is `HEAP_HOT_UPDATED`,
+/// its updater did not abort (`aborted` says), and that slot holds a heap-only version whose
+/// `xmin` is the tuple's `xmax` (one freeze pass freezes both alike) and whose `prev` names the
+/// tuple (PostgreSQL's `priorXmax` check: a slot pruning freed and a later version reused is
+/// not followed).
+fn hot_successor(
+    p: &PageBuf,
+    block: BlockNumber,
+    i: usize,
+    aborted: &dyn Fn(Xid) -> bool,
+) -> Option<usize> {
+    let item = page::item(p, i)?;
+    let next = header_next(item);
+    if header_flags(item) & HEAP_HOT_UPDATED == 0 || next.block != block {
+        return None;
+    }
+    let xmax = header_xmax(item);
+    if aborted(xmax) {
+        return None;
+    }
+    let Ok(Slot::Tuple(j)) = slot_state(p, next.slot) else {
+        return None;
+    };
+    let n = page::item(p, j)?;
+    let me = Tid {
+        block,
+        slot: i as u16 + 1,
+    };
+    (header_flags(n) & HEAP_ONLY_TUPLE != 0 && header_xmin(n) == xmax && header_prev(n) == me)
+        .then_some(j)
+}
+
+/// The line-pointer index of the newest version of the same-page chain that an index entry
+/// naming `slot` of heap page `p` (block `block`) reaches: through a redirect, then forward
+/// along same-page update links ([`hot_successor`]); `None` if the slot is a dead line
+/// pointer (PostgreSQL's `heap_hot_search_buffer`, walking the other way: walnut's readers
+/// then walk `prev` back from the newest version).
+///
+/// # Errors
+/// Corruption (XX001) if the slot holds no tuple, or a redirect names none.
+pub fn hot_head(
+    p: &PageBuf,
+    block: BlockNumber,
+    slot: u16,
+    aborted: &dyn Fn(Xid) -> bool,
+) -> Result<Option<usize>> {
+    let mut i = match slot_state(p, slot)? {
+        Slot::Dead => return Ok(None),
+        Slot::Tuple(i) => i,
+        Slot::Redirect(t) => match slot_state(p, t as u16 + 1)? {
+            Slot::Tuple(i) => i,
+            _ => {
+                return Err(Error::corruption(format!(
+                    "heap line pointer {slot} redirects to {}, which holds no tuple",
+                    t + 1
+                )))
+            }
+        },
+    };
+    for _ in 0..page::slot_count(p) {
+        match hot_successor(p, block, i, aborted) {
+            Some(j) => i = j,
+            None => return Ok(Some(i)),
+        }
+    }
+    Err(Error::corruption(format!(
+        "same-page update chain from heap line pointer {slot} does not end"
+    )))
 }
 
 /// A write names a transaction that exists: valid and already assigned.
@@ -316,6 +442,9 @@ fn assert_update_links(old_item: &[u8], new_item: &[u8], old: Tid, new: Tid, xid
 pub enum WriteCheck {
     /// Written; for an update, the new version's TID.
     Done(Tid),
+    /// Updated with a heap-only version, at this TID on the old version's page: the index
+    /// entry stays where it is ([`update`]).
+    HeapOnly(Tid),
     /// Another transaction holds the row: wait for it, then retry.
     WaitFor(Xid),
     /// A committed transaction updated it; the next version is here.
@@ -577,38 +706,65 @@ pub fn insert(
 /// # Errors
 /// Corruption if `tid` does not exist; I/O errors.
 pub fn fetch(st: &Storage, rel: &Relation, tid: Tid) -> Result<Version> {
-    if tid.block.0 >= rel.nblocks.load(Ordering::Acquire) {
-        return Err(Error::corruption(format!(
-            "TID ({},{}) is beyond the end of relation base/{}",
-            tid.block.0, tid.slot, rel.id.0
-        )));
-    }
+    check_in_range(rel, tid)?;
     fetch_live(st, rel, tid)?.ok_or_else(|| {
         Error::corruption(format!(
-            "TID ({},{}) of relation base/{} is a dead line pointer",
+            "TID ({},{}) of relation base/{} is a dead line pointer or a redirect",
             tid.block.0, tid.slot, rel.id.0
         ))
     })
 }
 
 /// Reads the version at `tid` (no visibility check), or `None` if pruning removed it and left a
-/// dead line pointer (see the module documentation): a chain's end with nothing visible.
+/// dead line pointer or a redirect (see the module documentation): for a walk back along
+/// `prev`, a chain's end with nothing visible. An index entry's TID goes through
+/// [`chain_head`] instead.
 ///
 /// # Errors
 /// Corruption if `tid` does not exist; I/O errors.
 pub fn fetch_live(st: &Storage, rel: &Relation, tid: Tid) -> Result<Option<Version>> {
+    check_in_range(rel, tid)?;
+    let pin = st.pool.pin(rel, tid.block, ReadMode::Normal)?;
+    let p = pin.read();
+    match slot_state(&p, tid.slot)? {
+        Slot::Dead | Slot::Redirect(_) => Ok(None),
+        Slot::Tuple(i) => parse_version(page::item(&p, i).expect("checked")).map(Some),
+    }
+}
+
+fn check_in_range(rel: &Relation, tid: Tid) -> Result<()> {
     if tid.block.0 >= rel.nblocks.load(Ordering::Acquire) {
         return Err(Error::corruption(format!(
             "TID ({},{}) is beyond the end of relation base/{}",
             tid.block.0, tid.slot, rel.id.0
         )));
     }
+    Ok(())
+}
+
+/// The newest version, with its TID, of the chain an index entry naming `tid` reaches on that
+/// page ([`hot_head`]: through a redirect and same-page update links, under the page's shared
+/// latch), or `None` if `tid` is a dead line pointer (a chain pruning ended). Readers, the
+/// uniqueness check and inserts start every index lookup here, then walk `prev` back.
+///
+/// # Errors
+/// Corruption if `tid` names no tuple, dead line pointer or redirect; I/O errors.
+pub fn chain_head(st: &Storage, rel: &Relation, tid: Tid) -> Result<Option<(Tid, Version)>> {
+    check_in_range(rel, tid)?;
     let pin = st.pool.pin(rel, tid.block, ReadMode::Normal)?;
     let p = pin.read();
-    match slot_state(&p, tid.slot)? {
-        Slot::Dead => Ok(None),
-        Slot::Tuple(i) => parse_version(page::item(&p, i).expect("checked")).map(Some),
-    }
+    let aborted = |x: Xid| st.xact.status(x) == XidStatus::Aborted;
+    let Some(i) = hot_head(&p, tid.block, tid.slot, &aborted)? else {
+        return Ok(None);
+    };
+    let head = Tid {
+        block: tid.block,
+        slot: i as u16 + 1,
+    };
+    Ok(Some((
+        head,
+        parse_version(page::item(&p, i).expect("checked"))?,
+    )))
 }
 
 /// The version that `v`, at `tid`, links to with `prev`, with its TID, for a walk back along a
@@ -633,6 +789,17 @@ pub fn prev_version(
         return Ok(None);
     }
     let got = fetch_live(st, rel, prev);
+    // A heap-only version's `prev` is the version it replaced on its page, which pruning keeps
+    // while anyone walks back to it: the walk goes on from `v` only if `v`'s `xmin` is not
+    // visible to it (or aborted, read after `v` was found as its chain's head with that
+    // update still running, or reached from a version its own transaction went on to write),
+    // so the replaced version's `xmax` is not committed at or below the horizon. (Its `next`
+    // may name another version by now: `v`'s update aborted and a later one replaced it; and
+    // pruning removes `v` itself at once if its transaction aborted without stamping it, so
+    // the general recheck below, which reads `v` again, would find its slot freed.)
+    if v.flags & HEAP_ONLY_TUPLE != 0 && prev.block == tid.block {
+        return Ok(got?.map(|p| (prev, p)));
+    }
     match &got {
         Ok(Some(p)) if p.next == tid => return Ok(got?.map(|p| (prev, p))),
         Ok(None) => return Ok(None),
@@ -653,8 +820,9 @@ pub fn prev_version(
     Ok(got?.map(|p| (prev, p)))
 }
 
-/// Walks the version chain from `head` back to the version visible to `snap`.
-/// Returns it with its TID, or `None` if no version is visible or the visible one is deleted.
+/// Walks the version chain that an index entry naming `head` reaches ([`chain_head`]) back to
+/// the version visible to `snap`. Returns it with its TID, or `None` if no version is visible
+/// or the visible one is deleted.
 ///
 /// # Errors
 /// Corruption and I/O errors.
@@ -664,8 +832,7 @@ pub fn visible_version(
     head: Tid,
     snap: &Snapshot,
 ) -> Result<Option<(Tid, Version)>> {
-    let mut tid = head;
-    let Some(mut v) = fetch_live(st, rel, tid)? else {
+    let Some((mut tid, mut v)) = chain_head(st, rel, head)? else {
         return Ok(None);
     };
     for _ in 0..1_000_000 {
@@ -728,6 +895,7 @@ pub fn delete(st: &Storage, rel: &Relation, tid: Tid, xid: Xid) -> Result<WriteC
         page::item_mut(&mut p, i).expect("checked"),
         xid,
         Tid::INVALID,
+        false,
     );
     let item = page::item(&p, i).expect("checked");
     assert_eq!(header_xmax(item), xid, "xmax after delete");
@@ -751,14 +919,32 @@ pub fn delete(st: &Storage, rel: &Relation, tid: Tid, xid: Xid) -> Result<WriteC
 }
 
 /// Replaces the version at `old` with a new version holding `data`, for `xid`, if nobody else
-/// holds the row. The new version links back to `old`.
+/// holds the row. The new version links back to `old`. If it fits on `old`'s page it goes
+/// there. `entry` is what the row's index entry named when the caller read it, after its xid
+/// was assigned (`None`: no index, or the update changes the key): if it leads to `old`
+/// ([`hot_head`]) and nobody has stamped `old` since (`xmax` empty), the new version is
+/// heap-only, the entry stays on the chain's root, and the update returns `HeapOnly(new)`: the
+/// caller does not move the entry (module documentation, "Same-page updates"). Otherwise it
+/// returns `Done(new)` and the caller moves the entry to `new`.
+///
+/// Every move of a live row's entry stamps the row's newest version first (an update of it,
+/// or a delete before an insert of its key), and a stamp is never taken back (an aborted one
+/// is frozen as `Xid::ABORTED`), so the entry cannot have moved between the caller's read and
+/// this check if `xmax` is still empty.
 ///
 /// # Errors
 /// 54000 for oversized rows; I/O and corruption errors.
-pub fn update(st: &Storage, rel: &Relation, old: Tid, xid: Xid, data: &[u8]) -> Result<WriteCheck> {
+pub fn update(
+    st: &Storage,
+    rel: &Relation,
+    old: Tid,
+    xid: Xid,
+    data: &[u8],
+    entry: Option<Tid>,
+) -> Result<WriteCheck> {
     assert_writer(st, xid);
     assert!(old.is_valid(), "update of an invalid TID");
-    let tuple = build_tuple(xid, old, data);
+    let mut tuple = build_tuple(xid, old, data);
     if tuple.len() > MAX_TUPLE_SIZE {
         return Err(Error::user(
             walnut_common::SqlState::PROGRAM_LIMIT_EXCEEDED,
@@ -786,13 +972,21 @@ pub fn update(st: &Storage, rel: &Relation, old: Tid, xid: Xid, data: &[u8]) -> 
             );
         }
         if page::fits(&p, tuple.len()) {
+            let unstamped = !header_xmax(page::item(&p, i).expect("checked")).is_valid();
+            let aborted = |x: Xid| st.xact.status(x) == XidStatus::Aborted;
+            let hot = unstamped
+                && entry.is_some_and(|e| {
+                    e.block == old.block
+                        && matches!(hot_head(&p, e.block, e.slot, &aborted), Ok(Some(h)) if h == i)
+                });
+            set_header_flag(&mut tuple, HEAP_ONLY_TUPLE, hot);
             let new_slot = page::place_item(&mut p, &tuple) as u16 + 1;
             assert_placed(&p, new_slot, &tuple);
             let new = Tid {
                 block: old.block,
                 slot: new_slot,
             };
-            set_xmax_next(page::item_mut(&mut p, i).expect("checked"), xid, new);
+            set_xmax_next(page::item_mut(&mut p, i).expect("checked"), xid, new, hot);
             assert_update_links(
                 page::item(&p, i).expect("checked"),
                 page::item(&p, new_slot as usize - 1).expect("appended"),
@@ -818,7 +1012,11 @@ pub fn update(st: &Storage, rel: &Relation, old: Tid, xid: Xid, data: &[u8]) -> 
             })?;
             page::set_lsn(&mut p, end);
             pin.mark_dirty();
-            return Ok(WriteCheck::Done(new));
+            return Ok(if hot {
+                WriteCheck::HeapOnly(new)
+            } else {
+                WriteCheck::Done(new)
+            });
         }
     }
     loop {
@@ -865,7 +1063,12 @@ pub fn update(st: &Storage, rel: &Relation, old: Tid, xid: Xid, data: &[u8]) -> 
         };
         // Two pages: the WAL record names the new page as block 1.
         assert_ne!(new.block, old.block, "two-page update onto one page");
-        set_xmax_next(page::item_mut(&mut op, i).expect("checked"), xid, new);
+        set_xmax_next(
+            page::item_mut(&mut op, i).expect("checked"),
+            xid,
+            new,
+            false,
+        );
         assert_update_links(
             page::item(&op, i).expect("checked"),
             page::item(&tp, new_slot as usize - 1).expect("appended"),
@@ -916,21 +1119,48 @@ pub struct PruneStats {
 struct PrunePlan {
     dead: Vec<u16>,
     unused: Vec<u16>,
+    /// (root, target) line-pointer indexes: a root made, or moved as, a redirect.
+    redirects: Vec<(u16, u16)>,
     conflicts: Vec<Xid>,
 }
 
 /// Decides what pruning `p` at horizon `horizon` (a CSN) removes (module documentation). In a
 /// table without an index (`unindexed`, which VACUUM knows) nothing follows `prev` links, so
 /// an aborted version goes even when it replaced another.
-fn plan_prune(st: &Storage, p: &PageBuf, horizon: u64, unindexed: bool) -> PrunePlan {
+fn plan_prune(
+    st: &Storage,
+    p: &PageBuf,
+    block: BlockNumber,
+    horizon: u64,
+    unindexed: bool,
+) -> PrunePlan {
     let mut plan = PrunePlan::default();
-    for i in 0..page::slot_count(p) {
+    let n = page::slot_count(p);
+    // Same-page chains first, from their roots: the line pointer an index entry names stays
+    // (a redirect) while its row has versions on the page (DESIGN.md, "Same-page updates").
+    // Always, even if the caller found no index: one may have been added since it looked (the
+    // flags exist only in tables with one).
+    let mut in_chain = vec![false; n];
+    plan_hot_chains(st, p, block, horizon, &mut plan, &mut in_chain);
+    for i in 0..n {
+        if in_chain[i] {
+            continue;
+        }
         let Some(item) = page::item(p, i).filter(|it| it.len() >= TUPLE_HEADER_SIZE) else {
             continue;
         };
+        let heap_only = header_flags(item) & HEAP_ONLY_TUPLE != 0;
         match st.xact.status(header_xmin(item)) {
             XidStatus::Aborted => {
-                if unindexed || !header_prev(item).is_valid() {
+                // A heap-only version of an aborted update that its transaction did not go on
+                // to change: no entry names it, no chain walk goes past an aborted updater
+                // ([`hot_successor`]), and no version links to it. Once its transaction
+                // stamped it (a delete, or another update), a version that transaction
+                // inserted or placed elsewhere may link to it with `prev`, and an entry may
+                // name that version: it stays, as other aborted versions that replaced one do.
+                if heap_only && !header_xmax(item).is_valid() {
+                    plan.unused.push(i as u16);
+                } else if unindexed || !header_prev(item).is_valid() {
                     plan.dead.push(i as u16);
                 }
                 continue;
@@ -958,9 +1188,104 @@ fn plan_prune(st: &Storage, p: &PageBuf, horizon: u64, unindexed: bool) -> Prune
     plan
 }
 
+/// [`plan_prune`]'s first part: for each root of a same-page chain on `p` (a version replaced by
+/// a heap-only one, or a redirect), the chain's members that are removable (replaced or
+/// deleted by a transaction committed at or below `horizon`; always a prefix of the chain).
+/// If some member stays, the root becomes (or stays) a redirect to the first that does and
+/// the removable heap-only members become unused. If none stays, the row left the page (the
+/// last member was replaced by an update that moved it, which pointed the index entry at the
+/// new version): all become unused; or it was deleted: the root becomes dead (the entry names
+/// it until VACUUM), and so does the last member (a later insert of the key may link to it
+/// with `prev`, which VACUUM clears), the others unused. Marks every member decided here in
+/// `in_chain`, so that the per-tuple rules skip them.
+fn plan_hot_chains(
+    st: &Storage,
+    p: &PageBuf,
+    block: BlockNumber,
+    horizon: u64,
+    plan: &mut PrunePlan,
+    in_chain: &mut [bool],
+) {
+    let aborted = |x: Xid| st.xact.status(x) == XidStatus::Aborted;
+    let removable = |i: usize| {
+        let xmax = header_xmax(page::item(p, i).expect("a chain member"));
+        match st.xact.status(xmax) {
+            XidStatus::Committed(csn) if xmax.is_valid() && csn <= horizon => Some(xmax),
+            _ => None,
+        }
+    };
+    for r in 0..page::slot_count(p) {
+        let start = match page::redirect_target(p, r) {
+            Some(t) => t,
+            None => match page::item(p, r) {
+                Some(it)
+                    if it.len() >= TUPLE_HEADER_SIZE
+                        && header_flags(it) & HEAP_ONLY_TUPLE == 0
+                        && hot_successor(p, block, r, &aborted).is_some() =>
+                {
+                    r
+                }
+                _ => continue,
+            },
+        };
+        if page::item(p, start).is_none_or(|it| it.len() < TUPLE_HEADER_SIZE) {
+            continue; // a redirect to no tuple: `verify` reports it; leave it be
+        }
+        let mut members = vec![start];
+        while let Some(j) = hot_successor(p, block, *members.last().expect("one"), &aborted) {
+            if members.len() > page::slot_count(p) {
+                break; // a cycle: not ours to decide
+            }
+            members.push(j);
+        }
+        let gone: Vec<Xid> = members.iter().map_while(|&m| removable(m)).collect();
+        for &m in &members {
+            in_chain[m] = true;
+        }
+        in_chain[r] = true;
+        if gone.is_empty() {
+            continue;
+        }
+        plan.conflicts.extend_from_slice(&gone);
+        let heap_only = |m: usize| m != r;
+        if let Some(&keep) = members.get(gone.len()) {
+            if page::redirect_target(p, r) != Some(keep) {
+                plan.redirects.push((r as u16, keep as u16));
+            }
+            plan.unused.extend(
+                members[..gone.len()]
+                    .iter()
+                    .filter(|&&m| heap_only(m))
+                    .map(|&m| m as u16),
+            );
+            continue;
+        }
+        let last = *members.last().expect("one");
+        let deleted = !header_next(page::item(p, last).expect("a member")).is_valid();
+        if deleted {
+            plan.dead.push(r as u16);
+        } else {
+            plan.unused.push(r as u16);
+        }
+        for &m in &members {
+            if !heap_only(m) {
+                continue;
+            }
+            if deleted && m == last {
+                plan.dead.push(m as u16);
+            } else {
+                plan.unused.push(m as u16);
+            }
+        }
+    }
+}
+
 /// Marks the plan's line pointers and compacts the page (shared by [`prune`] and redo, so both
-/// leave the same bytes).
-fn apply_prune(p: &mut PageBuf, dead: &[u16], unused: &[u16]) {
+/// leave the same bytes): redirects first, then dead, then unused.
+fn apply_prune(p: &mut PageBuf, dead: &[u16], unused: &[u16], redirects: &[(u16, u16)]) {
+    for &(i, t) in redirects {
+        page::set_redirect(p, i as usize, t as usize);
+    }
     for &i in dead {
         page::set_dead(p, i as usize);
     }
@@ -998,8 +1323,8 @@ fn prune_counted(
         return Err(not_a_heap_page(rel, pin.tag.block, p));
     }
     let horizon = st.xact.horizon();
-    let plan = plan_prune(st, p, horizon, unindexed);
-    if plan.dead.is_empty() && plan.unused.is_empty() {
+    let plan = plan_prune(st, p, pin.tag.block, horizon, unindexed);
+    if plan.dead.is_empty() && plan.unused.is_empty() && plan.redirects.is_empty() {
         return Ok((0, 0));
     }
     // The record (with a full-page image, and its xids) must find room in the WAL before the
@@ -1008,19 +1333,33 @@ fn prune_counted(
     if !has_room_for(st, &plan.conflicts) {
         return Ok((0, 0));
     }
+    // Roots that become redirects are versions removed whole, as the unused ones are.
+    let roots = plan
+        .redirects
+        .iter()
+        .filter(|&&(r, _)| page::item(p, r as usize).is_some())
+        .count();
     let before = page::free_space(p);
-    apply_prune(p, &plan.dead, &plan.unused);
+    apply_prune(p, &plan.dead, &plan.unused, &plan.redirects);
     let freed = page::free_space(p) - before;
-    let mut d = Vec::with_capacity(4 + 2 * (plan.dead.len() + plan.unused.len()));
+    let mut d = Vec::with_capacity(
+        6 + 2 * (plan.dead.len() + plan.unused.len()) + 4 * plan.redirects.len(),
+    );
     d.extend_from_slice(&(plan.dead.len() as u16).to_le_bytes());
     d.extend_from_slice(&(plan.unused.len() as u16).to_le_bytes());
     for &i in plan.dead.iter().chain(&plan.unused) {
         d.extend_from_slice(&(i + 1).to_le_bytes());
     }
+    d.extend_from_slice(&(plan.redirects.len() as u16).to_le_bytes());
+    for &(r, t) in &plan.redirects {
+        d.extend_from_slice(&(r + 1).to_le_bytes());
+        d.extend_from_slice(&(t + 1).to_le_bytes());
+    }
     log_with_conflicts(st, rel, pin, p, HEAP_PRUNE, &d, &plan.conflicts)?;
     st.prune_stats.records.fetch_add(1, Ordering::Relaxed);
-    st.table_stats.pruned(rel.id, plan.unused.len() as u64);
-    let removed = plan.dead.len() + plan.unused.len();
+    st.table_stats
+        .pruned(rel.id, (plan.unused.len() + roots) as u64);
+    let removed = plan.dead.len() + plan.unused.len() + roots;
     st.prune_stats
         .versions
         .fetch_add(removed as u64, Ordering::Relaxed);
@@ -1153,7 +1492,7 @@ struct FreezePlan {
 /// Decides what freezing `p` changes (DESIGN.md, "Freezing"; PostgreSQL's
 /// `heap_prepare_freeze_tuple`): an xid below `limit` whose commit is visible to every
 /// snapshot (CSN at or below `horizon`) becomes `Xid::FROZEN`; one that aborted becomes
-/// `Xid::ABORTED` (`xmin`) or is cleared with `next` (`xmax`). Anything else stays, and the
+/// `Xid::ABORTED` (`xmin`, and `xmax`, whose `next` is then cleared). Anything else stays, and the
 /// oldest such xid is reported.
 fn plan_freeze(st: &Storage, p: &PageBuf, horizon: u64, limit: Xid) -> FreezePlan {
     let mut plan = FreezePlan::default();
@@ -1212,8 +1551,11 @@ fn apply_freeze(p: &mut PageBuf, items: &[(u16, u8)]) {
             item[8..16].copy_from_slice(&Xid::FROZEN.0.to_le_bytes());
         }
         if bits & FREEZE_XMAX_ABORTED != 0 {
-            item[8..16].copy_from_slice(&Xid::INVALID.0.to_le_bytes());
+            // `Xid::ABORTED`, not empty: an empty `xmax` tells [`update`] that nobody stamped
+            // the version since the caller read its index entry.
+            item[8..16].copy_from_slice(&Xid::ABORTED.0.to_le_bytes());
             item[22..28].copy_from_slice(&Tid::INVALID.to_bytes());
+            set_header_flag(item, HEAP_HOT_UPDATED, false);
         }
     }
 }
@@ -1595,25 +1937,31 @@ fn redo_add(p: &mut PageBuf, slot: u16, tuple: &[u8]) -> Result<()> {
     Ok(())
 }
 
-fn redo_set_xmax(p: &mut PageBuf, slot: u16, xmax: Xid, next: Tid) -> Result<()> {
-    if !xmax.is_valid() {
+fn redo_set_xmax(p: &mut PageBuf, slot: u16, xmax: Xid, next: Tid, hot: bool) -> Result<()> {
+    if !xmax.is_valid() || (hot && !next.is_valid()) {
         return Err(Error::corruption(format!(
-            "heap redo: an invalid xmax for slot {slot}"
+            "heap redo: an invalid xmax or next link for slot {slot}"
         )));
     }
     let i = tuple_index(p, slot)?;
-    set_xmax_next(page::item_mut(p, i).expect("checked"), xmax, next);
+    set_xmax_next(page::item_mut(p, i).expect("checked"), xmax, next, hot);
     Ok(())
 }
 
 /// Redo of a `PRUNE` record: the same marks and compaction as [`prune`].
 fn redo_prune(p: &mut PageBuf, data: &[u8]) -> Result<()> {
     let (nd, nu) = (rd_u16(data, 0)? as usize, rd_u16(data, 2)? as usize);
+    // Each slot names a tuple or a redirect on the page, once; a redirect's target a tuple.
+    let tuple_or_redirect = |slot: u16| match slot_state(p, slot)? {
+        Slot::Tuple(_) | Slot::Redirect(_) if slot > 0 => Ok(slot as usize - 1),
+        _ => Err(Error::corruption(format!(
+            "heap prune record names slot {slot}, which holds no tuple and is no redirect"
+        ))),
+    };
     let mut slots = Vec::with_capacity(nd + nu);
     for k in 0..nd + nu {
         let slot = rd_u16(data, 4 + 2 * k)?;
-        // Each names a tuple on the page, once.
-        let i = tuple_index(p, slot)?;
+        let i = tuple_or_redirect(slot)?;
         if slots.contains(&(i as u16)) {
             return Err(Error::corruption(format!(
                 "heap prune record names slot {slot} twice"
@@ -1621,10 +1969,38 @@ fn redo_prune(p: &mut PageBuf, data: &[u8]) -> Result<()> {
         }
         slots.push(i as u16);
     }
-    if data.len() != 4 + 2 * (nd + nu) {
+    let at = 4 + 2 * (nd + nu);
+    let nr = if data.len() == at {
+        0
+    } else {
+        rd_u16(data, at)? as usize
+    };
+    let mut redirects = Vec::with_capacity(nr);
+    for k in 0..nr {
+        let r = tuple_or_redirect(rd_u16(data, at + 2 + 4 * k)?)?;
+        let t = tuple_index(p, rd_u16(data, at + 4 + 4 * k)?)?;
+        if slots.contains(&(r as u16)) || slots.contains(&(t as u16)) || r == t {
+            return Err(Error::corruption(format!(
+                "heap prune record redirects slot {} to {}, one of them named twice",
+                r + 1,
+                t + 1
+            )));
+        }
+        redirects.push((r as u16, t as u16));
+    }
+    // Roots distinct, and no target is a root (it must still hold its tuple when redirected to).
+    for (k, &(r, _)) in redirects.iter().enumerate() {
+        if redirects[..k].iter().any(|&(r2, _)| r2 == r) || redirects.iter().any(|&(_, t)| t == r) {
+            return Err(Error::corruption(format!(
+                "heap prune record redirects slot {} twice, or to a slot it redirects",
+                r + 1
+            )));
+        }
+    }
+    if data.len() != at && data.len() != at + 2 + 4 * nr {
         return Err(Error::corruption("heap prune record has trailing bytes"));
     }
-    apply_prune(p, &slots[..nd], &slots[nd..]);
+    apply_prune(p, &slots[..nd], &slots[nd..], &redirects);
     Ok(())
 }
 
@@ -1642,7 +2018,13 @@ pub fn redo_block(
 ) -> Result<()> {
     match (info, block_id) {
         (HEAP_INSERT, 0) => redo_add(p, rd_u16(data, 0)?, &data[2..]),
-        (HEAP_DELETE, 0) => redo_set_xmax(p, rd_u16(data, 0)?, Xid(rd_u64(data, 2)?), Tid::INVALID),
+        (HEAP_DELETE, 0) => redo_set_xmax(
+            p,
+            rd_u16(data, 0)?,
+            Xid(rd_u64(data, 2)?),
+            Tid::INVALID,
+            false,
+        ),
         (HEAP_UPDATE, 0) => {
             let next = Tid::from_bytes(data.get(10..16).unwrap_or(&[]))
                 .ok_or_else(|| Error::corruption("heap update record is truncated"))?;
@@ -1655,10 +2037,15 @@ pub fn redo_block(
                         next.slot
                     )));
                 }
-                redo_set_xmax(p, rd_u16(data, 0)?, Xid(rd_u64(data, 2)?), next)?;
-                redo_add(p, new_slot, &data[18..])?;
+                // A heap-only new version is a same-page update's: the old one is then
+                // `HEAP_HOT_UPDATED` (the flag is in the tuple the record carries).
+                let tuple = &data[18..];
+                let hot =
+                    tuple.len() >= TUPLE_HEADER_SIZE && header_flags(tuple) & HEAP_ONLY_TUPLE != 0;
+                redo_set_xmax(p, rd_u16(data, 0)?, Xid(rd_u64(data, 2)?), next, hot)?;
+                redo_add(p, new_slot, tuple)?;
             } else {
-                redo_set_xmax(p, rd_u16(data, 0)?, Xid(rd_u64(data, 2)?), next)?;
+                redo_set_xmax(p, rd_u16(data, 0)?, Xid(rd_u64(data, 2)?), next, false)?;
             }
             Ok(())
         }

@@ -38,7 +38,7 @@ fn a_tuple_without_an_xmin_panics() {
 #[test]
 #[should_panic(expected = "stamp of a truncated tuple")]
 fn stamping_a_truncated_tuple_panics() {
-    set_xmax_next(&mut [0u8; 20], Xid(7), Tid::INVALID);
+    set_xmax_next(&mut [0u8; 20], Xid(7), Tid::INVALID, false);
 }
 
 #[test]
@@ -62,7 +62,7 @@ fn an_update_whose_new_version_does_not_link_back_panics() {
         slot: 2,
     };
     let mut old_item = tuple(5);
-    set_xmax_next(&mut old_item, Xid(9), new);
+    set_xmax_next(&mut old_item, Xid(9), new, false);
     let linked = build_tuple(Xid(9), old, b"new row");
     assert_update_links(&old_item, &linked, old, new, Xid(9)); // holds
     let unlinked = build_tuple(Xid(9), Tid::INVALID, b"new row");
@@ -147,7 +147,8 @@ fn redo_of_a_record_that_does_not_fit_its_page_is_a_corruption_error() {
     let mut p = with_dead();
     redo_block(HEAP_VACUUM, 0, 1, &vacuum(&[2]), &mut p).unwrap();
     assert!(page::is_unused(&p, 1) && page::item(&p, 2).is_some());
-    // FREEZE: slot 1's xmin frozen, slot 3's xmin marked aborted and its xmax cleared.
+    // FREEZE: slot 1's xmin frozen, slot 3's xmin and xmax marked aborted, slot 4's xmax marked
+    // aborted.
     let freeze = |entries: &[(u16, u8)]| {
         let mut d = (entries.len() as u16).to_le_bytes().to_vec();
         for (s, bits) in entries {
@@ -165,7 +166,10 @@ fn redo_of_a_record_that_does_not_fit_its_page_is_a_corruption_error() {
         }
         .to_bytes(),
     );
-    let mut p = heap_page(&[&t, &t, &stamped]);
+    // Slot 4: the same, but its aborted update was a same-page one.
+    let mut hot_stamped = stamped.clone();
+    hot_stamped[28..30].copy_from_slice(&HEAP_HOT_UPDATED.to_le_bytes());
+    let mut p = heap_page(&[&t, &t, &stamped, &hot_stamped]);
     redo_block(
         HEAP_FREEZE,
         0,
@@ -173,6 +177,7 @@ fn redo_of_a_record_that_does_not_fit_its_page_is_a_corruption_error() {
         &freeze(&[
             (1, FREEZE_XMIN_COMMITTED),
             (3, FREEZE_XMIN_ABORTED | FREEZE_XMAX_ABORTED),
+            (4, FREEZE_XMAX_ABORTED),
         ]),
         &mut p,
     )
@@ -184,9 +189,15 @@ fn redo_of_a_record_that_does_not_fit_its_page_is_a_corruption_error() {
         parse_version(&t).unwrap().xmin,
         "slot 2 untouched"
     );
+    // An aborted `xmax` becomes `Xid::ABORTED` (never empty again: `update`), and `next` goes
+    // with it; a same-page update's flag too.
     assert_eq!(
         (v(2).xmin, v(2).xmax, v(2).next),
-        (Xid::ABORTED, Xid::INVALID, Tid::INVALID)
+        (Xid::ABORTED, Xid::ABORTED, Tid::INVALID)
+    );
+    assert_eq!(
+        (v(3).xmax, v(3).next, v(3).flags),
+        (Xid::ABORTED, Tid::INVALID, 0)
     );
     assert_eq!(v(2).data, parse_version(&t).unwrap().data);
     let cases: [(&str, u8, Vec<u8>, Box<PageBuf>); 17] = [
@@ -330,10 +341,53 @@ fn a_tuple_damaged_on_disk_is_a_corruption_error_not_a_panic() {
     let xid = st.xact.assign_xid();
     assert_corrupt(fetch(&st, &rel, a), "fetch");
     assert_corrupt(delete(&st, &rel, a, xid), "delete");
-    assert_corrupt(update(&st, &rel, a, xid, b"row a2"), "update");
+    assert_corrupt(update(&st, &rel, a, xid, b"row a2", None), "update");
     assert_eq!(fetch(&st, &rel, b).unwrap().data, b"row b");
     assert!(matches!(
-        update(&st, &rel, b, xid, b"row b2").unwrap(),
+        update(&st, &rel, b, xid, b"row b2", None).unwrap(),
+        WriteCheck::Done(_)
+    ));
+    st.shutdown().unwrap();
+}
+
+/// An update is heap-only only if the entry the caller read leads to the version it updates
+/// (and nobody has stamped that version): an entry naming another version (one an aborted
+/// update or insert moved it to) gives an ordinary update, which the caller follows by moving
+/// the entry.
+#[test]
+fn an_update_is_heap_only_only_when_the_entry_leads_to_the_version() {
+    let dir = tempfile::tempdir().unwrap();
+    Storage::initdb(Arc::new(walnut_io::RealVfs), dir.path()).unwrap();
+    let st = open(dir.path());
+    let id = st.create_relation().unwrap();
+    let rel = st.smgr.open(id).unwrap();
+    let xid = st.xact.assign_xid();
+    let a = insert(&st, &rel, xid, Tid::INVALID, b"row a", 100).unwrap();
+    let b = insert(&st, &rel, xid, Tid::INVALID, b"row b", 100).unwrap();
+    // The entry names another version: not heap-only.
+    let a2 = match update(&st, &rel, a, xid, b"row a2", Some(b)).unwrap() {
+        WriteCheck::Done(t) => t,
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(a2.block, a.block);
+    assert_eq!(fetch(&st, &rel, a2).unwrap().flags, 0);
+    // The entry names the version (the root of a chain that leads to it): heap-only.
+    let xid2 = st.xact.assign_xid();
+    let b2 = match update(&st, &rel, b, xid2, b"row b2", Some(b)).unwrap() {
+        WriteCheck::HeapOnly(t) => t,
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(fetch(&st, &rel, b2).unwrap().flags, HEAP_ONLY_TUPLE);
+    assert_eq!(fetch(&st, &rel, b).unwrap().flags, HEAP_HOT_UPDATED);
+    let xid3 = st.xact.assign_xid();
+    assert!(matches!(
+        update(&st, &rel, b2, xid3, b"row b3", Some(b)).unwrap(),
+        WriteCheck::HeapOnly(_)
+    ));
+    // No entry (no index): never heap-only.
+    let xid4 = st.xact.assign_xid();
+    assert!(matches!(
+        update(&st, &rel, a2, xid4, b"row a3", None).unwrap(),
         WriteCheck::Done(_)
     ));
     st.shutdown().unwrap();
