@@ -315,6 +315,11 @@ fn slot_state(p: &PageBuf, slot: u16) -> Result<Slot> {
     tuple_index(p, slot).map(Slot::Tuple)
 }
 
+/// Whether an xid aborted, by `st`'s status store: what [`hot_head`] and [`hot_successor`] ask.
+fn aborted_in(st: &Storage) -> impl Fn(Xid) -> bool + '_ {
+    move |x| st.xact.status(x) == XidStatus::Aborted
+}
+
 /// The next member of a same-page update chain after the tuple at line-pointer index `i` of
 /// page `p` (block `block`): the version its `next` names, if the tuple is `HEAP_HOT_UPDATED`,
 /// its updater did not abort (`aborted` says), and that slot holds a heap-only version whose
@@ -753,7 +758,7 @@ pub fn chain_head(st: &Storage, rel: &Relation, tid: Tid) -> Result<Option<(Tid,
     check_in_range(rel, tid)?;
     let pin = st.pool.pin(rel, tid.block, ReadMode::Normal)?;
     let p = pin.read();
-    let aborted = |x: Xid| st.xact.status(x) == XidStatus::Aborted;
+    let aborted = aborted_in(st);
     let Some(i) = hot_head(&p, tid.block, tid.slot, &aborted)? else {
         return Ok(None);
     };
@@ -973,7 +978,7 @@ pub fn update(
         }
         if page::fits(&p, tuple.len()) {
             let unstamped = !header_xmax(page::item(&p, i).expect("checked")).is_valid();
-            let aborted = |x: Xid| st.xact.status(x) == XidStatus::Aborted;
+            let aborted = aborted_in(st);
             let hot = unstamped
                 && entry.is_some_and(|e| {
                     e.block == old.block
@@ -1206,7 +1211,7 @@ fn plan_hot_chains(
     plan: &mut PrunePlan,
     in_chain: &mut [bool],
 ) {
-    let aborted = |x: Xid| st.xact.status(x) == XidStatus::Aborted;
+    let aborted = aborted_in(st);
     let removable = |i: usize| {
         let xmax = header_xmax(page::item(p, i).expect("a chain member"));
         match st.xact.status(xmax) {

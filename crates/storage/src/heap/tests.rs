@@ -313,18 +313,35 @@ fn open(dir: &Path) -> Arc<Storage> {
     Storage::open(Arc::new(walnut_io::RealVfs), dir, config).unwrap()
 }
 
-/// A tuple cut short on disk (with a valid checksum: a bug of an older version, or damage
-/// the checksum missed) makes every write of that row fail with XX001; other rows work.
-#[test]
-fn a_tuple_damaged_on_disk_is_a_corruption_error_not_a_panic() {
-    let dir = tempfile::tempdir().unwrap();
-    Storage::initdb(Arc::new(walnut_io::RealVfs), dir.path()).unwrap();
-    let st = open(dir.path());
+/// A new data directory at `dir` with a new relation holding rows "row a" and "row b" on block
+/// 0, inserted by one transaction (left running): (storage, relation file, relation, xid, TID
+/// of a, TID of b).
+fn two_rows(
+    dir: &Path,
+) -> (
+    Arc<Storage>,
+    walnut_common::RelFileId,
+    Arc<Relation>,
+    Xid,
+    Tid,
+    Tid,
+) {
+    Storage::initdb(Arc::new(walnut_io::RealVfs), dir).unwrap();
+    let st = open(dir);
     let id = st.create_relation().unwrap();
     let rel = st.smgr.open(id).unwrap();
     let xid = st.xact.assign_xid();
     let a = insert(&st, &rel, xid, Tid::INVALID, b"row a", 100).unwrap();
     let b = insert(&st, &rel, xid, Tid::INVALID, b"row b", 100).unwrap();
+    (st, id, rel, xid, a, b)
+}
+
+/// A tuple cut short on disk (with a valid checksum: a bug of an older version, or damage
+/// the checksum missed) makes every write of that row fail with XX001; other rows work.
+#[test]
+fn a_tuple_damaged_on_disk_is_a_corruption_error_not_a_panic() {
+    let dir = tempfile::tempdir().unwrap();
+    let (st, id, rel, _, a, b) = two_rows(dir.path());
     assert_eq!((a.block, b.block), (BlockNumber(0), BlockNumber(0)));
     st.shutdown().unwrap();
     drop((rel, st));
@@ -357,13 +374,7 @@ fn a_tuple_damaged_on_disk_is_a_corruption_error_not_a_panic() {
 #[test]
 fn an_update_is_heap_only_only_when_the_entry_leads_to_the_version() {
     let dir = tempfile::tempdir().unwrap();
-    Storage::initdb(Arc::new(walnut_io::RealVfs), dir.path()).unwrap();
-    let st = open(dir.path());
-    let id = st.create_relation().unwrap();
-    let rel = st.smgr.open(id).unwrap();
-    let xid = st.xact.assign_xid();
-    let a = insert(&st, &rel, xid, Tid::INVALID, b"row a", 100).unwrap();
-    let b = insert(&st, &rel, xid, Tid::INVALID, b"row b", 100).unwrap();
+    let (st, _, rel, xid, a, b) = two_rows(dir.path());
     // The entry names another version: not heap-only.
     let a2 = match update(&st, &rel, a, xid, b"row a2", Some(b)).unwrap() {
         WriteCheck::Done(t) => t,
