@@ -321,7 +321,8 @@ impl Storage {
     /// 2. take the dirty buffers, sorted by file and block, and write them, paced by
     ///    [`Pacer`] unless `cause` is immediate (each after flushing WAL to its page LSN), with
     ///    write-back requests every `checkpoint_flush_after` pages;
-    /// 3. fsync every relation file written since the last sync phase;
+    /// 3. fsync every relation file written since the last sync phase; write the free-space
+    ///    maps that changed (`Smgr::write_free_space_maps`; a failure there is a warning);
     /// 4. flush WAL to the insert position, write the transaction status file;
     /// 5. insert the checkpoint record and flush it;
     /// 6. replace the control file (checkpoint LSN, redo point);
@@ -432,6 +433,11 @@ impl Storage {
             Err(e) => panic_fatal(&format!("checkpoint: {e}")),
         };
         let sync_time = sync_start.elapsed();
+        // A hint, not logged: a map that cannot be written stays changed for the next
+        // checkpoint, and this one goes on.
+        if let Err(e) = self.smgr.write_free_space_maps() {
+            tracing::warn!("{e}; the next checkpoint writes the free-space map again");
+        }
         let status = self.xact.take_dirty_pages();
         wal.flush(wal.insert_lsn())?;
         if let Err(e) = crate::control::write_xact_pages(&*self.vfs, &self.dir, &status) {

@@ -5,14 +5,34 @@
 //! As in PostgreSQL, free space is kept in categories of 32 bytes (one byte per page: 255 is
 //! 8160 bytes or more), and the map is a hint: a page may have less room than its entry says
 //! (an insert filled it since), so whoever takes a page from it checks the page itself and
-//! records what it found. Unlike PostgreSQL's, walnut's map lives in memory only (no FSM fork,
-//! nothing logged): it starts empty at every start and on a standby, and VACUUM fills it.
+//! records what it found. Like PostgreSQL's, nothing of it is logged; unlike PostgreSQL's
+//! FSM fork, which goes through the buffer pool, walnut keeps it in memory and writes the maps
+//! that changed to `base/<relfile>_fsm` at each checkpoint ([`encode`], [`decode`]; the
+//! storage manager loads one when it opens the relation). Redo of pruning and vacuum records
+//! records the pages' room, so a standby and crash recovery keep the map too.
+//!
+//! # The file, byte by byte (little-endian)
+//! ```text
+//!  0 u32  magic 0x4d534657 ("WFSM")
+//!  4 u16  format version (1)
+//!  6 u16  zero
+//!  8 u32  n: entries that follow (blocks 0 .. n; later blocks have none)
+//! 12 u32  crc32c of bytes 0..12 and of the n entries
+//! 16 u8 × n  each block's category
+//! ```
 //!
 //! The map is a max-tree over the categories (PostgreSQL's FSM pages are the same, over a page
 //! each): a search for a category descends to the leftmost page that has it, in O(log pages).
 
 use parking_lot::Mutex;
-use walnut_common::BlockNumber;
+use walnut_common::{BlockNumber, Error, Result};
+
+/// The first four bytes of a map file ("WFSM", little-endian).
+pub const FSM_MAGIC: u32 = 0x4d53_4657;
+/// The map file's format version.
+pub const FSM_VERSION: u16 = 1;
+/// Bytes before the entries.
+const FSM_HEADER: usize = 16;
 
 /// Bytes per category.
 pub const CATEGORY_BYTES: usize = 32;
@@ -40,6 +60,8 @@ pub struct FreeSpaceMap {
 struct Tree {
     leaves: usize,
     nodes: Vec<u8>,
+    /// A leaf changed since [`FreeSpaceMap::take_changed`] last took the map.
+    changed: bool,
 }
 
 impl Tree {
@@ -53,12 +75,17 @@ impl Tree {
         for i in (1..leaves).rev() {
             nodes[i] = nodes[2 * i].max(nodes[2 * i + 1]);
         }
-        *self = Tree { leaves, nodes };
+        self.leaves = leaves;
+        self.nodes = nodes;
     }
 
     fn set(&mut self, block: usize, cat: u8) {
         self.grow_to(block);
         let mut i = self.leaves + block;
+        if self.nodes[i] == cat {
+            return;
+        }
+        self.changed = true;
         self.nodes[i] = cat;
         while i > 1 {
             i /= 2;
@@ -121,6 +148,39 @@ impl FreeSpaceMap {
         }
     }
 
+    /// The categories of blocks `0 .. nblocks` (no trailing zeros) if any changed since the
+    /// last call, and marks the map unchanged; `None` if nothing changed. The checkpoint
+    /// writes what it returns ([`encode`]) and calls [`FreeSpaceMap::mark_changed`] if the
+    /// write fails.
+    pub fn take_changed(&self, nblocks: u32) -> Option<Vec<u8>> {
+        let mut t = self.tree.lock();
+        if !t.changed {
+            return None;
+        }
+        t.changed = false;
+        let n = t.leaves.min(nblocks as usize);
+        let leaves = &t.nodes[t.leaves..t.leaves + n];
+        let used = leaves.iter().rposition(|&c| c != 0).map_or(0, |i| i + 1);
+        Some(leaves[..used].to_vec())
+    }
+
+    /// Marks the map changed, so that the next checkpoint writes it (after a failed write).
+    pub fn mark_changed(&self) {
+        self.tree.lock().changed = true;
+    }
+
+    /// Sets the entries of blocks `0 .. cats.len()` from a map file's categories (the
+    /// relation's first open), leaving the map unchanged as far as the checkpoint goes.
+    pub fn load(&self, cats: &[u8]) {
+        let mut t = self.tree.lock();
+        for (b, &c) in cats.iter().enumerate() {
+            if c != 0 {
+                t.set(b, c);
+            }
+        }
+        t.changed = false;
+    }
+
     /// The room block `block`'s entry records, bytes (a multiple of [`CATEGORY_BYTES`]).
     pub fn recorded(&self, block: BlockNumber) -> usize {
         let t = self.tree.lock();
@@ -131,6 +191,65 @@ impl FreeSpaceMap {
             0
         }
     }
+}
+
+/// The name of relation file `relfile`'s map file in `base` (PostgreSQL's FSM fork has the
+/// same suffix).
+pub fn file_name(relfile: u32) -> String {
+    format!("{relfile}_fsm")
+}
+
+/// The relation file a map file's name belongs to: `Some(n)` for `"<n>_fsm"`.
+pub fn relfile_of(name: &str) -> Option<u32> {
+    name.strip_suffix("_fsm")?.parse().ok()
+}
+
+/// A map file holding categories `cats` (one byte per block from block 0; the format is in
+/// the module documentation).
+pub fn encode(cats: &[u8]) -> Vec<u8> {
+    let mut b = Vec::with_capacity(FSM_HEADER + cats.len());
+    b.extend_from_slice(&FSM_MAGIC.to_le_bytes());
+    b.extend_from_slice(&FSM_VERSION.to_le_bytes());
+    b.extend_from_slice(&0u16.to_le_bytes());
+    b.extend_from_slice(&(cats.len() as u32).to_le_bytes());
+    let crc = walnut_common::crc32c_append(walnut_common::crc32c(&b), cats);
+    b.extend_from_slice(&crc.to_le_bytes());
+    b.extend_from_slice(cats);
+    b
+}
+
+/// The categories a map file holds.
+///
+/// # Errors
+/// Corruption (XX001) if the file is shorter than its header says, has another magic number
+/// or version, or fails its CRC.
+pub fn decode(b: &[u8]) -> Result<Vec<u8>> {
+    let word = |at: usize| {
+        b.get(at..at + 4)
+            .map(|w| u32::from_le_bytes([w[0], w[1], w[2], w[3]]))
+    };
+    if b.len() < FSM_HEADER || word(0) != Some(FSM_MAGIC) {
+        return Err(Error::corruption("no valid header"));
+    }
+    let version = u16::from_le_bytes([b[4], b[5]]);
+    if version != FSM_VERSION {
+        return Err(Error::corruption(format!(
+            "format version {version}, expected {FSM_VERSION}"
+        )));
+    }
+    let n = word(8).unwrap_or(0) as usize;
+    let cats = &b[FSM_HEADER..];
+    if cats.len() != n {
+        return Err(Error::corruption(format!(
+            "{} entries, the header says {n}",
+            cats.len()
+        )));
+    }
+    if walnut_common::crc32c_append(walnut_common::crc32c(&b[..12]), cats) != word(12).unwrap_or(0)
+    {
+        return Err(Error::corruption("CRC mismatch"));
+    }
+    Ok(cats.to_vec())
 }
 
 #[cfg(test)]
@@ -164,6 +283,42 @@ mod tests {
                 prop_assert_eq!(fsm.recorded(BlockNumber(b)), model[b as usize] as usize * CATEGORY_BYTES);
             }
         }
+    }
+
+    /// The checkpoint's view: a changed map is taken once (up to the relation's end, without
+    /// trailing zeros), a loaded one is unchanged, and the file round-trips; a flipped bit, a
+    /// short file or another version does not decode.
+    #[test]
+    fn a_changed_map_is_taken_once_and_its_file_round_trips() {
+        let fsm = FreeSpaceMap::default();
+        assert_eq!(fsm.take_changed(100), None);
+        fsm.record(BlockNumber(2), 100);
+        fsm.record(BlockNumber(7), 8000);
+        assert_eq!(fsm.take_changed(5), Some(vec![0, 0, 3]), "cut at the end");
+        assert_eq!(fsm.take_changed(100), None, "taken");
+        fsm.record(BlockNumber(2), 100);
+        assert_eq!(
+            fsm.take_changed(100),
+            None,
+            "the same category is no change"
+        );
+        fsm.forget_from(BlockNumber(7));
+        let cats = fsm.take_changed(100).unwrap();
+        assert_eq!(cats, vec![0, 0, 3]);
+        let file = encode(&cats);
+        assert_eq!(decode(&file).unwrap(), cats);
+        let other = FreeSpaceMap::default();
+        other.load(&decode(&file).unwrap());
+        assert_eq!(other.recorded(BlockNumber(2)), 3 * CATEGORY_BYTES);
+        assert_eq!(other.take_changed(100), None, "a loaded map is unchanged");
+        for at in 0..file.len() {
+            let mut bad = file.clone();
+            bad[at] ^= 0x10;
+            assert!(decode(&bad).is_err(), "a flipped bit at byte {at}");
+        }
+        assert!(decode(&file[..file.len() - 1]).is_err());
+        assert_eq!(relfile_of(&file_name(16384)), Some(16384));
+        assert_eq!(relfile_of("16384"), None);
     }
 
     #[test]

@@ -903,10 +903,18 @@ fn sync_data_directory(vfs: &dyn Vfs, dir: &Path) -> Result<()> {
         .map_err(|e| Error::io(format!("could not list \"{}\"", base.display()), e))?;
     for name in names {
         let path = base.join(&name);
+        if name.ends_with(".tmp") {
+            // A free-space map the crashed run was writing (`Smgr::write_free_space_maps`).
+            vfs.remove(&path)
+                .map_err(|e| Error::io(format!("could not remove \"{}\"", path.display()), e))?;
+            continue;
+        }
         let f = vfs
             .open(&path, walnut_io::OpenMode::default())
             .map_err(|e| Error::io(format!("could not open \"{}\"", path.display()), e))?;
-        smgr::cut_partial_block(f.as_ref(), &path)?;
+        if name.parse::<u32>().is_ok() {
+            smgr::cut_partial_block(f.as_ref(), &path)?;
+        }
         if let Err(e) = f.sync_data() {
             panic_fatal(&format!("could not fsync file \"{}\": {e}", path.display()));
         }

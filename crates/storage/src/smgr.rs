@@ -134,8 +134,9 @@ pub struct Relation {
     /// on (its step 6); `u32::MAX` otherwise. Readers go by `nblocks`, which is lowered only
     /// once the tail is known empty. See [`Relation::insert_end`].
     pub insert_limit: AtomicU32,
-    /// The heap's free-space map (in memory; VACUUM fills it, inserts read it when the insert
-    /// hint's page is full).
+    /// The heap's free-space map (VACUUM fills it, inserts read it when the insert hint's page
+    /// is full; loaded from `base/<relfile>_fsm` at the first open, written back by
+    /// [`Smgr::write_free_space_maps`]).
     pub fsm: crate::fsm::FreeSpaceMap,
     /// Serializes relation extension.
     pub extend_lock: Mutex<()>,
@@ -249,6 +250,101 @@ impl Smgr {
         self.base.join(id.0.to_string())
     }
 
+    fn fsm_path(&self, id: RelFileId) -> PathBuf {
+        self.base.join(crate::fsm::file_name(id.0))
+    }
+
+    /// Fills `rel`'s free-space map from its file, if it has one: entries past the relation's
+    /// end are ignored (a truncation after the map was written). A map file that does not
+    /// decode is ignored with a warning (the map is a hint; VACUUM fills it again).
+    fn load_free_space_map(&self, rel: &Relation) {
+        let path = self.fsm_path(rel.id);
+        let cats = match crate::control::read_all(&*self.vfs, &path)
+            .and_then(|b| b.map(|b| crate::fsm::decode(&b)).transpose())
+        {
+            Ok(Some(cats)) => cats,
+            Ok(None) => return,
+            Err(e) => {
+                tracing::warn!("ignoring \"{}\": {e}", path.display());
+                return;
+            }
+        };
+        let n = (rel.nblocks.load(Ordering::Acquire) as usize).min(cats.len());
+        rel.fsm.load(&cats[..n]);
+        if n < cats.len() {
+            // Written before a truncation: the next checkpoint writes it without the tail.
+            rel.fsm.mark_changed();
+        }
+    }
+
+    /// Writes the free-space map of every open relation whose map changed since it was last
+    /// written (a checkpoint's step 3): each to `base/<relfile>_fsm.tmp`, fsynced, then all
+    /// renamed over their files, then one fsync of `base`. Not logged, like PostgreSQL's FSM:
+    /// a crash leaves each file as of this write or the last one, both valid hints. A map whose
+    /// write fails is marked changed again for the next checkpoint. Returns the maps written.
+    ///
+    /// # Errors
+    /// I/O errors creating, writing or renaming a file.
+    ///
+    /// # Panics
+    /// PANICs ([`panic_fatal`]) if an fsync fails.
+    pub fn write_free_space_maps(&self) -> Result<usize> {
+        let rels: Vec<Arc<Relation>> = self.rels.read().values().cloned().collect();
+        let mut written: Vec<(Arc<Relation>, PathBuf)> = Vec::new();
+        let mut result = Ok(());
+        for rel in rels {
+            let Some(cats) = rel.fsm.take_changed(rel.nblocks.load(Ordering::Acquire)) else {
+                continue;
+            };
+            let tmp = self.fsm_path(rel.id).with_extension("tmp");
+            let ctx = |what: &str| format!("could not {what} \"{}\"", tmp.display());
+            let wrote = self
+                .vfs
+                .open(
+                    &tmp,
+                    OpenMode {
+                        create: true,
+                        ..Default::default()
+                    },
+                )
+                .map_err(|e| Error::io(ctx("create"), e))
+                .and_then(|f| {
+                    f.set_len(0).map_err(|e| Error::io(ctx("truncate"), e))?;
+                    f.write_at(&crate::fsm::encode(&cats), 0)
+                        .map_err(|e| Error::io(ctx("write"), e))?;
+                    if let Err(e) = f.sync_all() {
+                        panic_fatal(&format!("{}: {e}", ctx("fsync")));
+                    }
+                    Ok(())
+                });
+            match wrote {
+                Ok(()) => written.push((rel, tmp)),
+                Err(e) => {
+                    rel.fsm.mark_changed();
+                    if result.is_ok() {
+                        result = Err(e);
+                    }
+                }
+            }
+        }
+        let n = written.len();
+        for (rel, tmp) in written {
+            if let Err(e) = self.vfs.rename(&tmp, &self.fsm_path(rel.id)) {
+                rel.fsm.mark_changed();
+                if result.is_ok() {
+                    result = Err(Error::io(
+                        format!("could not rename \"{}\"", tmp.display()),
+                        e,
+                    ));
+                }
+            }
+        }
+        if n > 0 {
+            self.sync_base_dir();
+        }
+        result.map(|()| n)
+    }
+
     /// Creates the file for `id` if it does not exist (idempotent, so redo can repeat it) and
     /// syncs the directory.
     ///
@@ -260,6 +356,12 @@ impl Smgr {
     pub fn create(&self, id: RelFileId) -> Result<Arc<Relation>> {
         let path = self.path(id);
         if !self.vfs.exists(&path) {
+            // A map file left by a relation that had this number once must not describe the
+            // new one (`unlink` removes the map first, but syncs the directory once after
+            // both removals, so a crash may keep the map's entry and lose the file's).
+            if self.vfs.exists(&self.fsm_path(id)) {
+                self.remove_free_space_map(id)?;
+            }
             self.vfs
                 .open(
                     &path,
@@ -319,6 +421,9 @@ impl Smgr {
             btree_root: AtomicU32::new(u32::MAX),
             index_heap: OnceLock::new(),
         });
+        if self.writable {
+            self.load_free_space_map(&rel);
+        }
         rels.insert(id, rel.clone());
         Ok(rel)
     }
@@ -766,6 +871,10 @@ impl Smgr {
         // The file goes first, then the open relation: whoever opens it meanwhile shares the
         // cached one (`Relation::dropping` set), and afterwards finds no file.
         self.dirty.lock().remove(&id);
+        // The map first: a crash between the two leaves a relation file without one, never a
+        // map that a new relation with this number could load (`Smgr::create` removes one
+        // anyway).
+        self.remove_free_space_map(id)?;
         match self.vfs.remove(&self.path(id)) {
             Ok(()) => {}
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
@@ -779,6 +888,21 @@ impl Smgr {
         self.rels.write().remove(&id);
         self.sync_base_dir();
         Ok(())
+    }
+
+    /// Removes relation `id`'s free-space map file, if it has one.
+    fn remove_free_space_map(&self, id: RelFileId) -> Result<()> {
+        match self.vfs.remove(&self.fsm_path(id)) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(Error::io(
+                format!(
+                    "could not remove file \"base/{}\"",
+                    crate::fsm::file_name(id.0)
+                ),
+                e,
+            )),
+        }
     }
 
     /// Makes the `base` directory's entries durable (a created or removed file).

@@ -1163,6 +1163,9 @@ fn restartpoint(st: &Storage, rec: &Recovery, state: DbState) -> Result<Option<L
     if let Err(e) = st.smgr.sync_all() {
         walnut_common::panic_fatal(&format!("restartpoint: {e}"));
     }
+    if let Err(e) = st.smgr.write_free_space_maps() {
+        tracing::warn!("{e}; the next restartpoint writes the free-space map again");
+    }
     let status = st.xact.take_dirty_pages();
     if let Err(e) = control::write_xact_pages(&*st.vfs, &st.dir, &status) {
         st.xact.redirty_pages(status.iter().map(|(n, _)| *n));

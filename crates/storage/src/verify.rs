@@ -31,6 +31,12 @@
 //!    tuple whose key is the entry's key, and whose chain of older versions leads to the live
 //!    version of that key, if there is one; every live row is reached from the index exactly
 //!    once.
+//! 7. **Free-space maps** (`base/<relfile>_fsm`): each decodes (magic, version, CRC) and
+//!    belongs to a heap (a table's or the catalog's, or an orphan file's), not to a B-tree or
+//!    to no file; it has no entry past the heap's end, and no entry promising room on a page
+//!    that is neither a heap page nor new. An entry may promise more room than its page has
+//!    (the map is a hint that inserts recheck, DESIGN.md "Free-space map"): those are
+//!    counted, not findings.
 //!
 //! A finding is a [`Problem`]; the report lists them all. I/O errors and an unclean state stop
 //! the check with an `Err`.
@@ -86,6 +92,12 @@ pub struct Report {
     /// Relation files that no table uses (left by a transaction that created a file and did
     /// not commit; harmless, see DESIGN.md).
     pub orphan_files: Vec<RelFileId>,
+    /// Free-space map files read.
+    pub fsm_files: usize,
+    /// Their entries that promise room (a category above 0).
+    pub fsm_entries: u64,
+    /// Of those, entries that promise more room than the page has (stale hints).
+    pub fsm_stale: u64,
     /// Everything found wrong.
     pub problems: Vec<Problem>,
 }
@@ -107,6 +119,13 @@ impl fmt::Display for Report {
                 f,
                 "NOTICE: base/{}: orphan relation file (no table uses it; harmless)",
                 r.0
+            )?;
+        }
+        if self.fsm_files > 0 {
+            writeln!(
+                f,
+                "{} free-space maps: {} pages with room recorded, {} of them recorded above the page's room (stale hints, rechecked by inserts)",
+                self.fsm_files, self.fsm_entries, self.fsm_stale
             )?;
         }
         writeln!(
@@ -359,6 +378,7 @@ pub fn verify(vfs: Arc<dyn Vfs>, dir: &Path) -> Result<Report> {
     let base = dir.join("base");
     let mut report = Report::default();
     let mut files: Vec<RelFileId> = Vec::new();
+    let mut fsm_files: Vec<RelFileId> = Vec::new();
     let names = vfs
         .list_dir(&base)
         .map_err(|e| Error::io(format!("could not list \"{}\"", base.display()), e))?;
@@ -368,9 +388,10 @@ pub fn verify(vfs: Arc<dyn Vfs>, dir: &Path) -> Result<Report> {
         report: &mut report,
     };
     for name in names {
-        match name.parse::<u32>() {
-            Ok(n) => files.push(RelFileId(n)),
-            Err(_) => c.problem(None, None, format!("base/{name} is not a relation file")),
+        match (name.parse::<u32>(), crate::fsm::relfile_of(&name)) {
+            (Ok(n), _) => files.push(RelFileId(n)),
+            (_, Some(n)) => fsm_files.push(RelFileId(n)),
+            _ => c.problem(None, None, format!("base/{name} is not a relation file")),
         }
     }
     files.sort();
@@ -413,6 +434,20 @@ pub fn verify(vfs: Arc<dyn Vfs>, dir: &Path) -> Result<Report> {
             }
         }
     }
+    let indexes: HashSet<RelFileId> = tables.iter().filter_map(|t| t.index).collect();
+    fsm_files.sort();
+    for id in fsm_files {
+        if pages.contains_key(&id) || !used.contains(&id) {
+            // (A table's missing file is step 3's finding already.)
+            check_free_space_map(
+                &mut c,
+                (&*vfs, &base),
+                id,
+                pages.get(&id),
+                indexes.contains(&id),
+            )?;
+        }
+    }
     c.report.orphan_files = files.into_iter().filter(|f| !used.contains(f)).collect();
     // An orphan's pages are nobody's: a crash may leave one torn, since a load writes the
     // pages of a file its transaction created before their WAL is flushed (DESIGN.md, "Bulk
@@ -424,6 +459,76 @@ pub fn verify(vfs: Arc<dyn Vfs>, dir: &Path) -> Result<Report> {
         i > file_problems || !p.relfile.is_some_and(|f| orphans.contains(&f))
     });
     Ok(report)
+}
+
+/// Step 7 for relation `id`'s free-space map file (`pages`: the relation's file, if it has
+/// one; `is_index`: a table's B-tree).
+fn check_free_space_map(
+    c: &mut Checker<'_>,
+    (vfs, base): (&dyn Vfs, &Path),
+    id: RelFileId,
+    pages: Option<&Pages>,
+    is_index: bool,
+) -> Result<()> {
+    let name = crate::fsm::file_name(id.0);
+    c.report.fsm_files += 1;
+    let problem = |c: &mut Checker<'_>, block: Option<u32>, what: String| {
+        c.problem(
+            Some(id),
+            block.map(BlockNumber),
+            format!("free-space map {name}: {what}"),
+        )
+    };
+    let bytes = control::read_all(vfs, &base.join(&name))?.unwrap_or_default();
+    let cats = match crate::fsm::decode(&bytes) {
+        Ok(cats) => cats,
+        Err(e) => {
+            problem(c, None, e.message);
+            return Ok(());
+        }
+    };
+    let Some(pages) = pages else {
+        problem(c, None, "its relation file does not exist".into());
+        return Ok(());
+    };
+    if is_index {
+        problem(c, None, "a B-tree has no free-space map".into());
+        return Ok(());
+    }
+    if cats.len() > pages.nblocks as usize {
+        problem(
+            c,
+            Some(pages.nblocks),
+            format!(
+                "entries for {} blocks, but the relation has {}",
+                cats.len(),
+                pages.nblocks
+            ),
+        );
+    }
+    for (b, &cat) in cats.iter().enumerate().take(pages.nblocks as usize) {
+        if cat == 0 {
+            continue;
+        }
+        c.report.fsm_entries += 1;
+        let Some(p) = c.read(pages, b as u32)? else {
+            continue; // a bad page, reported by step 2
+        };
+        match page::kind(&p) {
+            Some(PageKind::Heap) => {
+                if cat > crate::fsm::category(page::free_space(&p)) {
+                    c.report.fsm_stale += 1;
+                }
+            }
+            _ if page::is_new(&p) => {}
+            _ => problem(
+                c,
+                Some(b as u32),
+                "room recorded on a page that is not a heap page".into(),
+            ),
+        }
+    }
+    Ok(())
 }
 
 /// Step 3: the live catalog rows, checked.

@@ -458,7 +458,11 @@ fn check_recovered(image: &FaultVfs, dir: &Path, must: &[Entry], what: &str, dir
     let report = walnut_storage::verify::verify(vfs, dir)
         .unwrap_or_else(|e| panic!("{what}: verify could not run: {e}"));
     assert!(report.is_ok(), "{what}: verify found problems:\n{report}");
+    FSM_FILES_VERIFIED.fetch_add(report.fsm_files as u64, Ordering::Relaxed);
 }
+
+/// Free-space map files `verify` checked in recovered images (all tests of this file).
+static FSM_FILES_VERIFIED: AtomicU64 = AtomicU64::new(0);
 
 thread_local! {
     /// True on the checkpoint thread while it is inside `Storage::checkpoint_now`.
@@ -1126,7 +1130,7 @@ fn acknowledged_commits_survive_random_crashes_and_nothing_is_partial() {
          {} mid-checkpoint ({} of them at random moments), {} mid-split ({} at random moments; \
          {} with a split half on disk); {} pages pruned; VACUUM freed {} dead line pointers, \
          removed {} index entries, froze {} versions and cut {} empty pages off; {} rounds \
-         moved the oldest xid",
+         moved the oldest xid; {} free-space map files verified",
         t.commits,
         t.images,
         started.elapsed(),
@@ -1140,7 +1144,8 @@ fn acknowledged_commits_survive_random_crashes_and_nothing_is_partial() {
         t.vacuumed_entries,
         t.frozen,
         t.pages_cut,
-        t.truncated
+        t.truncated,
+        FSM_FILES_VERIFIED.load(Ordering::Relaxed)
     );
     if images >= 3 {
         // The targeted crash points guarantee these.
@@ -1171,6 +1176,11 @@ fn acknowledged_commits_survive_random_crashes_and_nothing_is_partial() {
         // VACUUM FREEZE froze versions (the images hold freeze records to replay), and
         // checkpoints let the status store forget xids.
         assert!(t.frozen > 0, "base seed {base}: nothing was frozen");
+        // VACUUM fills the maps and checkpoints write them: recovered images have some.
+        assert!(
+            FSM_FILES_VERIFIED.load(Ordering::Relaxed) > 0,
+            "base seed {base}: no recovered image had a free-space map file"
+        );
         assert!(
             t.truncated > 0,
             "base seed {base}: no round moved the oldest xid"

@@ -1085,6 +1085,67 @@ fn inserts_reuse_the_space_vacuum_freed_before_extending() {
     shut_down_and_verify(st, &dir);
 }
 
+/// The free-space map outlives the server (DESIGN.md, "Free-space map"). Half of a table is
+/// deleted and vacuumed. A crash copy taken then has no map file (no checkpoint has run
+/// since), and redo of the vacuum records fills its map again; the original, shut down
+/// cleanly, writes its map, and a restart reads it back. Either way the map is the one VACUUM
+/// left, entry for entry, and as many rows as were deleted go in without a new page. Both
+/// directories verify (with their map files).
+#[test]
+fn the_free_space_map_outlives_a_restart_and_redo_refills_it() {
+    use std::sync::atomic::Ordering::Acquire;
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("d");
+    let copy = tmp.path().join("copy");
+    let st = fresh_with(&dir, 256, no_autovacuum());
+    let info = accounts_with_rows(&st, 3000);
+    delete_where(&st, &info, |aid| aid % 2 == 0);
+    walnut_storage::vacuum::vacuum_table(&st, &info, &mut || Ok(())).unwrap();
+    let pages = st.smgr.open(info.relfile).unwrap().nblocks.load(Acquire);
+    let map = |st: &Storage| {
+        let rel = st.smgr.open(info.relfile).unwrap();
+        (0..pages)
+            .map(|b| rel.fsm.recorded(BlockNumber(b)))
+            .collect::<Vec<_>>()
+    };
+    let vacuumed = map(&st);
+    let roomy = vacuumed.iter().filter(|&&room| room > 1000).count() as u32;
+    assert!(roomy >= pages - 1, "{roomy} of {pages} pages have room");
+    let file = |d: &Path| d.join("base").join(format!("{}_fsm", info.relfile.0));
+    st.wal().flush(st.wal().insert_lsn()).unwrap();
+    crash_copy(&dir, &copy);
+    assert!(
+        !file(&copy).exists(),
+        "no checkpoint has written the map yet"
+    );
+    st.shutdown().unwrap();
+    drop(st);
+    assert!(
+        file(&dir).exists(),
+        "the shutdown checkpoint writes the map"
+    );
+    for (d, how) in [(&dir, "a restart"), (&copy, "crash recovery")] {
+        let cfg = StorageConfig {
+            autovacuum: no_autovacuum(),
+            ..config(256)
+        };
+        let st = Storage::open(Arc::new(walnut_io::RealVfs), d, cfg).unwrap();
+        assert_eq!(map(&st), vacuumed, "the map after {how}");
+        let mut t = Txn::begin(st.clone(), Arc::new(AtomicBool::new(false)));
+        for aid in 3001..=4500 {
+            t.insert(&info, &row(aid, 1)).unwrap();
+        }
+        commit(t);
+        let rel = st.smgr.open(info.relfile).unwrap();
+        assert_eq!(
+            rel.nblocks.load(Acquire),
+            pages,
+            "inserts after {how} extended the heap"
+        );
+        shut_down_and_verify(st, d);
+    }
+}
+
 /// VACUUM cuts an empty tail off (its step 6): the rows of the last two thirds of the heap are
 /// deleted, and VACUUM removes their pages, shortens the file and says so in its report.
 /// Inserts after it extend the heap from the cut. A crash copy's redo repeats the inserts into

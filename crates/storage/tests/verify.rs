@@ -305,6 +305,55 @@ fn an_orphan_relation_file_is_listed_and_a_stray_file_reported() {
     one_problem(&check(&fv), None, None, "base/junk is not a relation file");
 }
 
+/// Step 7: a free-space map promising more room than its pages have is a stale hint, counted
+/// and not reported; one whose CRC fails, one with entries past its heap's end, one of a
+/// B-tree and one with no relation file are each reported.
+#[test]
+fn free_space_map_damage_is_reported_and_stale_hints_counted() {
+    use walnut_storage::fsm;
+    let (fv, heap, index) = database(600);
+    let base = Path::new(DIR).join("base");
+    let nblocks = fv.read_file(&heap).unwrap().len() / BLCKSZ;
+    let put = |rel: RelFileId, bytes: &[u8]| {
+        let create = OpenMode {
+            create: true,
+            ..Default::default()
+        };
+        let f = fv.open(&base.join(fsm::file_name(rel.0)), create).unwrap();
+        f.set_len(0).unwrap();
+        f.write_at(bytes, 0).unwrap();
+    };
+    let (h, ix) = (relfile_of(&heap), relfile_of(&index));
+    put(h, &fsm::encode(&vec![255; nblocks]));
+    let r = check(&fv);
+    assert!(r.is_ok(), "{r}");
+    assert_eq!((r.fsm_files, r.fsm_entries), (1, nblocks as u64));
+    assert_eq!(r.fsm_stale, nblocks as u64, "no page of the table is empty");
+    let name = fsm::file_name(h.0);
+    put(h, &fsm::encode(&vec![1; nblocks + 2]));
+    let past = format!(
+        "free-space map {name}: entries for {} blocks, but the relation has {nblocks}",
+        nblocks + 2
+    );
+    one_problem(&check(&fv), Some(h), Some(nblocks), &past);
+    let mut torn = fsm::encode(&[1, 2, 3]);
+    *torn.last_mut().unwrap() ^= 1;
+    put(h, &torn);
+    let crc = format!("free-space map {name}: CRC mismatch");
+    one_problem(&check(&fv), Some(h), None, &crc);
+    fv.remove(&base.join(&name)).unwrap();
+    put(ix, &fsm::encode(&[1]));
+    let btree = format!(
+        "free-space map {}: a B-tree has no free-space map",
+        fsm::file_name(ix.0)
+    );
+    one_problem(&check(&fv), Some(ix), None, &btree);
+    fv.remove(&base.join(fsm::file_name(ix.0))).unwrap();
+    put(RelFileId(99998), &fsm::encode(&[1]));
+    let lone = "free-space map 99998_fsm: its relation file does not exist";
+    one_problem(&check(&fv), Some(RelFileId(99998)), None, lone);
+}
+
 #[test]
 fn an_unclean_directory_is_refused() {
     let fv = FaultVfs::new(FaultConfig::new(4));

@@ -369,10 +369,37 @@ pub fn apply_block(
     }
     page::set_lsn(&mut p, end_lsn);
     pin.mark_dirty();
+    if rmgr == heap::RM_HEAP {
+        record_free_space(&rel, info, b.block, &p);
+    }
     if rmgr == btree::RM_BTREE && b.block.0 == 0 {
         rel.btree_root.store(u32::MAX, Ordering::Release);
     }
     Ok(())
+}
+
+/// Records in the free-space map the room a heap record's redo left on its page (held
+/// latched), as PostgreSQL's `heap_xlog_prune_freeze`, `heap_xlog_insert` and
+/// `heap_xlog_update` do: always after pruning or vacuum, which free space; after an insert
+/// or an update's new version only when the page is nearly full (under a fifth of a page),
+/// so that a standby or a recovered primary does not send inserts to a page the map says
+/// has room and that has none.
+fn record_free_space(
+    rel: &crate::smgr::Relation,
+    info: u8,
+    block: walnut_common::BlockNumber,
+    p: &page::PageBuf,
+) {
+    if page::kind(p) != Some(page::PageKind::Heap) {
+        return;
+    }
+    let free = page::free_space(p);
+    let freed = matches!(info, heap::HEAP_PRUNE | heap::HEAP_VACUUM);
+    let filled =
+        matches!(info, heap::HEAP_INSERT | heap::HEAP_UPDATE) && free < walnut_common::BLCKSZ / 5;
+    if freed || filled {
+        rel.fsm.record(block, free);
+    }
 }
 
 /// Whether applying the record's main data ([`apply_main`]) must wait until every earlier
