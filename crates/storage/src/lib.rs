@@ -544,6 +544,7 @@ impl Storage {
     /// Bad input if `dir` is not a data directory; corruption and I/O errors from recovery.
     pub fn open(vfs: Arc<dyn Vfs>, dir: &Path, config: StorageConfig) -> Result<Arc<Storage>> {
         let ctl = ControlFile::read(&*vfs, dir)?;
+        smgr::remove_temporary_files(&*vfs, &dir.join("base"))?;
         if ctl.state != DbState::ShutDown {
             sync_data_directory(&*vfs, dir)?;
         }
@@ -903,12 +904,6 @@ fn sync_data_directory(vfs: &dyn Vfs, dir: &Path) -> Result<()> {
         .map_err(|e| Error::io(format!("could not list \"{}\"", base.display()), e))?;
     for name in names {
         let path = base.join(&name);
-        if name.ends_with(".tmp") {
-            // A free-space map the crashed run was writing (`Smgr::write_free_space_maps`).
-            vfs.remove(&path)
-                .map_err(|e| Error::io(format!("could not remove \"{}\"", path.display()), e))?;
-            continue;
-        }
         let f = vfs
             .open(&path, walnut_io::OpenMode::default())
             .map_err(|e| Error::io(format!("could not open \"{}\"", path.display()), e))?;

@@ -25,7 +25,7 @@
 use crate::stats::{IoOp, IoStats};
 use parking_lot::{Mutex, RwLock};
 use std::collections::{HashMap, HashSet};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
@@ -192,6 +192,9 @@ pub struct Smgr {
     /// `io_direct` includes `data`: files are opened with O_DIRECT and every transfer is
     /// aligned.
     direct: bool,
+    /// Serializes writing a map file (`write_free_space_maps`) with removing a relation's
+    /// files (`unlink`), so that no map is written for a relation being dropped.
+    fsm_io: Mutex<()>,
 }
 
 /// What a checkpoint's sync phase did (for the `log_checkpoints` line).
@@ -218,6 +221,7 @@ impl Smgr {
             backend_flush_after: AtomicU32::new(0),
             pending_writeback: Default::default(),
             direct: false,
+            fsm_io: Mutex::new(()),
         }
     }
 
@@ -254,50 +258,70 @@ impl Smgr {
         self.base.join(crate::fsm::file_name(id.0))
     }
 
-    /// Fills `rel`'s free-space map from its file, if it has one: entries past the relation's
-    /// end are ignored (a truncation after the map was written). A map file that does not
-    /// decode is ignored with a warning (the map is a hint; VACUUM fills it again).
-    fn load_free_space_map(&self, rel: &Relation) {
-        let path = self.fsm_path(rel.id);
-        let cats = match crate::control::read_all(&*self.vfs, &path)
+    fn fsm_tmp_path(&self, id: RelFileId) -> PathBuf {
+        self.fsm_path(id).with_extension("tmp")
+    }
+
+    /// The categories in relation `id`'s map file, if it has one that decodes; a file that
+    /// does not is ignored with a warning (the map is a hint; VACUUM fills it again).
+    fn read_free_space_map(&self, id: RelFileId) -> Option<Vec<u8>> {
+        let path = self.fsm_path(id);
+        match crate::control::read_all(&*self.vfs, &path)
             .and_then(|b| b.map(|b| crate::fsm::decode(&b)).transpose())
         {
-            Ok(Some(cats)) => cats,
-            Ok(None) => return,
+            Ok(cats) => cats,
             Err(e) => {
                 tracing::warn!("ignoring \"{}\": {e}", path.display());
-                return;
+                None
             }
-        };
+        }
+    }
+
+    /// Fills `rel`'s free-space map from categories its file held, ignoring entries past the
+    /// relation's end (a truncation, or a power loss that lost an extension, after the map
+    /// was written) and marking the map changed then, so that the next checkpoint writes it
+    /// without them.
+    fn load_free_space_map(rel: &Relation, cats: &[u8]) {
         let n = (rel.nblocks.load(Ordering::Acquire) as usize).min(cats.len());
         rel.fsm.load(&cats[..n]);
         if n < cats.len() {
-            // Written before a truncation: the next checkpoint writes it without the tail.
             rel.fsm.mark_changed();
         }
     }
 
     /// Writes the free-space map of every open relation whose map changed since it was last
-    /// written (a checkpoint's step 3): each to `base/<relfile>_fsm.tmp`, fsynced, then all
-    /// renamed over their files, then one fsync of `base`. Not logged, like PostgreSQL's FSM:
-    /// a crash leaves each file as of this write or the last one, both valid hints. A map whose
-    /// write fails is marked changed again for the next checkpoint. Returns the maps written.
+    /// written (a checkpoint's step 3): each to `base/<relfile>_fsm.tmp`, fsynced, then renamed
+    /// over its file; then one fsync of `base`. Not logged, like PostgreSQL's FSM: a crash
+    /// leaves each file as of this write or the last one, both valid hints. Each map is
+    /// written and renamed under `fsm_io`, and only while its relation is still open and not
+    /// being dropped, so that a drop (`Smgr::unlink`, which holds `fsm_io` too) never leaves
+    /// a map behind. A map whose write fails is marked changed again for the next checkpoint,
+    /// and its temporary file removed. Returns the maps written.
     ///
     /// # Errors
-    /// I/O errors creating, writing or renaming a file.
+    /// The first I/O error creating, writing or renaming a file (the others are still tried).
     ///
     /// # Panics
     /// PANICs ([`panic_fatal`]) if an fsync fails.
     pub fn write_free_space_maps(&self) -> Result<usize> {
         let rels: Vec<Arc<Relation>> = self.rels.read().values().cloned().collect();
-        let mut written: Vec<(Arc<Relation>, PathBuf)> = Vec::new();
+        let mut written = 0;
         let mut result = Ok(());
         for rel in rels {
+            let _io = self.fsm_io.lock();
+            let open = self
+                .rels
+                .read()
+                .get(&rel.id)
+                .is_some_and(|r| Arc::ptr_eq(r, &rel));
+            if !open || rel.dropping.load(Ordering::Acquire) {
+                continue;
+            }
             let Some(cats) = rel.fsm.take_changed(rel.nblocks.load(Ordering::Acquire)) else {
                 continue;
             };
-            let tmp = self.fsm_path(rel.id).with_extension("tmp");
-            let ctx = |what: &str| format!("could not {what} \"{}\"", tmp.display());
+            let (path, tmp) = (self.fsm_path(rel.id), self.fsm_tmp_path(rel.id));
+            let ctx = |what: &str, p: &Path| format!("could not {what} \"{}\"", p.display());
             let wrote = self
                 .vfs
                 .open(
@@ -307,42 +331,35 @@ impl Smgr {
                         ..Default::default()
                     },
                 )
-                .map_err(|e| Error::io(ctx("create"), e))
+                .map_err(|e| Error::io(ctx("create", &tmp), e))
                 .and_then(|f| {
-                    f.set_len(0).map_err(|e| Error::io(ctx("truncate"), e))?;
+                    f.set_len(0)
+                        .map_err(|e| Error::io(ctx("truncate", &tmp), e))?;
                     f.write_at(&crate::fsm::encode(&cats), 0)
-                        .map_err(|e| Error::io(ctx("write"), e))?;
+                        .map_err(|e| Error::io(ctx("write", &tmp), e))?;
                     if let Err(e) = f.sync_all() {
-                        panic_fatal(&format!("{}: {e}", ctx("fsync")));
+                        panic_fatal(&format!("{}: {e}", ctx("fsync", &tmp)));
                     }
-                    Ok(())
+                    drop(f);
+                    self.vfs
+                        .rename(&tmp, &path)
+                        .map_err(|e| Error::io(ctx("rename", &tmp), e))
                 });
             match wrote {
-                Ok(()) => written.push((rel, tmp)),
+                Ok(()) => written += 1,
                 Err(e) => {
                     rel.fsm.mark_changed();
+                    let _ = self.vfs.remove(&tmp);
                     if result.is_ok() {
                         result = Err(e);
                     }
                 }
             }
         }
-        let n = written.len();
-        for (rel, tmp) in written {
-            if let Err(e) = self.vfs.rename(&tmp, &self.fsm_path(rel.id)) {
-                rel.fsm.mark_changed();
-                if result.is_ok() {
-                    result = Err(Error::io(
-                        format!("could not rename \"{}\"", tmp.display()),
-                        e,
-                    ));
-                }
-            }
-        }
-        if n > 0 {
+        if written > 0 {
             self.sync_base_dir();
         }
-        result.map(|()| n)
+        result.map(|()| written)
     }
 
     /// Creates the file for `id` if it does not exist (idempotent, so redo can repeat it) and
@@ -361,6 +378,7 @@ impl Smgr {
             // both removals, so a crash may keep the map's entry and lose the file's).
             if self.vfs.exists(&self.fsm_path(id)) {
                 self.remove_free_space_map(id)?;
+                self.sync_base_dir();
             }
             self.vfs
                 .open(
@@ -386,6 +404,12 @@ impl Smgr {
         if let Some(r) = self.rels.read().get(&id) {
             return Ok(r.clone());
         }
+        // Read before taking the lock that every open takes.
+        let cats = if self.writable {
+            self.read_free_space_map(id)
+        } else {
+            None
+        };
         let mut rels = self.rels.write();
         if let Some(r) = rels.get(&id) {
             return Ok(r.clone());
@@ -421,8 +445,8 @@ impl Smgr {
             btree_root: AtomicU32::new(u32::MAX),
             index_heap: OnceLock::new(),
         });
-        if self.writable {
-            self.load_free_space_map(&rel);
+        if let Some(cats) = cats {
+            Self::load_free_space_map(&rel, &cats);
         }
         rels.insert(id, rel.clone());
         Ok(rel)
@@ -871,10 +895,13 @@ impl Smgr {
         // The file goes first, then the open relation: whoever opens it meanwhile shares the
         // cached one (`Relation::dropping` set), and afterwards finds no file.
         self.dirty.lock().remove(&id);
-        // The map first: a crash between the two leaves a relation file without one, never a
-        // map that a new relation with this number could load (`Smgr::create` removes one
-        // anyway).
-        self.remove_free_space_map(id)?;
+        let _io = self.fsm_io.lock();
+        // The map first, made durable before the file goes: a crash between the two leaves a
+        // relation file without a map, never a map without its file.
+        if self.vfs.exists(&self.fsm_path(id)) {
+            self.remove_free_space_map(id)?;
+            self.sync_base_dir();
+        }
         match self.vfs.remove(&self.path(id)) {
             Ok(()) => {}
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
@@ -939,6 +966,31 @@ pub(crate) fn cut_partial_block(file: &dyn FileIo, path: &std::path::Path) -> Re
             .map_err(|e| Error::io(format!("could not truncate \"{}\"", path.display()), e))?;
     }
     Ok(whole)
+}
+
+/// Removes the temporary files of free-space map writes that a crash or a failure cut
+/// short (`base/*.tmp`, [`Smgr::write_free_space_maps`]), at every start.
+///
+/// # Errors
+/// I/O errors listing `base` or removing a file.
+pub fn remove_temporary_files(vfs: &dyn Vfs, base: &Path) -> Result<()> {
+    let names = vfs
+        .list_dir(base)
+        .map_err(|e| Error::io(format!("could not list \"{}\"", base.display()), e))?;
+    for name in names.iter().filter(|n| n.ends_with(".tmp")) {
+        let path = base.join(name);
+        match vfs.remove(&path) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => {
+                return Err(Error::io(
+                    format!("could not remove \"{}\"", path.display()),
+                    e,
+                ))
+            }
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -490,7 +490,9 @@ fn a_crash_after_drop_or_truncate_commits_and_before_the_file_removal_removes_th
     let hook: Arc<Hook> = {
         let (fv, taken, armed) = (fv.clone(), taken.clone(), armed.clone());
         Arc::new(move |io, run| {
-            if matches!(io, Io::Remove { path } if path.starts_with("/data/base"))
+            // The relation file's removal (the free-space map's comes before it).
+            if matches!(io, Io::Remove { path } if path.starts_with("/data/base")
+                && !path.to_string_lossy().ends_with("_fsm"))
                 && armed.swap(false, Ordering::SeqCst)
             {
                 taken.lock().unwrap().extend(images(&fv, 7));

@@ -305,9 +305,9 @@ fn an_orphan_relation_file_is_listed_and_a_stray_file_reported() {
     one_problem(&check(&fv), None, None, "base/junk is not a relation file");
 }
 
-/// Step 7: a free-space map promising more room than its pages have is a stale hint, counted
-/// and not reported; one whose CRC fails, one with entries past its heap's end, one of a
-/// B-tree and one with no relation file are each reported.
+/// Step 7: a free-space map promising more room than its pages have, or room past its heap's
+/// end, holds stale hints, counted and not reported; one whose CRC fails, one promising room
+/// on a B-tree page, one of a B-tree and one with no relation file are each reported.
 #[test]
 fn free_space_map_damage_is_reported_and_stale_hints_counted() {
     use walnut_storage::fsm;
@@ -330,12 +330,20 @@ fn free_space_map_damage_is_reported_and_stale_hints_counted() {
     assert_eq!((r.fsm_files, r.fsm_entries), (1, nblocks as u64));
     assert_eq!(r.fsm_stale, nblocks as u64, "no page of the table is empty");
     let name = fsm::file_name(h.0);
-    put(h, &fsm::encode(&vec![1; nblocks + 2]));
-    let past = format!(
-        "free-space map {name}: entries for {} blocks, but the relation has {nblocks}",
-        nblocks + 2
+    put(h, &fsm::encode(&vec![255; nblocks + 2]));
+    let r = check(&fv);
+    assert!(r.is_ok(), "{r}");
+    assert_eq!(r.fsm_stale, nblocks as u64 + 2, "past the end: stale");
+    // A B-tree page in the heap's file (copied from the index, checksum intact): step 4
+    // reports the heap, and step 7 the map's entry for it.
+    let saved = page_of(&fv, &heap, 1);
+    let mut leaf = page_of(&fv, &index, 1);
+    put_page(&fv, &heap, 1, &mut leaf);
+    assert_finds(
+        &check(&fv),
+        &format!("block 1: free-space map {name}: room recorded on a page that is not a heap page"),
     );
-    one_problem(&check(&fv), Some(h), Some(nblocks), &past);
+    put_page(&fv, &heap, 1, &mut saved.clone());
     let mut torn = fsm::encode(&[1, 2, 3]);
     *torn.last_mut().unwrap() ^= 1;
     put(h, &torn);

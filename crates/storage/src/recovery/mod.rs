@@ -354,6 +354,10 @@ pub fn apply_block(
                 }
             }
         } else if page::lsn(&p) >= end_lsn {
+            // Written out with this change already: its room is still news to the map.
+            if rmgr == heap::RM_HEAP {
+                record_free_space(&rel, info, b.block, &p);
+            }
             return Ok(());
         }
         match rmgr {
@@ -379,11 +383,12 @@ pub fn apply_block(
 }
 
 /// Records in the free-space map the room a heap record's redo left on its page (held
-/// latched), as PostgreSQL's `heap_xlog_prune_freeze`, `heap_xlog_insert` and
-/// `heap_xlog_update` do: always after pruning or vacuum, which free space; after an insert
-/// or an update's new version only when the page is nearly full (under a fifth of a page),
-/// so that a standby or a recovered primary does not send inserts to a page the map says
-/// has room and that has none.
+/// latched; also when the page already had the change), as PostgreSQL's
+/// `heap_xlog_prune_freeze`, `heap_xlog_insert` and `heap_xlog_update` do: always after
+/// pruning or vacuum, which free space; after an insert or an update (either of its pages)
+/// only when the page is nearly full (under a fifth of a page), so that a standby or a
+/// recovered primary does not send inserts to a page the map says has room and that has
+/// none.
 fn record_free_space(
     rel: &crate::smgr::Relation,
     info: u8,
