@@ -41,8 +41,8 @@ pub struct SessionStart {
 impl Backend {
     /// Creates the session with `Session::new(engine, config, options)` on the calling thread
     /// (the connection's backend thread), tells it its pid and `database` (the name the
-    /// client connected with: `pg_backend_pid()`, the progress views) and registers it for
-    /// cancellation.
+    /// client connected with: `pg_backend_pid()`, the progress views) and who `client` is
+    /// (its `pg_stat_activity` row), and registers it for cancellation.
     ///
     /// # Errors
     /// The errors of `Session::new`.
@@ -53,10 +53,12 @@ impl Backend {
         config: Arc<Config>,
         options: Vec<(String, String)>,
         database: &str,
+        client: walnut_sql::activity::ClientIdentity,
     ) -> Result<(Backend, SessionStart)> {
         let pid = reservation.pid;
         let mut session = Session::new(engine, config, &options)?;
         session.set_backend(pid, database);
+        session.set_client(client);
         let slot = Arc::new(CancelSlot {
             secret,
             flag: session.cancel_flag(),

@@ -129,6 +129,13 @@ impl StorageEngine {
         let progress = Registry::new();
         let av = storage.autovacuum.clone();
         progress.show_other_vacuums(Arc::new(move || av.progress()));
+        // Weak: the registry lives in the engine, which holds the storage.
+        let st = Arc::downgrade(&storage);
+        progress.name_tables(Arc::new(move |relid| {
+            let st = st.upgrade()?;
+            let t = st.catalog.all().into_iter().find(|t| t.table_id == relid)?;
+            Some(t.def.name.clone())
+        }));
         Arc::new(StorageEngine { storage, progress })
     }
 }

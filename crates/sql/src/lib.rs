@@ -13,6 +13,7 @@
 //! See DESIGN.md next to this crate's Cargo.toml.
 #![forbid(unsafe_code)]
 
+pub mod activity;
 mod bind;
 mod copy;
 mod ddl;

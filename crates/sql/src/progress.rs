@@ -39,10 +39,13 @@ pub struct Registry {
     index_hook: Mutex<Option<IndexHook>>,
     /// VACUUMs not run by a session (autovacuum workers): pid and counters.
     other_vacuums: Mutex<Option<VacuumSource>>,
+    /// A table's name by its `relid`, for the autovacuum workers' rows of `pg_stat_activity`.
+    table_names: Mutex<Option<TableNames>>,
 }
 
 type IndexHook = Arc<dyn Fn() + Send + Sync>;
 type VacuumSource = Arc<dyn Fn() -> Vec<(i32, Arc<VacuumProgress>)> + Send + Sync>;
+type TableNames = Arc<dyn Fn(u64) -> Option<String> + Send + Sync>;
 
 impl std::fmt::Debug for Registry {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -62,6 +65,8 @@ struct Entry {
 }
 
 enum Work {
+    /// A session itself (`pg_stat_activity`).
+    Backend(Arc<crate::activity::BackendStatus>),
     CopyFrom(Arc<CopyCounters>),
     CreateIndex(Arc<IndexBuildProgress>),
     Vacuum(Arc<VacuumProgress>),
@@ -114,6 +119,33 @@ impl Registry {
         *self.other_vacuums.lock() = Some(f);
     }
 
+    /// Makes `pg_stat_activity` name the tables autovacuum workers vacuum with `f` (a
+    /// table's name by its `relid`).
+    pub fn name_tables(&self, f: TableNames) {
+        *self.table_names.lock() = Some(f);
+    }
+
+    /// The autovacuum workers vacuuming a table now, with the table's name.
+    fn workers(&self) -> Vec<crate::activity::WorkerRow> {
+        let others = self.other_vacuums.lock().clone();
+        let names = self.table_names.lock().clone();
+        others
+            .map(|f| f())
+            .unwrap_or_default()
+            .into_iter()
+            .filter_map(|(pid, p)| {
+                let relid = p.relid.load(Ordering::Acquire);
+                (relid != 0).then(|| crate::activity::WorkerRow {
+                    pid,
+                    relname: names
+                        .as_ref()
+                        .and_then(|f| f(relid))
+                        .unwrap_or_else(|| relid.to_string()),
+                })
+            })
+            .collect()
+    }
+
     fn register(self: &Arc<Self>, entry: Entry) -> (Arc<Entry>, Registration) {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let entry = Arc::new(entry);
@@ -141,6 +173,27 @@ impl Registry {
             ]
         };
         match name {
+            "pg_stat_activity" => {
+                let mut rows: Vec<Vec<Value>> = self
+                    .snapshot()
+                    .iter()
+                    .filter_map(|e| match &e.work {
+                        Work::Backend(s) => Some(crate::activity::session_row(
+                            e.pid,
+                            DATABASE_OID,
+                            &e.datname,
+                            s,
+                        )),
+                        _ => None,
+                    })
+                    .collect();
+                rows.extend(
+                    self.workers()
+                        .iter()
+                        .map(|w| crate::activity::worker_row(DATABASE_OID, w)),
+                );
+                Some((crate::activity::columns(), rows))
+            }
             "pg_stat_progress_copy" => {
                 let rows = self
                     .snapshot()
@@ -427,6 +480,19 @@ impl Reporter {
 }
 
 impl Reporter {
+    /// Registers the session itself in `pg_stat_activity`, as `client`; its row lasts as long
+    /// as the handle.
+    pub(crate) fn backend(&self, client: crate::activity::ClientIdentity) -> BackendEntry {
+        let status = Arc::new(crate::activity::BackendStatus::new(client));
+        let (_, reg) = self.registry.register(Entry {
+            pid: self.pid,
+            datname: self.datname.clone(),
+            relid: 0,
+            work: Work::Backend(status.clone()),
+        });
+        BackendEntry { status, _reg: reg }
+    }
+
     /// Registers a VACUUM (its row shows the table being vacuumed) and makes the storage
     /// engine's VACUUMs on this thread report to it until the returned handle is dropped.
     pub(crate) fn vacuum(&self) -> VacuumEntry {
@@ -442,6 +508,13 @@ impl Reporter {
             _reg: reg,
         }
     }
+}
+
+/// A registered session (`pg_stat_activity`); the row goes when this is dropped.
+pub(crate) struct BackendEntry {
+    /// The row's status, which the session keeps current.
+    pub status: Arc<crate::activity::BackendStatus>,
+    _reg: Registration,
 }
 
 /// A registered VACUUM: the row goes, and the thread's previous VACUUM reporting is back, when
@@ -547,6 +620,22 @@ mod tests {
         assert_eq!(rows[0][2], Value::Text("postgres".into()));
         assert_eq!(rows[0][3], Value::Int8(16400));
         assert_eq!(rows[0][14], Value::Float8(2.5), "delay_time, ms");
+        // pg_stat_activity: the busy worker, named by the engine's table names.
+        r.name_tables(Arc::new(|relid| {
+            (relid == 16400).then(|| "accounts".to_string())
+        }));
+        let (cols, rows) = r.view("pg_stat_activity").unwrap();
+        let at = |name: &str| cols.iter().position(|c| c.name == name).unwrap();
+        assert_eq!(rows.len(), 1, "{rows:?}");
+        assert_eq!(rows[0][at("pid")], Value::Int4(2_000_000_000));
+        assert_eq!(
+            rows[0][at("backend_type")],
+            Value::Text("autovacuum worker".into())
+        );
+        assert_eq!(
+            rows[0][at("query")],
+            Value::Text("autovacuum: VACUUM public.accounts".into())
+        );
     }
 
     #[test]

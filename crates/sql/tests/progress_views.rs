@@ -170,6 +170,80 @@ fn add_primary_key_reports_each_phase_of_its_index_build() {
     db.shutdown();
 }
 
+/// `pg_stat_activity` from another session: a session's row follows its statements and
+/// transaction block (state, query, xact_start), shows who its client is, and goes with the
+/// session; a session the front end never named has no row.
+#[test]
+fn pg_stat_activity_follows_each_session() {
+    let db = Db::open(EngineKind::Real);
+    let mut a = db.session(&[("application_name", "shop")]);
+    let mut b = db.session(&[]);
+    a.set_backend(41, "db");
+    a.set_client(walnut_sql::activity::ClientIdentity {
+        user: "alice".into(),
+        application_name: "shop".into(),
+        addr: Some("10.0.0.7:40000".parse().unwrap()),
+    });
+    b.set_backend(42, "db");
+    let sql = "select pid, datname, usename, application_name, client_addr, client_port, state, \
+               query, xact_start is null, backend_type from pg_stat_activity order by pid";
+    let row = |b: &mut Session| rows(b, sql).into_iter().find(|r| r[0] == Value::Int4(41));
+    let t = |s: &str| Value::Text(s.into());
+    let a_row = row(&mut b).expect("a's row");
+    assert_eq!(
+        a_row,
+        vec![
+            Value::Int4(41),
+            t("db"),
+            t("alice"),
+            t("shop"),
+            t("10.0.0.7"),
+            Value::Int4(40000),
+            t("idle"),
+            t(""),
+            Value::Bool(true),
+            t("client backend"),
+        ]
+    );
+    // b sees itself running the query.
+    let b_row = rows(&mut b, sql)
+        .into_iter()
+        .find(|r| r[0] == Value::Int4(42))
+        .unwrap();
+    assert_eq!((&b_row[6], &b_row[7]), (&t("active"), &t(sql)));
+    run(&mut a, "begin");
+    run(&mut a, "select 1");
+    let a_row = row(&mut b).unwrap();
+    assert_eq!(
+        (&a_row[6], &a_row[7], &a_row[8]),
+        (
+            &t("idle in transaction"),
+            &t("select 1"),
+            &Value::Bool(false)
+        )
+    );
+    assert!(a.simple_query("select 1/0").pop().unwrap().is_err());
+    assert_eq!(row(&mut b).unwrap()[6], t("idle in transaction (aborted)"));
+    run(&mut a, "rollback");
+    run(&mut a, "set application_name = 'till'");
+    let a_row = row(&mut b).unwrap();
+    assert_eq!(
+        (&a_row[3], &a_row[6], &a_row[8]),
+        (&t("till"), &t("idle"), &Value::Bool(true))
+    );
+    drop(a);
+    assert_eq!(row(&mut b), None, "the row goes with the session");
+    let unnamed = db.session(&[]);
+    assert_eq!(
+        rows(&mut b, sql).len(),
+        1,
+        "only b: an unnamed session has no row"
+    );
+    drop(unnamed);
+    drop(b);
+    db.shutdown();
+}
+
 #[test]
 fn copy_is_seen_from_another_session_while_it_runs() {
     let db = Db::open(EngineKind::Real);

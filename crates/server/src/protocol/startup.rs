@@ -364,6 +364,12 @@ impl Conn {
             pid,
             client.protocol_version() != ProtocolVersion::PROTOCOL3_0,
         );
+        let param = |name: &str| startup.parameters.get(name).cloned().unwrap_or_default();
+        let identity = walnut_sql::activity::ClientIdentity {
+            user: param("user"),
+            application_name: param("application_name"),
+            addr: Some(client.socket_addr()),
+        };
         let started = Backend::start(
             reservation,
             secret.clone(),
@@ -371,6 +377,7 @@ impl Conn {
             self.shared.config.clone(),
             options,
             database(startup),
+            identity,
         )
         .await;
         let (backend, start) = match started {

@@ -7,8 +7,11 @@
 //! - [`plan_cache`]: prepared statements by text and parameter types;
 //! - the parse cache of simple-query statements by their literal-free shape (`literals.rs`);
 //! - an open COPY;
-//! - who it is ([`Session::set_backend`]: pid and database name), for `pg_backend_pid()` and
-//!   the rows its COPYs and index builds show in the progress views (`crate::progress`).
+//! - who it is ([`Session::set_backend`]: pid and database name; [`Session::set_client`]:
+//!   user, application and address), for `pg_backend_pid()`, its row in `pg_stat_activity`
+//!   (`crate::activity`, kept current at each statement's start and before each
+//!   ReadyForQuery) and the rows its COPYs and index builds show in the progress views
+//!   (`crate::progress`).
 //!
 //! A `Session` is driven from one OS thread at a time (the connection's backend thread); all
 //! methods block. COPY contract: after [`Session::copy_data`] returns an error the COPY is
@@ -33,7 +36,7 @@ use crate::literals;
 use crate::plan::{CopyPlan, Plan};
 use crate::planner::Planner;
 use crate::preparse;
-use crate::progress::Reporter;
+use crate::progress::{BackendEntry, Reporter};
 use crate::storage::{Engine, Transaction};
 use block::{in_failed_block, Block, TxnBlock};
 use gucs::{check_settable, Gucs, PG_SETTINGS_COLUMNS};
@@ -63,6 +66,8 @@ pub struct Session {
     pid: i32,
     /// Registers this session's COPYs and index builds in the engine's progress views.
     progress: Option<Reporter>,
+    /// The session's row in `pg_stat_activity` (from [`Session::set_backend`] on).
+    activity: Option<BackendEntry>,
 }
 
 /// A statement of a simple query, parsed.
@@ -219,6 +224,7 @@ impl Session {
             engine,
             pid: 0,
             progress,
+            activity: None,
             blk: TxnBlock::new(),
             gucs: Gucs::new(config, options)?,
             notices: Vec::new(),
@@ -236,8 +242,45 @@ impl Session {
     /// in the progress views. Until called: 0 and `postgres`.
     pub fn set_backend(&mut self, pid: i32, database: &str) {
         self.pid = pid;
+        let client = crate::activity::ClientIdentity {
+            application_name: self.application_name(),
+            ..Default::default()
+        };
         if let Some(r) = &mut self.progress {
             *r = Reporter::new(r.registry_arc(), pid, database);
+            self.activity = Some(r.backend(client));
+        }
+    }
+
+    /// Tells the session who its client is (user, `application_name`, address), for its row
+    /// in `pg_stat_activity`; call after [`Session::set_backend`].
+    pub fn set_client(&mut self, client: crate::activity::ClientIdentity) {
+        if let Some(a) = &self.activity {
+            a.status.set_client(client);
+        }
+    }
+
+    /// The session's `application_name` setting.
+    fn application_name(&self) -> String {
+        self.gucs
+            .registry()
+            .lookup("application_name")
+            .map(|d| self.gucs.show(d))
+            .unwrap_or_default()
+    }
+
+    /// `pg_stat_activity`: a statement with text `query` starts.
+    fn report_start(&self, query: impl FnOnce() -> Arc<str>) {
+        if let Some(a) = &self.activity {
+            let in_xact = self.blk.status() != TxnStatus::Idle || self.blk.has_txn();
+            a.status.start_statement(query(), in_xact);
+        }
+    }
+
+    /// `pg_stat_activity`: ReadyForQuery is about to go out.
+    fn report_ready(&self) {
+        if let Some(a) = &self.activity {
+            a.status.ready(self.blk.status());
         }
     }
 
@@ -247,6 +290,16 @@ impl Session {
     /// does.
     pub fn simple_query(&mut self, sql: &str) -> Vec<Result<Output>> {
         self.start_message();
+        self.report_start(|| Arc::from(sql));
+        let out = self.run_simple_query(sql);
+        // A COPY FROM STDIN is still running: its end reports.
+        if !matches!(out.last(), Some(Ok(Output::CopyIn { .. }))) {
+            self.report_ready();
+        }
+        out
+    }
+
+    fn run_simple_query(&mut self, sql: &str) -> Vec<Result<Output>> {
         let pieces = preparse::split_statements(sql);
         if pieces.is_empty() {
             return vec![Ok(Output::Empty)];
@@ -360,7 +413,7 @@ impl Session {
             }
         };
         let prepared = Arc::new(Prepared {
-            sql: sql.to_string(),
+            sql: Arc::from(sql),
             param_types: params
                 .into_iter()
                 .map(|p| p.unwrap_or(DataType::Text))
@@ -411,6 +464,7 @@ impl Session {
     /// Any statement error; in a transaction block the transaction becomes failed.
     pub fn execute(&mut self, stmt: &Prepared, params: Vec<Value>) -> Result<Output> {
         self.start_message();
+        self.report_start(|| stmt.sql.clone());
         if params.len() != stmt.param_types.len() {
             return Err(Error::user(
                 SqlState::PROTOCOL_VIOLATION,
@@ -461,7 +515,9 @@ impl Session {
             .finish(txn)
             .map(|_| command(format!("COPY {}", state.rows)));
         txn.end_statement();
-        self.finish_statement(r, state.autocommit)
+        let r = self.finish_statement(r, state.autocommit);
+        self.report_ready();
+        r
     }
 
     /// Client sent CopyFail: abort the COPY and return the error to report (57014
@@ -488,10 +544,13 @@ impl Session {
     pub fn sync(&mut self) -> Result<()> {
         let implicit = self.blk.state() == Block::Implicit
             || (self.blk.state() == Block::Idle && self.blk.has_txn() && self.copy.is_none());
-        if implicit {
-            return self.blk.commit(&mut self.gucs, &mut self.notices);
-        }
-        Ok(())
+        let r = if implicit {
+            self.blk.commit(&mut self.gucs, &mut self.notices)
+        } else {
+            Ok(())
+        };
+        self.report_ready();
+        r
     }
 
     /// Transaction status for ReadyForQuery.
@@ -640,7 +699,21 @@ impl Session {
         }
         let in_txn = self.blk.in_block();
         self.gucs.set(def, value, local, in_txn);
+        self.report_application_name(def.name);
         Ok(command("SET"))
+    }
+
+    /// `pg_stat_activity`: after a SET or RESET of `name`, the session's `application_name`
+    /// (a SET LOCAL of it shows until the next SET or RESET, not only until the transaction
+    /// ends).
+    fn report_application_name(&self, name: &str) {
+        if let Some(a) = self
+            .activity
+            .as_ref()
+            .filter(|_| name.is_empty() || name == "application_name")
+        {
+            a.status.set_application_name(&self.application_name());
+        }
     }
 
     fn do_reset(&mut self, name: Option<&str>) -> Result<Output> {
@@ -650,6 +723,7 @@ impl Session {
                 for d in self.gucs.user_params() {
                     self.gucs.set(d, None, false, in_txn);
                 }
+                self.report_application_name("");
             }
             Some(n) => {
                 let def = match self
@@ -662,6 +736,7 @@ impl Session {
                     Err(e) => return self.finish_statement(Err(e), false),
                 };
                 self.gucs.set(def, None, false, in_txn);
+                self.report_application_name(def.name);
             }
         }
         Ok(command("RESET"))

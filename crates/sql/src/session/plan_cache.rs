@@ -15,7 +15,7 @@ use walnut_common::{DataType, Error, Result, SqlState};
 #[derive(Debug)]
 pub struct Prepared {
     /// The statement text.
-    pub sql: String,
+    pub sql: Arc<str>,
     /// Parameter types, `$1` first (inferred where the client sent none).
     pub param_types: Vec<DataType>,
     /// Result columns, or `None` if the statement returns no rows (Describe answers NoData).
@@ -65,7 +65,7 @@ impl PlanCache {
         }
         self.tick += 1;
         self.map
-            .entry(p.sql.clone())
+            .entry(p.sql.to_string())
             .or_default()
             .push((oids.to_vec(), p, self.tick));
         self.len += 1;
