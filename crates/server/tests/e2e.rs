@@ -1033,6 +1033,65 @@ fn disconnect_mid_transaction_or_mid_copy_leaves_nothing() {
     });
 }
 
+/// `pg_stat_activity` over the wire: a connection left idle in a transaction block shows its
+/// last statement, its client and its block's start; one reading the view sees itself
+/// active, running the read; the row goes with the connection. Each state is set before the
+/// ReadyForQuery that ends the statement, so what a client has heard back is what the view
+/// shows.
+#[test]
+fn pg_stat_activity_shows_each_connection() {
+    let s = Server::new(&[]);
+    let port = s.port;
+    let rt = current_thread();
+    rt.block_on(async move {
+        let (a, b) = (tokio_client(port).await, tokio_client(port).await);
+        let a_pid: i32 = a
+            .query_one("select pg_backend_pid()", &[])
+            .await
+            .unwrap()
+            .get(0);
+        a.batch_execute("begin").await.unwrap();
+        a.batch_execute("select 42").await.unwrap();
+        let sql = "select pid, usename, client_addr, state, query, xact_start is not null, \
+                   backend_type from pg_stat_activity order by pid";
+        let rows = b.query(sql, &[]).await.unwrap();
+        let row = |pid: i32| -> Vec<String> {
+            let r = rows
+                .iter()
+                .find(|r| r.get::<_, i32>(0) == pid)
+                .unwrap_or_else(|| panic!("no row for pid {pid}"));
+            (1..7)
+                .map(|i| match i {
+                    5 => r.get::<_, bool>(i).to_string(),
+                    _ => r.get::<_, Option<String>>(i).unwrap_or_default(),
+                })
+                .collect()
+        };
+        assert_eq!(
+            row(a_pid),
+            ["postgres", "127.0.0.1", "idle in transaction", "select 42", "true", "client backend"]
+        );
+        let b_pid: i32 = b
+            .query_one("select pg_backend_pid()", &[])
+            .await
+            .unwrap()
+            .get(0);
+        assert_eq!(row(b_pid)[2..4], ["active".to_string(), sql.to_string()]);
+        a.batch_execute("commit").await.unwrap();
+        let state = "select state, xact_start is null from pg_stat_activity where pid = $1";
+        let r = b.query_one(state, &[&a_pid]).await.unwrap();
+        assert_eq!((r.get::<_, String>(0), r.get::<_, bool>(1)), ("idle".into(), true));
+        drop(a);
+        let gone = tokio::time::timeout(Duration::from_secs(60), async {
+            while !b.query(state, &[&a_pid]).await.unwrap().is_empty() {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        })
+        .await;
+        assert!(gone.is_ok(), "the closed connection's row stayed");
+    });
+}
+
 /// `pg_stat_progress_copy` over the wire: while one connection is in the middle of COPY FROM
 /// STDIN (rows sent, no CopyDone yet), another sees its row, with the bytes and rows sent so
 /// far; after the COPY ends the row is gone. The server processes CopyData as it arrives, but
