@@ -71,21 +71,13 @@ trap 'exit 130' INT TERM
 psql_() { local port=$1; shift; "$PSQL" -h 127.0.0.1 -p "$port" -U postgres -X "$@" postgres; }
 mb() { du -sk "$1" 2>/dev/null | awk '{printf "%.1f", $1 / 1024}'; }
 
-# relations SERVER PORT DIR WHEN: "SERVER WHEN relname MB" for each pgbench relation. walnut's
-# pg_class oid is the relation file's number for an index, but not for a table that pgbench -i
-# truncated (a new file): its size is left empty, and walnut gets no row without
-# pgbench_history (until walnut has pg_relation_size).
+# relations SERVER PORT WHEN: "SERVER WHEN relname MB" for each pgbench relation (its main
+# fork: pg_relation_size, on both servers).
 relations() {
-  local server=$1 port=$2 dir=$3 when=$4 oid name
-  if [ "$server" = pg18 ]; then
-    psql_ "$port" -Atc "select relname, pg_relation_size(oid) from pg_class where relname like 'pgbench%' order by relname" |
-      awk -F'|' -v s="$server" -v w="$when" '{printf "%s\t%s\t%s\t%.1f\n", s, w, $1, $2 / 1048576}'
-  else
-    psql_ "$port" -Atc "select oid, relname from pg_class where relname like 'pgbench%' order by relname" |
-      while IFS='|' read -r oid name; do
-        printf '%s\t%s\t%s\t%s\n' "$server" "$when" "$name" "$(mb "$dir/base/$oid")"
-      done
-  fi >>"$out/relations.tsv"
+  local server=$1 port=$2 when=$3
+  psql_ "$port" -Atc "select relname, pg_relation_size(oid) from pg_class where relname like 'pgbench%' order by relname" |
+    awk -F'|' -v s="$server" -v w="$when" '{printf "%s\t%s\t%s\t%.1f\n", s, w, $1, $2 / 1048576}' \
+    >>"$out/relations.tsv"
 }
 kb() { du -sk "$1" 2>/dev/null | awk '{print $1}'; }
 
@@ -98,7 +90,7 @@ run_one() { # SERVER PORT DATADIR
   "$PGBENCH" -h 127.0.0.1 -p "$port" -U postgres -i -q -s "$scale" postgres >"$out/$server.init.txt" 2>&1
   psql_ "$port" -qc checkpoint >/dev/null 2>&1 || true
   local load_mb; load_mb=$(mb "$dir/base")
-  relations "$server" "$port" "$dir" load
+  relations "$server" "$port" load
   printf '%s\t0\t%s\t%s\t\n' "$server" "$load_mb" "$(kb "$dir/pg_xact")" >>"$work/sizes.$server"
   t0=$(date +%s)
   ( while sleep "$sample"; do
@@ -109,7 +101,7 @@ run_one() { # SERVER PORT DATADIR
     -T "$seconds" -P "$sample" postgres >"$out/$server.pgbench.txt" 2>&1 || true
   kill "$sampler" 2>/dev/null || true; wait "$sampler" 2>/dev/null || true; sampler=""
   printf '%s\t%d\t%s\t%s\n' "$server" "$seconds" "$(mb "$dir/base")" "$(kb "$dir/pg_xact")" >>"$work/sizes.$server"
-  relations "$server" "$port" "$dir" end
+  relations "$server" "$port" end
   # tps per interval from pgbench's progress lines, matched to the nearest size sample.
   awk -v s="$server" -F'\t' '
     NR == FNR { if ($0 ~ /^progress:/) { split($0, a, " "); t = int(a[2] + 0.5); tps[t] = a[4] } ; next }

@@ -1069,7 +1069,14 @@ fn pg_stat_activity_shows_each_connection() {
         };
         assert_eq!(
             row(a_pid),
-            ["postgres", "127.0.0.1", "idle in transaction", "select 42", "true", "client backend"]
+            [
+                "postgres",
+                "127.0.0.1",
+                "idle in transaction",
+                "select 42",
+                "true",
+                "client backend"
+            ]
         );
         let b_pid: i32 = b
             .query_one("select pg_backend_pid()", &[])
@@ -1080,7 +1087,10 @@ fn pg_stat_activity_shows_each_connection() {
         a.batch_execute("commit").await.unwrap();
         let state = "select state, xact_start is null from pg_stat_activity where pid = $1";
         let r = b.query_one(state, &[&a_pid]).await.unwrap();
-        assert_eq!((r.get::<_, String>(0), r.get::<_, bool>(1)), ("idle".into(), true));
+        assert_eq!(
+            (r.get::<_, String>(0), r.get::<_, bool>(1)),
+            ("idle".into(), true)
+        );
         drop(a);
         let gone = tokio::time::timeout(Duration::from_secs(60), async {
             while !b.query(state, &[&a_pid]).await.unwrap().is_empty() {

@@ -791,6 +791,40 @@ impl Binder<'_> {
                 }
                 (Expr::Func(Func::Promote, bound), Ty::Known(DataType::Bool))
             }
+            (
+                "pg_relation_size" | "pg_table_size" | "pg_indexes_size" | "pg_total_relation_size",
+                1,
+            )
+            | ("pg_relation_size", 2) => {
+                use crate::storage::RelationSize;
+                // The relation as `regclass` takes it: a name (an unknown literal) or an OID.
+                let (rel, _) = self.regclass_cast(args[0])?;
+                let mut bound = vec![rel];
+                if let Some(fork) = args.get(1) {
+                    let (x, t) = self.bind(fork)?;
+                    let (x, t) = self.coerce(x, t, &DataType::Text)?;
+                    if !t.is_string() {
+                        return Err(Error::user(
+                            SqlState::UNDEFINED_FUNCTION,
+                            format!(
+                                "function pg_relation_size(regclass, {}) does not exist",
+                                t.name()
+                            ),
+                        ));
+                    }
+                    bound.push(x);
+                }
+                let which = match name.as_str() {
+                    "pg_table_size" => RelationSize::Table,
+                    "pg_indexes_size" => RelationSize::Indexes,
+                    "pg_total_relation_size" => RelationSize::Total,
+                    _ => RelationSize::Main,
+                };
+                (
+                    Expr::Func(Func::RelationSize(which), bound),
+                    Ty::Known(DataType::Int8),
+                )
+            }
             ("pg_wal_lsn_diff", 2) => {
                 let mut bound = Vec::with_capacity(2);
                 for a in &args {

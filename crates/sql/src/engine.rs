@@ -7,7 +7,9 @@
 //! layer down at each step.
 
 use crate::progress::Registry;
-use crate::storage::{CommitOpts, CommitOutcome, Engine, ScanControl, Transaction, WriteOutcome};
+use crate::storage::{
+    CommitOpts, CommitOutcome, Engine, RelationSize, ScanControl, Transaction, WriteOutcome,
+};
 use std::ops::Bound;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
@@ -284,6 +286,39 @@ impl Engine for StorageEngine {
             insert,
             write,
             flush,
+        })
+    }
+
+    /// Sizes from the storage manager: a relation file's allocated blocks (`nblocks`, which
+    /// the file holds) times 8 kB, and the free-space map file's length. `oid` is a table's
+    /// (its table id) or a primary-key index's (its relation file), as `pg_class` lists them.
+    fn relation_size(&self, oid: i64, which: RelationSize) -> Option<i64> {
+        use std::sync::atomic::Ordering::Acquire;
+        let smgr = &self.storage.smgr;
+        let file = |rel: walnut_common::RelFileId| -> i64 {
+            smgr.open(rel).map_or(0, |r| {
+                r.nblocks.load(Acquire) as i64 * walnut_common::BLCKSZ as i64
+            })
+        };
+        let fsm = |rel| smgr.free_space_map_bytes(rel) as i64;
+        let tables = self.storage.catalog.all();
+        if let Some(t) = tables.iter().find(|t| t.table_id as i64 == oid) {
+            let indexes = t.index.map_or(0, file);
+            return Some(match which {
+                RelationSize::Main => file(t.relfile),
+                RelationSize::Fsm => fsm(t.relfile),
+                RelationSize::NoFork => 0,
+                RelationSize::Table => file(t.relfile) + fsm(t.relfile),
+                RelationSize::Indexes => indexes,
+                RelationSize::Total => file(t.relfile) + fsm(t.relfile) + indexes,
+            });
+        }
+        let ix = tables
+            .iter()
+            .find_map(|t| t.index.filter(|ix| ix.0 as i64 == oid))?;
+        Some(match which {
+            RelationSize::Main | RelationSize::Table | RelationSize::Total => file(ix),
+            RelationSize::Fsm | RelationSize::NoFork | RelationSize::Indexes => 0,
         })
     }
 

@@ -21,6 +21,9 @@ pub(crate) trait Env {
     /// The backend's process id (`pg_backend_pid()`); 0 if the front end never said.
     fn backend_pid(&self) -> i32;
 
+    /// See [`crate::storage::Engine::relation_size`].
+    fn relation_size(&self, oid: i64, which: crate::storage::RelationSize) -> Option<i64>;
+
     /// The WAL's positions (`pg_current_wal_lsn()` and its siblings).
     ///
     /// # Errors

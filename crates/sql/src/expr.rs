@@ -6,6 +6,7 @@
 //! NULL handling follows SQL: operators on NULL give NULL, AND/OR use three-valued logic.
 
 use crate::env::Env;
+use crate::storage::RelationSize;
 use std::cmp::Ordering;
 use walnut_common::{DataType, Error, Result, SqlState, Value};
 
@@ -113,6 +114,11 @@ pub(crate) enum Func {
     IsWalReplayPaused,
     /// `pg_promote([wait [, wait_seconds]])`: bool; 55000 on a primary.
     Promote,
+    /// `pg_relation_size(rel [, fork])`, `pg_table_size`, `pg_indexes_size`,
+    /// `pg_total_relation_size`: bytes (bigint), NULL for an OID no relation has. With a
+    /// fork argument (evaluated at run time) the kind is [`RelationSize::Main`] until the
+    /// fork names another.
+    RelationSize(crate::storage::RelationSize),
     /// `pg_wal_lsn_diff(a, b)` and `a - b` of two pg_lsn: a - b in bytes (PostgreSQL's is
     /// numeric; bigint here holds every difference of two LSNs below 2^63).
     LsnDiff,
@@ -579,6 +585,31 @@ fn eval_func(f: Func, args: &[Expr], row: &[Value], ctx: &Ctx<'_>) -> Result<Val
     }
     if let Some(v) = eval_recovery_func(f, args, row, ctx)? {
         return Ok(v);
+    }
+    if let Func::RelationSize(which) = f {
+        let Some(oid) = args[0].eval(row, ctx)?.as_i64() else {
+            return Ok(Value::Null);
+        };
+        let which = match args.get(1).map(|a| a.eval(row, ctx)).transpose()? {
+            None => which,
+            Some(Value::Null) => return Ok(Value::Null),
+            Some(Value::Text(fork)) => match fork.as_str() {
+                "main" => RelationSize::Main,
+                "fsm" => RelationSize::Fsm,
+                "vm" | "init" => RelationSize::NoFork,
+                _ => {
+                    return Err(Error::user(
+                        SqlState::INVALID_PARAMETER_VALUE,
+                        "invalid fork name",
+                    ))
+                }
+            },
+            Some(v) => return Err(Error::internal(format!("bad fork argument {v:?}"))),
+        };
+        return Ok(ctx
+            .env
+            .relation_size(oid, which)
+            .map_or(Value::Null, Value::Int8));
     }
     if f == Func::LsnDiff {
         return Ok(match (args[0].eval(row, ctx)?, args[1].eval(row, ctx)?) {

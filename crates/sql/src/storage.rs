@@ -80,6 +80,14 @@ pub trait Engine: Send + Sync + 'static {
     /// `None` if the engine has no view of that name.
     fn system_view(&self, name: &str) -> Option<(Vec<walnut_common::ColumnDef>, Vec<Vec<Value>>)>;
 
+    /// The on-disk size, in bytes, of what `which` names of the relation whose `pg_class` OID
+    /// is `oid` (PostgreSQL's `pg_relation_size` family, `dbsize.c`); `None` if no relation
+    /// has that OID (the functions then return NULL, as PostgreSQL's do). The default: none.
+    fn relation_size(&self, oid: i64, which: RelationSize) -> Option<i64> {
+        let _ = (oid, which);
+        None
+    }
+
     /// The registry behind the progress views (`pg_stat_progress_copy`,
     /// `pg_stat_progress_create_index`) that the sessions of this engine report to. `None`:
     /// the views are always empty.
@@ -301,4 +309,21 @@ pub trait Transaction: Send {
 
     /// Rolls back: the transaction's changes are never visible.
     fn rollback(self: Box<Self>);
+}
+
+/// What of a relation [`Engine::relation_size`] measures.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RelationSize {
+    /// `pg_relation_size(rel)`, `pg_relation_size(rel, 'main')`: the relation's own file.
+    Main,
+    /// `pg_relation_size(rel, 'fsm')`: its free-space map file.
+    Fsm,
+    /// `pg_relation_size(rel, 'vm' | 'init')`: forks walnut does not have (0).
+    NoFork,
+    /// `pg_table_size(rel)`: the relation's file and its free-space map.
+    Table,
+    /// `pg_indexes_size(rel)`: the table's indexes.
+    Indexes,
+    /// `pg_total_relation_size(rel)`: the table, its free-space map and its indexes.
+    Total,
 }

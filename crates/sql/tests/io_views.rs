@@ -93,3 +93,59 @@ fn checkpoint_bgwriter_and_io_views_count_the_work() {
     drop(s);
     db.shutdown();
 }
+
+/// `pg_relation_size` and its family on the real engine: sizes in whole 8 kB blocks for the
+/// table and its primary-key index, by OID or by name; the free-space map's fork once a
+/// VACUUM filled it and a checkpoint wrote it; NULL for an OID no relation has; 22023 for a
+/// fork name PostgreSQL does not know.
+#[test]
+fn relation_sizes_follow_the_files() {
+    let db = Db::open(EngineKind::Real);
+    let mut s = db.session(&[]);
+    for sql in [
+        "create table t (a int primary key, b text)",
+        "insert into t(a, b) select g, 'xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx' from generate_series(1, 5000) as g",
+        "delete from t where a % 2 = 0",
+        "vacuum t",
+        "checkpoint",
+    ] {
+        assert!(s.simple_query(sql)[0].is_ok(), "{sql}");
+    }
+    let (_, rows) = query(
+        &mut s,
+        "select pg_relation_size('t'), pg_relation_size('t_pkey'), pg_relation_size('t', 'fsm'), \
+         pg_relation_size('t', 'vm'), pg_table_size('t'), pg_indexes_size('t'), \
+         pg_total_relation_size('t'), pg_relation_size(987654)",
+    );
+    let r: Vec<Option<i64>> = rows[0].iter().map(Value::as_i64).collect();
+    let [heap, index, fsm, vm, table, indexes, total, none] = r[..] else {
+        panic!("{r:?}")
+    };
+    let (heap, index, fsm) = (heap.unwrap(), index.unwrap(), fsm.unwrap());
+    assert!(heap >= 5 * 8192 && heap % 8192 == 0, "heap {heap}");
+    assert!(index >= 2 * 8192 && index % 8192 == 0, "index {index}");
+    assert!(fsm > 16, "the map file: header and entries ({fsm} bytes)");
+    assert_eq!(vm, Some(0), "no visibility map");
+    assert_eq!(table, Some(heap + fsm));
+    assert_eq!(indexes, Some(index));
+    assert_eq!(total, Some(heap + fsm + index));
+    assert_eq!(none, None, "no relation has that OID");
+    let (_, rows) = query(
+        &mut s,
+        "select pg_relation_size(oid) from pg_class where relname = 't'",
+    );
+    assert_eq!(rows[0][0].as_i64(), Some(heap), "by OID");
+    let e = s
+        .simple_query("select pg_relation_size('t', 'bad')")
+        .pop()
+        .unwrap()
+        .unwrap_err();
+    assert_eq!(
+        e.sqlstate,
+        walnut_common::SqlState::INVALID_PARAMETER_VALUE,
+        "{}",
+        e.message
+    );
+    drop(s);
+    db.shutdown();
+}

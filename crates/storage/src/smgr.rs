@@ -258,6 +258,14 @@ impl Smgr {
         self.base.join(crate::fsm::file_name(id.0))
     }
 
+    /// The size of relation `id`'s free-space map file, bytes; 0 if it has none (yet).
+    pub fn free_space_map_bytes(&self, id: RelFileId) -> u64 {
+        self.vfs
+            .open(&self.fsm_path(id), OpenMode::default())
+            .and_then(|f| f.len())
+            .unwrap_or(0)
+    }
+
     fn fsm_tmp_path(&self, id: RelFileId) -> PathBuf {
         self.fsm_path(id).with_extension("tmp")
     }

@@ -163,6 +163,10 @@ impl Env for SessionEnv<'_> {
         self.pid
     }
 
+    fn relation_size(&self, oid: i64, which: crate::storage::RelationSize) -> Option<i64> {
+        self.engine.relation_size(oid, which)
+    }
+
     fn wal_positions(&self) -> Result<crate::storage::WalPositions> {
         if self.engine.recovery().is_some() {
             return Err(Error::user(
