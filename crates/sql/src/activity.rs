@@ -38,6 +38,22 @@ pub struct ClientIdentity {
     pub application_name: String,
     /// Its address and port; `None` for a Unix socket or an in-process session.
     pub addr: Option<SocketAddr>,
+    /// A replication connection (`backend_type` `walsender`); its replication commands do
+    /// not go through the session, so its `state` and `query` are not kept.
+    pub walsender: bool,
+}
+
+/// PostgreSQL's default `track_activity_query_size`, bytes: `query` holds at most one less.
+pub const QUERY_SIZE: usize = 1024;
+
+/// `sql` cut to fit `query` ([`QUERY_SIZE`] - 1 bytes, at a character boundary), as
+/// PostgreSQL's `pgstat_report_activity` cuts it.
+pub(crate) fn clip_query(sql: &str) -> Arc<str> {
+    let mut end = sql.len().min(QUERY_SIZE - 1);
+    while !sql.is_char_boundary(end) {
+        end -= 1;
+    }
+    Arc::from(&sql[..end])
 }
 
 /// One session's row, kept current by the session's own thread.
@@ -85,33 +101,39 @@ impl BackendStatus {
         }
     }
 
-    /// A statement starts: `query` is its text; `in_xact` says whether a transaction was
-    /// already open (otherwise the statement starts one, and `xact_start` is now).
-    pub(crate) fn start_statement(&self, query: Arc<str>, in_xact: bool) {
+    /// A statement starts: `query` is its text (already clipped, [`clip_query`]); `new_xact`
+    /// says whether it starts a transaction (none was open, and no failed block is waiting
+    /// for its ROLLBACK): `xact_start` is then now.
+    pub(crate) fn start_statement(&self, query: Arc<str>, new_xact: bool) {
         let now = now_us();
         let mut c = self.cur.lock();
         c.state = "active";
-        c.query = query;
+        // The old text is freed after the lock is let go.
+        let old = std::mem::replace(&mut c.query, query);
         c.query_start_us = now;
         c.state_change_us = now;
-        if !in_xact || c.xact_start_us == 0 {
+        if new_xact {
             c.xact_start_us = now;
         }
+        drop(c);
+        drop(old);
     }
 
-    /// The session is about to send ReadyForQuery with transaction status `status`.
+    /// The session is about to send ReadyForQuery with transaction status `status`: `state`
+    /// follows it and `state_change` is now (PostgreSQL reports at every ReadyForQuery);
+    /// outside a transaction, and in a failed block (PostgreSQL's `AbortTransaction` clears
+    /// it), `xact_start` is NULL.
     pub(crate) fn ready(&self, status: TxnStatus) {
         let state = match status {
             TxnStatus::Idle => "idle",
             TxnStatus::InBlock => "idle in transaction",
             TxnStatus::Failed => "idle in transaction (aborted)",
         };
+        let now = now_us();
         let mut c = self.cur.lock();
-        if c.state != state {
-            c.state = state;
-            c.state_change_us = now_us();
-        }
-        if status == TxnStatus::Idle {
+        c.state = state;
+        c.state_change_us = now;
+        if status != TxnStatus::InBlock {
             c.xact_start_us = 0;
         }
     }
@@ -184,6 +206,7 @@ pub(crate) fn columns() -> Vec<ColumnDef> {
 /// The row of session `pid` connected to `datname` (database OID `datid`).
 pub(crate) fn session_row(pid: i32, datid: i64, datname: &str, s: &BackendStatus) -> Vec<Value> {
     let c = s.cur.lock().clone();
+    let walsender = c.client.walsender;
     // A client on a Unix socket shows NULL and port -1, a TCP one its address and port.
     let (addr, port) = match c.client.addr {
         Some(a) => (
@@ -214,7 +237,14 @@ pub(crate) fn session_row(pid: i32, datid: i64, datname: &str, s: &BackendStatus
         Value::Null,
         Value::Null,
         Value::Text(c.query.to_string()),
-        Value::Text("client backend".into()),
+        Value::Text(
+            if walsender {
+                "walsender"
+            } else {
+                "client backend"
+            }
+            .into(),
+        ),
     ]
 }
 
@@ -247,6 +277,7 @@ mod tests {
             user: "alice".into(),
             application_name: "app".into(),
             addr: Some("127.0.0.1:5555".parse().unwrap()),
+            walsender: false,
         });
         let cols = columns();
         let at = |name: &str| cols.iter().position(|c| c.name == name).unwrap();
@@ -257,7 +288,7 @@ mod tests {
         assert_eq!(r[at("xact_start")], Value::Null);
         assert_eq!(r[at("client_addr")], Value::Text("127.0.0.1".into()));
         assert_eq!(r[at("client_port")], Value::Int4(5555));
-        s.start_statement(Arc::from("begin"), false);
+        s.start_statement(Arc::from("begin"), true);
         let r = row(&s);
         assert_eq!(r[at("state")], Value::Text("active".into()));
         assert_eq!(r[at("query")], Value::Text("begin".into()));
@@ -268,21 +299,32 @@ mod tests {
             row(&s)[at("state")],
             Value::Text("idle in transaction".into())
         );
-        s.start_statement(Arc::from("select 1"), true);
+        s.start_statement(Arc::from("select 1"), false);
         assert_eq!(row(&s)[at("xact_start")], xact_start, "the block's start");
         s.ready(TxnStatus::Failed);
         assert_eq!(
             row(&s)[at("state")],
             Value::Text("idle in transaction (aborted)".into())
         );
+        assert_eq!(
+            row(&s)[at("xact_start")],
+            Value::Null,
+            "an aborted block has none"
+        );
+        s.start_statement(Arc::from("rollback"), false);
+        assert_eq!(
+            row(&s)[at("xact_start")],
+            Value::Null,
+            "the ROLLBACK starts none"
+        );
         s.ready(TxnStatus::Idle);
         let r = row(&s);
         assert_eq!(r[at("xact_start")], Value::Null);
-        assert_eq!(
-            r[at("query")],
-            Value::Text("select 1".into()),
-            "the last one"
-        );
+        assert_eq!(r[at("query")], Value::Text("rollback".into()), "the last");
+        let long = "é".repeat(QUERY_SIZE);
+        let clipped = clip_query(&long);
+        assert_eq!(clipped.len(), QUERY_SIZE - 2, "cut at a character boundary");
+        assert!(long.starts_with(&*clipped));
         s.set_application_name("other");
         assert_eq!(row(&s)[at("application_name")], Value::Text("other".into()));
         let w = worker_row(

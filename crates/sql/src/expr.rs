@@ -590,6 +590,10 @@ fn eval_func(f: Func, args: &[Expr], row: &[Value], ctx: &Ctx<'_>) -> Result<Val
         let Some(oid) = args[0].eval(row, ctx)?.as_i64() else {
             return Ok(Value::Null);
         };
+        // The relation first, as PostgreSQL opens it before it reads the fork's name.
+        if ctx.env.relation_size(oid, RelationSize::NoFork).is_none() {
+            return Ok(Value::Null);
+        }
         let which = match args.get(1).map(|a| a.eval(row, ctx)).transpose()? {
             None => which,
             Some(Value::Null) => return Ok(Value::Null),

@@ -135,6 +135,26 @@ fn relation_sizes_follow_the_files() {
         "select pg_relation_size(oid) from pg_class where relname = 't'",
     );
     assert_eq!(rows[0][0].as_i64(), Some(heap), "by OID");
+    // After TRUNCATE the table has new files, and its OID stays: the sizes follow the files.
+    assert!(s.simple_query("truncate t")[0].is_ok());
+    assert!(s.simple_query("insert into t values (1, 'one')")[0].is_ok());
+    let (_, rows) = query(
+        &mut s,
+        "select pg_relation_size(oid), pg_relation_size('t'), pg_relation_size(null), \
+         pg_relation_size('t', null), pg_relation_size(987654, 'bad') \
+         from pg_class where relname = 't'",
+    );
+    assert_eq!(
+        rows[0],
+        [
+            Value::Int8(8192),
+            Value::Int8(8192),
+            Value::Null,
+            Value::Null,
+            Value::Null
+        ],
+        "one page after TRUNCATE; NULL in, NULL out; no relation, no fork check"
+    );
     let e = s
         .simple_query("select pg_relation_size('t', 'bad')")
         .pop()

@@ -183,6 +183,7 @@ fn pg_stat_activity_follows_each_session() {
         user: "alice".into(),
         application_name: "shop".into(),
         addr: Some("10.0.0.7:40000".parse().unwrap()),
+        walsender: false,
     });
     b.set_backend(42, "db");
     let sql = "select pid, datname, usename, application_name, client_addr, client_port, state, \
@@ -225,6 +226,22 @@ fn pg_stat_activity_follows_each_session() {
     assert!(a.simple_query("select 1/0").pop().unwrap().is_err());
     assert_eq!(row(&mut b).unwrap()[6], t("idle in transaction (aborted)"));
     run(&mut a, "rollback");
+    // A COPY that fails: ReadyForQuery follows the error, and the row says so.
+    run(&mut a, "create table c (k int primary key)");
+    assert!(matches!(
+        a.simple_query("copy c from stdin").pop(),
+        Some(Ok(Output::CopyIn { .. }))
+    ));
+    assert_eq!(row(&mut b).unwrap()[6], t("active"));
+    a.copy_fail("client gave up");
+    let a_row = row(&mut b).unwrap();
+    assert_eq!((&a_row[6], &a_row[8]), (&t("idle"), &Value::Bool(true)));
+    assert!(matches!(
+        a.simple_query("copy c from stdin").pop(),
+        Some(Ok(Output::CopyIn { .. }))
+    ));
+    assert!(a.copy_data(b"not a number\n").is_err());
+    assert_eq!(row(&mut b).unwrap()[6], t("idle"), "bad data ends the COPY");
     run(&mut a, "set application_name = 'till'");
     let a_row = row(&mut b).unwrap();
     assert_eq!(

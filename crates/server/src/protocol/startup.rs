@@ -369,6 +369,7 @@ impl Conn {
             user: param("user"),
             application_name: param("application_name"),
             addr: Some(client.socket_addr()),
+            walsender: self.replication.get().is_some(),
         };
         let started = Backend::start(
             reservation,

@@ -260,6 +260,11 @@ impl Session {
     /// in `pg_stat_activity`; call after [`Session::set_backend`].
     pub fn set_client(&mut self, client: crate::activity::ClientIdentity) {
         if let Some(a) = &self.activity {
+            // The setting, which startup options (`-c application_name=...`) may have set.
+            let client = crate::activity::ClientIdentity {
+                application_name: self.application_name(),
+                ..client
+            };
             a.status.set_client(client);
         }
     }
@@ -273,11 +278,12 @@ impl Session {
             .unwrap_or_default()
     }
 
-    /// `pg_stat_activity`: a statement with text `query` starts.
+    /// `pg_stat_activity`: a statement with text `query` starts (and with it a transaction,
+    /// unless one is open or the block failed).
     fn report_start(&self, query: impl FnOnce() -> Arc<str>) {
         if let Some(a) = &self.activity {
-            let in_xact = self.blk.status() != TxnStatus::Idle || self.blk.has_txn();
-            a.status.start_statement(query(), in_xact);
+            let new_xact = self.blk.status() == TxnStatus::Idle && !self.blk.has_txn();
+            a.status.start_statement(query(), new_xact);
         }
     }
 
@@ -294,7 +300,7 @@ impl Session {
     /// does.
     pub fn simple_query(&mut self, sql: &str) -> Vec<Result<Output>> {
         self.start_message();
-        self.report_start(|| Arc::from(sql));
+        self.report_start(|| crate::activity::clip_query(sql));
         let out = self.run_simple_query(sql);
         // A COPY FROM STDIN is still running: its end reports.
         if !matches!(out.last(), Some(Ok(Output::CopyIn { .. }))) {
@@ -498,7 +504,10 @@ impl Session {
         if let Err(e) = state.feed(txn, data, &self.cancel) {
             let autocommit = state.autocommit;
             self.copy = None;
-            return self.finish_statement(Err(e), autocommit).map(|_| ());
+            let r = self.finish_statement(Err(e), autocommit).map(|_| ());
+            // The front end sends ErrorResponse and ReadyForQuery now.
+            self.report_ready();
+            return r;
         }
         Ok(())
     }
@@ -532,13 +541,15 @@ impl Session {
             SqlState::QUERY_CANCELED,
             format!("COPY from stdin failed: {msg}"),
         );
-        match self.copy.take() {
+        let err = match self.copy.take() {
             Some(state) => match self.finish_statement(Err(err), state.autocommit) {
                 Err(e) => e,
                 Ok(_) => unreachable!("finish_statement passes errors through"),
             },
             None => err,
-        }
+        };
+        self.report_ready();
+        err
     }
 
     /// Extended-protocol Sync: ends an implicit transaction (commits if it succeeded).
