@@ -63,6 +63,11 @@ struct Frame {
     write_pending: AtomicBool,
     pins: AtomicU32,
     usage: AtomicU8,
+    /// The oldest xid that stamped a version's `xmax` on this heap page since it was last
+    /// pruned, or 0 for none: a hint that pruning may remove something once that xid has
+    /// ended (PostgreSQL's `pd_prune_xid`, kept with the frame instead of in the page, so it
+    /// starts at 0 whenever the page is read in). Written under the exclusive latch.
+    prune_xid: AtomicU64,
     io: Mutex<()>,
     page: RwLock<FramePage>,
 }
@@ -129,6 +134,26 @@ impl Pinned<'_> {
     /// Takes the exclusive content latch.
     pub fn write(&self) -> RwLockWriteGuard<'_, FramePage> {
         self.pool.frames[self.idx].page.write()
+    }
+
+    /// Takes the exclusive content latch if no one holds the latch now (PostgreSQL's
+    /// `ConditionalLockBuffer`); `None` otherwise.
+    pub fn try_write(&self) -> Option<RwLockWriteGuard<'_, FramePage>> {
+        self.pool.frames[self.idx].page.try_write()
+    }
+
+    /// The page's prune hint: the oldest xid that stamped an `xmax` on it since it was last
+    /// pruned (or read in), 0 for none (`heap::prune_opt`).
+    pub fn prune_xid(&self) -> u64 {
+        self.pool.frames[self.idx].prune_xid.load(Ordering::Acquire)
+    }
+
+    /// Sets the page's prune hint to `xid` (0 clears it). Call while holding the exclusive
+    /// latch.
+    pub fn set_prune_xid(&self, xid: u64) {
+        self.pool.frames[self.idx]
+            .prune_xid
+            .store(xid, Ordering::Release);
     }
 
     /// Marks the page dirty. Call while holding the exclusive latch, after the change.
@@ -231,6 +256,7 @@ impl BufferPool {
                 write_pending: AtomicBool::new(false),
                 pins: AtomicU32::new(0),
                 usage: AtomicU8::new(0),
+                prune_xid: AtomicU64::new(0),
                 io: Mutex::new(()),
                 page: RwLock::new(FramePage(None)),
             })
@@ -456,6 +482,7 @@ impl BufferPool {
         }
         let io = f.io.lock();
         f.valid.store(false, Ordering::Release);
+        f.prune_xid.store(0, Ordering::Relaxed);
         f.tag.store(tag.pack(), Ordering::Release);
         map.insert(tag, v);
         Some(io)

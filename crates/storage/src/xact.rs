@@ -182,7 +182,14 @@ pub struct XactManager {
     /// Held shared by committers from commit-record insertion until the xid is COMMITTING;
     /// exclusively by the checkpoint while it fixes the redo point.
     pub commit_lock: RwLock<()>,
+    /// [`XactManager::recent_horizon`]'s value and when it was computed (µs since `born`).
+    recent_horizon: AtomicU64,
+    recent_horizon_at_us: AtomicU64,
+    born: std::time::Instant,
 }
+
+/// How old [`XactManager::recent_horizon`]'s value may be, µs.
+const RECENT_HORIZON_MAX_AGE_US: u64 = 10_000;
 
 impl XactManager {
     /// A manager whose next xid is `next_xid` and whose oldest xid is the first; `durable` is
@@ -212,6 +219,9 @@ impl XactManager {
             snapshots: Mutex::new(Vec::new()),
             replay: std::sync::OnceLock::new(),
             commit_lock: RwLock::new(()),
+            recent_horizon: AtomicU64::new(0),
+            recent_horizon_at_us: AtomicU64::new(0),
+            born: std::time::Instant::now(),
         };
         // Chunk by chunk: one whose xids all have an outcome is settled at once (two bits per
         // xid; no snapshot exists yet, so CSN 0 is as good as any), the others are kept open
@@ -552,6 +562,23 @@ impl XactManager {
         for s in self.snapshots.lock().iter().flatten() {
             h = h.min(s.csn());
         }
+        h
+    }
+
+    /// A horizon at most 10 ms old ([`XactManager::horizon`], computed again when the last
+    /// one is older; PostgreSQL's `GlobalVisState` caches its horizons the same way): for
+    /// hints that must stay cheap, such as whether a page is worth pruning on a read. Like
+    /// any older horizon it is safe, only less eager.
+    pub fn recent_horizon(&self) -> u64 {
+        let now = self.born.elapsed().as_micros() as u64;
+        let at = self.recent_horizon_at_us.load(Ordering::Acquire);
+        if at != 0 && now.saturating_sub(at) < RECENT_HORIZON_MAX_AGE_US {
+            return self.recent_horizon.load(Ordering::Acquire);
+        }
+        let h = self.horizon();
+        self.recent_horizon.store(h, Ordering::Release);
+        self.recent_horizon_at_us
+            .store(now.max(1), Ordering::Release);
         h
     }
 

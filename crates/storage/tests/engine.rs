@@ -1556,3 +1556,100 @@ fn same_page_updates_keep_the_index_entry_and_pruning_redirects_the_root() {
     shut_down_and_verify(st2, &copy);
     shut_down_and_verify(st, &dir);
 }
+
+/// Room left on heap page `block` of `info`, bytes.
+fn room(st: &Storage, info: &walnut_storage::catalog::TableInfo, block: u32) -> usize {
+    let rel = st.smgr.open(info.relfile).unwrap();
+    let pin = st
+        .pool
+        .pin(
+            &rel,
+            BlockNumber(block),
+            walnut_storage::bufpool::ReadMode::Normal,
+        )
+        .unwrap();
+    let p = pin.read();
+    walnut_storage::page::free_space(&p)
+}
+
+/// Pruning on a read (PostgreSQL's `heap_page_prune_opt`; DESIGN.md, "Pruning"). Rows are
+/// deleted from two full pages. While the deleter runs, neither an index lookup nor a scan
+/// prunes anything. Once it committed, an index lookup of a row on the second page prunes
+/// that page and only that one, and a scan prunes the first. A full page whose rows nobody
+/// deleted is left alone. The rows read are the same throughout, a crash copy's redo repeats
+/// the prunes, and both directories verify.
+#[test]
+fn a_read_prunes_a_nearly_full_page_once_its_deleter_committed() {
+    use std::sync::atomic::Ordering::Relaxed;
+    use walnut_storage::heap::PRUNE_ON_READ_BELOW;
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("d");
+    let st = fresh_with(&dir, 256, no_autovacuum());
+    let info = accounts_with_rows(&st, 3000);
+    for b in 0..3 {
+        assert!(
+            room(&st, &info, b) < PRUNE_ON_READ_BELOW,
+            "block {b} is full"
+        );
+    }
+    // Every other row of blocks 0 and 1, deleted by a transaction left open.
+    let mut t = Txn::begin(st.clone(), Arc::new(AtomicBool::new(false)));
+    t.new_statement();
+    let mut doomed = Vec::new();
+    let mut on_block1 = None;
+    t.scan(&info, &mut |tid, r| {
+        let aid = r[0].as_i64().unwrap() as i32;
+        if tid.block.0 < 2 && aid % 2 == 0 {
+            doomed.push((tid, aid));
+        }
+        if tid.block.0 == 1 && aid % 2 == 1 {
+            on_block1 = Some(aid);
+        }
+        Ok(true)
+    })
+    .unwrap();
+    let on_block1 = on_block1.unwrap();
+    for &(tid, _) in &doomed {
+        assert_eq!(t.delete(&info, tid).unwrap(), RowWrite::Done);
+    }
+    let want: BTreeMap<i32, i32> = contents(&st, "accounts");
+    assert_eq!(want.len(), 3000, "the delete is not committed");
+    let full = [0, 1].map(|b| room(&st, &info, b));
+    let on_read = || st.prune_stats.on_read.load(Relaxed);
+    let reader = || {
+        let mut r = Txn::begin(st.clone(), Arc::new(AtomicBool::new(false)));
+        r.new_statement();
+        r
+    };
+    assert!(by_key(&reader(), &info, on_block1).is_some());
+    assert_eq!(contents(&st, "accounts"), want);
+    assert_eq!(on_read(), 0, "the deleter still runs: nothing to prune");
+    assert_eq!([0, 1].map(|b| room(&st, &info, b)), full);
+    commit(t);
+    let mut want = want;
+    for (_, aid) in &doomed {
+        want.remove(aid);
+    }
+    assert!(by_key(&reader(), &info, on_block1).is_some());
+    assert_eq!(on_read(), 1, "the lookup pruned its page");
+    assert!(room(&st, &info, 1) > full[1] + 1000, "block 1 was pruned");
+    assert_eq!(room(&st, &info, 0), full[0], "block 0 was not read");
+    let got = contents(&st, "accounts");
+    assert!(
+        room(&st, &info, 0) > full[0] + 1000,
+        "the scan pruned block 0"
+    );
+    assert_eq!(on_read(), 2, "block 2 has nothing to prune");
+    assert_eq!(got, want);
+    st.wal().flush(st.wal().insert_lsn()).unwrap();
+    let copy = tmp.path().join("copy");
+    crash_copy(&dir, &copy);
+    let st2 = Storage::open(Arc::new(walnut_io::RealVfs), &copy, config(256)).unwrap();
+    assert_eq!(contents(&st2, "accounts"), got);
+    assert!(
+        room(&st2, &info, 0) > full[0] + 1000,
+        "redo repeated the prune"
+    );
+    shut_down_and_verify(st2, &copy);
+    shut_down_and_verify(st, &dir);
+}

@@ -757,7 +757,12 @@ fn check_in_range(rel: &Relation, tid: Tid) -> Result<()> {
 pub fn chain_head(st: &Storage, rel: &Relation, tid: Tid) -> Result<Option<(Tid, Version)>> {
     check_in_range(rel, tid)?;
     let pin = st.pool.pin(rel, tid.block, ReadMode::Normal)?;
-    let p = pin.read();
+    let mut p = pin.read();
+    if worth_pruning_on_read(st, &pin, &p) {
+        drop(p);
+        prune_on_read(st, rel, &pin)?;
+        p = pin.read();
+    }
     let aborted = aborted_in(st);
     let Some(i) = hot_head(&p, tid.block, tid.slot, &aborted)? else {
         return Ok(None);
@@ -902,6 +907,7 @@ pub fn delete(st: &Storage, rel: &Relation, tid: Tid, xid: Xid) -> Result<WriteC
         Tid::INVALID,
         false,
     );
+    note_prunable(&pin, xid);
     let item = page::item(&p, i).expect("checked");
     assert_eq!(header_xmax(item), xid, "xmax after delete");
     assert!(!header_next(item).is_valid(), "next link after delete");
@@ -992,6 +998,7 @@ pub fn update(
                 slot: new_slot,
             };
             set_xmax_next(page::item_mut(&mut p, i).expect("checked"), xid, new, hot);
+            note_prunable(&pin, xid);
             assert_update_links(
                 page::item(&p, i).expect("checked"),
                 page::item(&p, new_slot as usize - 1).expect("appended"),
@@ -1074,6 +1081,7 @@ pub fn update(
             new,
             false,
         );
+        note_prunable(&opin, xid);
         assert_update_links(
             page::item(&op, i).expect("checked"),
             page::item(&tp, new_slot as usize - 1).expect("appended"),
@@ -1116,6 +1124,9 @@ pub struct PruneStats {
     pub records: std::sync::atomic::AtomicU64,
     /// Versions removed (line pointers made dead or unused).
     pub versions: std::sync::atomic::AtomicU64,
+    /// Of the pages pruned, those a reader pruned (a seq scan's or an index lookup's read,
+    /// not a write that needed room).
+    pub on_read: std::sync::atomic::AtomicU64,
 }
 
 /// What pruning a page removes: line-pointer indexes (0-based) to mark dead and unused, and
@@ -1330,6 +1341,7 @@ fn prune_counted(
     let horizon = st.xact.horizon();
     let plan = plan_prune(st, p, pin.tag.block, horizon, unindexed);
     if plan.dead.is_empty() && plan.unused.is_empty() && plan.redirects.is_empty() {
+        pin.set_prune_xid(next_prune_xid(st, p, horizon));
         return Ok((0, 0));
     }
     // The record (with a full-page image, and its xids) must find room in the WAL before the
@@ -1347,6 +1359,7 @@ fn prune_counted(
     let before = page::free_space(p);
     apply_prune(p, &plan.dead, &plan.unused, &plan.redirects);
     let freed = page::free_space(p) - before;
+    pin.set_prune_xid(next_prune_xid(st, p, horizon));
     let mut d = Vec::with_capacity(
         6 + 2 * (plan.dead.len() + plan.unused.len()) + 4 * plan.redirects.len(),
     );
@@ -1369,6 +1382,85 @@ fn prune_counted(
         .versions
         .fetch_add(removed as u64, Ordering::Relaxed);
     Ok((freed, removed))
+}
+
+/// Pages are pruned on a read (a seq scan's, an index lookup's) when less than this much room
+/// is left on them, bytes (PostgreSQL's `heap_page_prune_opt`: `BLCKSZ / 10`, or the
+/// fillfactor's reserve if larger; walnut does not consult the fillfactor here).
+pub const PRUNE_ON_READ_BELOW: usize = BLCKSZ / 10;
+
+/// Notes on the page's prune hint that `xid` stamped an `xmax` on it (PostgreSQL's
+/// `PageSetPrunable`): the hint keeps the oldest such xid. Under the page's exclusive latch.
+fn note_prunable(pin: &Pinned<'_>, xid: Xid) {
+    let cur = pin.prune_xid();
+    if cur == 0 || xid.0 < cur {
+        pin.set_prune_xid(xid.0);
+    }
+}
+
+/// The prune hint a page keeps after pruning at `horizon`: the oldest `xmax` left on it that
+/// a later prune could act on (its transaction in progress, or committed after `horizon`), or
+/// 0 if none is (PostgreSQL's `heap_prune_record_prunable`). An aborted `xmax` never makes
+/// its version removable, so it sets no hint.
+fn next_prune_xid(st: &Storage, p: &PageBuf, horizon: u64) -> u64 {
+    let mut oldest = 0u64;
+    for i in 0..page::slot_count(p) {
+        let Some(item) = page::item(p, i).filter(|it| it.len() >= TUPLE_HEADER_SIZE) else {
+            continue;
+        };
+        let xmax = header_xmax(item);
+        if !xmax.is_valid() || xmax == Xid::ABORTED {
+            continue;
+        }
+        let pending = match st.xact.status(xmax) {
+            XidStatus::InProgress => true,
+            XidStatus::Committed(csn) => csn > horizon,
+            XidStatus::Aborted => false,
+        };
+        if pending && (oldest == 0 || xmax.0 < oldest) {
+            oldest = xmax.0;
+        }
+    }
+    oldest
+}
+
+/// Whether a reader holding page `p` (pinned as `pin`, latched shared) should prune it
+/// before it reads ([`prune_on_read`]): it has less than [`PRUNE_ON_READ_BELOW`] bytes of
+/// room, and its prune hint names a transaction that has ended, committed at or below a
+/// recent horizon (`XactManager::recent_horizon`) or aborted. Cheap: an atomic load in the
+/// common case (no hint), a status lookup otherwise. PostgreSQL's `heap_page_prune_opt`
+/// tests (`PageIsPrunable` and the free-space test).
+fn worth_pruning_on_read(st: &Storage, pin: &Pinned<'_>, p: &PageBuf) -> bool {
+    let x = pin.prune_xid();
+    if x == 0 || page::free_space(p) >= PRUNE_ON_READ_BELOW {
+        return false;
+    }
+    match st.xact.status(Xid(x)) {
+        XidStatus::InProgress => false,
+        XidStatus::Aborted => true,
+        XidStatus::Committed(csn) => csn <= st.xact.recent_horizon(),
+    }
+}
+
+/// Prunes the page of `pin` for a reader that found it worth it ([`worth_pruning_on_read`])
+/// and let its shared latch go: only if the exclusive latch is free now (a reader never
+/// waits for it: PostgreSQL's `ConditionalLockBufferForCleanup`), and only if the page still
+/// has too little room. Returns whether it pruned.
+///
+/// # Errors
+/// As [`prune`].
+fn prune_on_read(st: &Storage, rel: &Relation, pin: &Pinned<'_>) -> Result<bool> {
+    let Some(mut p) = pin.try_write() else {
+        return Ok(false);
+    };
+    if page::free_space(&p) >= PRUNE_ON_READ_BELOW {
+        return Ok(false);
+    }
+    let freed = prune(st, rel, pin, &mut p)?;
+    if freed > 0 {
+        st.prune_stats.on_read.fetch_add(1, Ordering::Relaxed);
+    }
+    Ok(freed > 0)
 }
 
 /// Sets the `prev` link of the version at `tid`, which transaction `xid` inserted and which no
@@ -1869,9 +1961,14 @@ pub fn visit_block(
     visit: &mut dyn FnMut(Tid, &[u8]) -> Result<()>,
 ) -> Result<()> {
     let pin = st.pool.pin(rel, block, ReadMode::Normal)?;
-    let p = pin.read();
+    let mut p = pin.read();
     if page::is_new(&p) || page::kind(&p) != Some(PageKind::Heap) {
         return Ok(());
+    }
+    if worth_pruning_on_read(st, &pin, &p) {
+        drop(p);
+        prune_on_read(st, rel, &pin)?;
+        p = pin.read();
     }
     let mut last_xmin: Option<(Xid, bool)> = None;
     for t in tuples(&p, block) {
