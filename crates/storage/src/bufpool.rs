@@ -143,7 +143,7 @@ impl Pinned<'_> {
     }
 
     /// The page's prune hint: the oldest xid that stamped an `xmax` on it since it was last
-    /// pruned (or read in), 0 for none (`heap::prune_opt`).
+    /// pruned (or read in), 0 for none (DESIGN.md, "Pruning", "On a read").
     pub fn prune_xid(&self) -> u64 {
         self.pool.frames[self.idx].prune_xid.load(Ordering::Acquire)
     }

@@ -565,20 +565,27 @@ impl XactManager {
         h
     }
 
-    /// A horizon at most 10 ms old ([`XactManager::horizon`], computed again when the last
-    /// one is older; PostgreSQL's `GlobalVisState` caches its horizons the same way): for
-    /// hints that must stay cheap, such as whether a page is worth pruning on a read. Like
-    /// any older horizon it is safe, only less eager.
+    /// A horizon at most 10 ms old ([`XactManager::horizon`], computed again by one caller
+    /// when the last one is older, the others taking the old one meanwhile; PostgreSQL's
+    /// `GlobalVisState` caches its horizons the same way): for decisions that must stay
+    /// cheap and need not be exact, such as whether a page is worth pruning on a read. It
+    /// must not decide what a prune removes (a fresh `horizon()` may be smaller than an older
+    /// value: see its documentation).
     pub fn recent_horizon(&self) -> u64 {
-        let now = self.born.elapsed().as_micros() as u64;
+        let now = (self.born.elapsed().as_micros() as u64).max(1);
         let at = self.recent_horizon_at_us.load(Ordering::Acquire);
         if at != 0 && now.saturating_sub(at) < RECENT_HORIZON_MAX_AGE_US {
             return self.recent_horizon.load(Ordering::Acquire);
         }
+        if self
+            .recent_horizon_at_us
+            .compare_exchange(at, now, Ordering::AcqRel, Ordering::Acquire)
+            .is_err()
+        {
+            return self.recent_horizon.load(Ordering::Acquire);
+        }
         let h = self.horizon();
         self.recent_horizon.store(h, Ordering::Release);
-        self.recent_horizon_at_us
-            .store(now.max(1), Ordering::Release);
         h
     }
 

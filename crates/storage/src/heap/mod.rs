@@ -52,7 +52,8 @@
 //!
 //! **Pruning** (PostgreSQL's `heap_page_prune`; DESIGN.md, "Pruning"). A version no snapshot
 //! can see any more is removed from its page when the page is found full: by an update of a
-//! row on it, or by an insert or a moved update looking for room. Against the visibility
+//! row on it, or by an insert or a moved update looking for room; or when a read finds the
+//! page nearly full with a prune hint whose transaction ended ([`worth_pruning_on_read`]). Against the visibility
 //! horizon `h` ([`crate::xact::XactManager::horizon`]):
 //! - first, same-page chains from their roots ([`plan_hot_chains`]): a root whose row still has
 //!   versions on the page becomes a redirect to the first of them;
@@ -758,7 +759,7 @@ pub fn chain_head(st: &Storage, rel: &Relation, tid: Tid) -> Result<Option<(Tid,
     check_in_range(rel, tid)?;
     let pin = st.pool.pin(rel, tid.block, ReadMode::Normal)?;
     let mut p = pin.read();
-    if worth_pruning_on_read(st, &pin, &p) {
+    if worth_pruning_on_read(st, rel, &pin, &p) {
         drop(p);
         prune_on_read(st, rel, &pin)?;
         p = pin.read();
@@ -1348,6 +1349,8 @@ fn prune_counted(
     // page changes: on a full disk pruning is skipped, and the statement that wanted room
     // fails (53100) where it checks for its own records, or extends the relation.
     if !has_room_for(st, &plan.conflicts) {
+        // No reader retries on every read while the disk is full; the next stamp sets it.
+        pin.set_prune_xid(0);
         return Ok((0, 0));
     }
     // Roots that become redirects are versions removed whole, as the unused ones are.
@@ -1430,9 +1433,17 @@ fn next_prune_xid(st: &Storage, p: &PageBuf, horizon: u64) -> u64 {
 /// recent horizon (`XactManager::recent_horizon`) or aborted. Cheap: an atomic load in the
 /// common case (no hint), a status lookup otherwise. PostgreSQL's `heap_page_prune_opt`
 /// tests (`PageIsPrunable` and the free-space test).
-fn worth_pruning_on_read(st: &Storage, pin: &Pinned<'_>, p: &PageBuf) -> bool {
+fn worth_pruning_on_read(st: &Storage, rel: &Relation, pin: &Pinned<'_>, p: &PageBuf) -> bool {
+    page::free_space(p) < PRUNE_ON_READ_BELOW
+        && rel.id != walnut_common::RelFileId::CATALOG
+        && hint_ended(st, pin)
+}
+
+/// Whether the page's prune hint names a transaction that has ended: aborted, or committed at
+/// or below a recent horizon. False without a hint.
+fn hint_ended(st: &Storage, pin: &Pinned<'_>) -> bool {
     let x = pin.prune_xid();
-    if x == 0 || page::free_space(p) >= PRUNE_ON_READ_BELOW {
+    if x == 0 {
         return false;
     }
     match st.xact.status(Xid(x)) {
@@ -1444,8 +1455,10 @@ fn worth_pruning_on_read(st: &Storage, pin: &Pinned<'_>, p: &PageBuf) -> bool {
 
 /// Prunes the page of `pin` for a reader that found it worth it ([`worth_pruning_on_read`])
 /// and let its shared latch go: only if the exclusive latch is free now (a reader never
-/// waits for it: PostgreSQL's `ConditionalLockBufferForCleanup`), and only if the page still
-/// has too little room. Returns whether it pruned.
+/// waits for it: PostgreSQL's `ConditionalLockBuffer`; no cleanup lock is needed, as pruning
+/// keeps every version a pinned reader may hold a TID of), and only if the page still has too
+/// little room and a hint that has ended (another reader may have pruned it meanwhile).
+/// Returns whether it pruned.
 ///
 /// # Errors
 /// As [`prune`].
@@ -1453,7 +1466,7 @@ fn prune_on_read(st: &Storage, rel: &Relation, pin: &Pinned<'_>) -> Result<bool>
     let Some(mut p) = pin.try_write() else {
         return Ok(false);
     };
-    if page::free_space(&p) >= PRUNE_ON_READ_BELOW {
+    if page::free_space(&p) >= PRUNE_ON_READ_BELOW || !hint_ended(st, pin) {
         return Ok(false);
     }
     let freed = prune(st, rel, pin, &mut p)?;
@@ -1965,7 +1978,7 @@ pub fn visit_block(
     if page::is_new(&p) || page::kind(&p) != Some(PageKind::Heap) {
         return Ok(());
     }
-    if worth_pruning_on_read(st, &pin, &p) {
+    if worth_pruning_on_read(st, rel, &pin, &p) {
         drop(p);
         prune_on_read(st, rel, &pin)?;
         p = pin.read();
