@@ -1045,11 +1045,7 @@ fn pg_stat_activity_shows_each_connection() {
     let rt = current_thread();
     rt.block_on(async move {
         let (a, b) = (tokio_client(port).await, tokio_client(port).await);
-        let a_pid: i32 = a
-            .query_one("select pg_backend_pid()", &[])
-            .await
-            .unwrap()
-            .get(0);
+        let a_pid = backend_pid(&a).await;
         a.batch_execute("begin").await.unwrap();
         a.batch_execute("select 42").await.unwrap();
         let sql = "select pid, usename, client_addr, state, query, xact_start is not null, \
@@ -1078,11 +1074,7 @@ fn pg_stat_activity_shows_each_connection() {
                 "client backend"
             ]
         );
-        let b_pid: i32 = b
-            .query_one("select pg_backend_pid()", &[])
-            .await
-            .unwrap()
-            .get(0);
+        let b_pid = backend_pid(&b).await;
         assert_eq!(row(b_pid)[2..4], ["active".to_string(), sql.to_string()]);
         a.batch_execute("commit").await.unwrap();
         let state = "select state, xact_start is null from pg_stat_activity where pid = $1";
@@ -1115,16 +1107,8 @@ fn progress_copy_shows_a_copy_in_flight() {
     let rt = current_thread();
     rt.block_on(async move {
         let (a, b) = (tokio_client(port).await, tokio_client(port).await);
-        let a_pid: i32 = a
-            .query_one("select pg_backend_pid()", &[])
-            .await
-            .unwrap()
-            .get(0);
-        let b_pid: i32 = b
-            .query_one("select pg_backend_pid()", &[])
-            .await
-            .unwrap()
-            .get(0);
+        let a_pid = backend_pid(&a).await;
+        let b_pid = backend_pid(&b).await;
         assert_ne!(a_pid, b_pid);
         let t_oid: i64 = b
             .query_one("select 't'::regclass", &[])
@@ -1479,6 +1463,14 @@ fn current_thread() -> tokio::runtime::Runtime {
 }
 
 /// A tokio-postgres client of the server on `port`, its connection driven by a spawned task.
+/// The backend pid of the connection `c` (`pg_backend_pid()`).
+async fn backend_pid(c: &tokio_postgres::Client) -> i32 {
+    c.query_one("select pg_backend_pid()", &[])
+        .await
+        .unwrap()
+        .get(0)
+}
+
 async fn tokio_client(port: u16) -> tokio_postgres::Client {
     let (c, conn) = tokio_postgres::connect(
         &format!("host=127.0.0.1 port={port} user=postgres dbname=postgres"),
