@@ -34,7 +34,7 @@ use walnut_common::{ColumnDef, DataType, Value};
 pub struct ClientIdentity {
     /// The user name it connected as (`usename`).
     pub user: String,
-    /// Its `application_name` startup parameter, empty if none.
+    /// Its `application_name` (the session's setting: `Session::set_client` fills it in).
     pub application_name: String,
     /// Its address and port; `None` for a Unix socket or an in-process session.
     pub addr: Option<SocketAddr>,

@@ -125,23 +125,33 @@ impl Registry {
         *self.table_names.lock() = Some(f);
     }
 
-    /// The autovacuum workers vacuuming a table now, with the table's name.
-    fn workers(&self) -> Vec<crate::activity::WorkerRow> {
+    /// The autovacuum workers vacuuming a table now: pid, the table's `relid` and the
+    /// counters. A worker shows once it is vacuuming a table, not while it looks for one; its
+    /// table is read once, for the filter and the row alike.
+    fn busy_workers(&self) -> Vec<(i32, u64, Arc<VacuumProgress>)> {
         let others = self.other_vacuums.lock().clone();
-        let names = self.table_names.lock().clone();
         others
             .map(|f| f())
             .unwrap_or_default()
             .into_iter()
             .filter_map(|(pid, p)| {
                 let relid = p.relid.load(Ordering::Acquire);
-                (relid != 0).then(|| crate::activity::WorkerRow {
-                    pid,
-                    relname: names
-                        .as_ref()
-                        .and_then(|f| f(relid))
-                        .unwrap_or_else(|| relid.to_string()),
-                })
+                (relid != 0).then_some((pid, relid, p))
+            })
+            .collect()
+    }
+
+    /// [`Registry::busy_workers`] with their tables' names, for `pg_stat_activity`.
+    fn workers(&self) -> Vec<crate::activity::WorkerRow> {
+        let names = self.table_names.lock().clone();
+        self.busy_workers()
+            .into_iter()
+            .map(|(pid, relid, _)| crate::activity::WorkerRow {
+                pid,
+                relname: names
+                    .as_ref()
+                    .and_then(|f| f(relid))
+                    .unwrap_or_else(|| relid.to_string()),
             })
             .collect()
     }
@@ -220,19 +230,12 @@ impl Registry {
                 Some((copy_columns(), rows))
             }
             "pg_stat_progress_vacuum" => {
-                let others = self.other_vacuums.lock().clone();
-                let others = others.map(|f| f()).unwrap_or_default();
-                // A worker shows once it is vacuuming a table, not while it looks for one.
-                // Its table read once, for the filter and the row alike.
-                let others = others.into_iter().filter_map(|(pid, p)| {
-                    let relid = p.relid.load(Ordering::Acquire);
-                    (relid != 0).then(|| {
-                        Arc::new(Entry {
-                            pid,
-                            datname: "postgres".into(),
-                            relid: relid as i64,
-                            work: Work::Vacuum(p),
-                        })
+                let others = self.busy_workers().into_iter().map(|(pid, relid, p)| {
+                    Arc::new(Entry {
+                        pid,
+                        datname: "postgres".into(),
+                        relid: relid as i64,
+                        work: Work::Vacuum(p),
                     })
                 });
                 let rows = self

@@ -266,10 +266,6 @@ impl Smgr {
             .unwrap_or(0)
     }
 
-    fn fsm_tmp_path(&self, id: RelFileId) -> PathBuf {
-        self.fsm_path(id).with_extension("tmp")
-    }
-
     /// The categories in relation `id`'s map file, if it has one that decodes; a file that
     /// does not is ignored with a warning (the map is a hint; VACUUM fills it again).
     fn read_free_space_map(&self, id: RelFileId) -> Option<Vec<u8>> {
@@ -298,13 +294,14 @@ impl Smgr {
     }
 
     /// Writes the free-space map of every open relation whose map changed since it was last
-    /// written (a checkpoint's step 3): each to `base/<relfile>_fsm.tmp`, fsynced, then renamed
-    /// over its file; then one fsync of `base`. Not logged, like PostgreSQL's FSM: a crash
-    /// leaves each file as of this write or the last one, both valid hints. Each map is
-    /// written and renamed under `fsm_io`, and only while its relation is still open and not
-    /// being dropped, so that a drop (`Smgr::unlink`, which holds `fsm_io` too) never leaves
-    /// a map behind. A map whose write fails is marked changed again for the next checkpoint,
-    /// and its temporary file removed. Returns the maps written.
+    /// written (a checkpoint's step 3), each replaced as the control file is
+    /// ([`crate::control::durable_replace`]: `base/<relfile>_fsm.tmp`, fsync, rename, fsync of
+    /// `base`). Not logged, like PostgreSQL's FSM: a crash leaves each file as of this write
+    /// or the last one, both valid hints. Each map is written under `fsm_io`, and only while
+    /// its relation is still open and not being dropped, so that a drop (`Smgr::unlink`, which
+    /// holds `fsm_io` too) never leaves a map behind. A map whose write fails is marked
+    /// changed again for the next checkpoint, and its temporary file removed. Returns the
+    /// maps written.
     ///
     /// # Errors
     /// The first I/O error creating, writing or renaming a file (the others are still tried).
@@ -328,44 +325,17 @@ impl Smgr {
             let Some(cats) = rel.fsm.take_changed(rel.nblocks.load(Ordering::Acquire)) else {
                 continue;
             };
-            let (path, tmp) = (self.fsm_path(rel.id), self.fsm_tmp_path(rel.id));
-            let ctx = |what: &str, p: &Path| format!("could not {what} \"{}\"", p.display());
-            let wrote = self
-                .vfs
-                .open(
-                    &tmp,
-                    OpenMode {
-                        create: true,
-                        ..Default::default()
-                    },
-                )
-                .map_err(|e| Error::io(ctx("create", &tmp), e))
-                .and_then(|f| {
-                    f.set_len(0)
-                        .map_err(|e| Error::io(ctx("truncate", &tmp), e))?;
-                    f.write_at(&crate::fsm::encode(&cats), 0)
-                        .map_err(|e| Error::io(ctx("write", &tmp), e))?;
-                    if let Err(e) = f.sync_all() {
-                        panic_fatal(&format!("{}: {e}", ctx("fsync", &tmp)));
-                    }
-                    drop(f);
-                    self.vfs
-                        .rename(&tmp, &path)
-                        .map_err(|e| Error::io(ctx("rename", &tmp), e))
-                });
-            match wrote {
+            let path = self.fsm_path(rel.id);
+            match crate::control::durable_replace(&*self.vfs, &path, &crate::fsm::encode(&cats)) {
                 Ok(()) => written += 1,
                 Err(e) => {
                     rel.fsm.mark_changed();
-                    let _ = self.vfs.remove(&tmp);
+                    let _ = self.vfs.remove(&path.with_extension("tmp"));
                     if result.is_ok() {
                         result = Err(e);
                     }
                 }
             }
-        }
-        if written > 0 {
-            self.sync_base_dir();
         }
         result.map(|()| written)
     }
@@ -382,8 +352,8 @@ impl Smgr {
         let path = self.path(id);
         if !self.vfs.exists(&path) {
             // A map file left by a relation that had this number once must not describe the
-            // new one (`unlink` removes the map first, but syncs the directory once after
-            // both removals, so a crash may keep the map's entry and lose the file's).
+            // new one. `unlink` makes the map's removal durable before it removes the file,
+            // so none should be there; this is the guard if one is.
             if self.vfs.exists(&self.fsm_path(id)) {
                 self.remove_free_space_map(id)?;
                 self.sync_base_dir();

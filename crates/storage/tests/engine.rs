@@ -810,6 +810,26 @@ fn fresh_with(
     Storage::open(Arc::new(walnut_io::RealVfs), dir, cfg).unwrap()
 }
 
+/// Flushes `st`'s WAL, copies its data directory `dir` as a crash would leave it to `in_dir`
+/// /copy, and opens the copy (crash recovery): the copy's storage and path.
+fn recover_copy(st: &Storage, in_dir: &Path, dir: &Path) -> (Arc<Storage>, std::path::PathBuf) {
+    st.wal().flush(st.wal().insert_lsn()).unwrap();
+    let copy = in_dir.join("copy");
+    crash_copy(dir, &copy);
+    let st2 = Storage::open(Arc::new(walnut_io::RealVfs), &copy, config(256)).unwrap();
+    (st2, copy)
+}
+
+/// A fresh data directory (`d` in a temporary directory) opened with a 256-page pool and
+/// autovacuum off: the temporary directory (kept alive by the caller), the data directory and
+/// the storage.
+fn quiet_db() -> (tempfile::TempDir, std::path::PathBuf, Arc<Storage>) {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("d");
+    let st = fresh_with(&dir, 256, no_autovacuum());
+    (tmp, dir, st)
+}
+
 /// Autovacuum off, for tests that VACUUM themselves.
 fn no_autovacuum() -> walnut_storage::autovacuum::AutovacuumSettings {
     walnut_storage::autovacuum::AutovacuumSettings {
@@ -1033,9 +1053,7 @@ fn drop_table_stops_a_vacuum_in_progress() {
 /// the last page and extend).
 #[test]
 fn inserts_reuse_the_space_vacuum_freed_before_extending() {
-    let tmp = tempfile::tempdir().unwrap();
-    let dir = tmp.path().join("data");
-    let st = fresh_with(&dir, 256, no_autovacuum());
+    let (_tmp, dir, st) = quiet_db();
     let mut t = Txn::begin(st.clone(), Arc::new(AtomicBool::new(false)));
     t.create_table(accounts()).unwrap();
     let mut plain = accounts();
@@ -1094,10 +1112,8 @@ fn inserts_reuse_the_space_vacuum_freed_before_extending() {
 #[test]
 fn the_free_space_map_outlives_a_restart_and_redo_refills_it() {
     use std::sync::atomic::Ordering::Acquire;
-    let tmp = tempfile::tempdir().unwrap();
-    let dir = tmp.path().join("d");
+    let (tmp, dir, st) = quiet_db();
     let copy = tmp.path().join("copy");
-    let st = fresh_with(&dir, 256, no_autovacuum());
     let info = accounts_with_rows(&st, 3000);
     delete_where(&st, &info, |aid| aid % 2 == 0);
     walnut_storage::vacuum::vacuum_table(&st, &info, &mut || Ok(())).unwrap();
@@ -1154,9 +1170,7 @@ fn the_free_space_map_outlives_a_restart_and_redo_refills_it() {
 #[test]
 fn vacuum_truncates_an_empty_tail_and_redo_repeats_it() {
     use std::sync::atomic::Ordering::Acquire;
-    let tmp = tempfile::tempdir().unwrap();
-    let dir = tmp.path().join("d");
-    let st = fresh_with(&dir, 256, no_autovacuum());
+    let (tmp, dir, st) = quiet_db();
     let info = accounts_with_rows(&st, 3000);
     let rel = st.smgr.open(info.relfile).unwrap();
     let pages = rel.nblocks.load(Acquire);
@@ -1193,10 +1207,7 @@ fn vacuum_truncates_an_empty_tail_and_redo_repeats_it() {
     let grown = rel.nblocks.load(Acquire);
     assert!(grown > kept, "the inserts extend from the cut");
     assert_eq!(contents(&st, "accounts"), want);
-    st.wal().flush(st.wal().insert_lsn()).unwrap();
-    let copy = tmp.path().join("copy");
-    crash_copy(&dir, &copy);
-    let st2 = Storage::open(Arc::new(walnut_io::RealVfs), &copy, config(256)).unwrap();
+    let (st2, copy) = recover_copy(&st, tmp.path(), &dir);
     assert_eq!(contents(&st2, "accounts"), want);
     let rel2 = st2.smgr.open(info.relfile).unwrap();
     assert_eq!(
@@ -1285,9 +1296,7 @@ fn truncation_loses_no_row_inserted_or_scanned_meanwhile() {
 /// naming a forgotten xid. Without freezing, the checkpoint removes nothing.
 #[test]
 fn freezing_lets_a_checkpoint_remove_status_segments_no_heap_needs() {
-    let tmp = tempfile::tempdir().unwrap();
-    let dir = tmp.path().join("d");
-    let st = fresh_with(&dir, 256, no_autovacuum());
+    let (tmp, dir, st) = quiet_db();
     let info = accounts_with_rows(&st, 300);
     // An aborted update (its version stays beside the row's), an aborted delete (its xmax
     // stays on the row), an aborted insert.
@@ -1339,10 +1348,7 @@ fn freezing_lets_a_checkpoint_remove_status_segments_no_heap_needs() {
     );
     assert_eq!(contents(&st, "accounts"), want);
     // Redo of a crash copy starts from the control file's oldest xid.
-    st.wal().flush(st.wal().insert_lsn()).unwrap();
-    let copy = tmp.path().join("copy");
-    crash_copy(&dir, &copy);
-    let st2 = Storage::open(Arc::new(walnut_io::RealVfs), &copy, config(256)).unwrap();
+    let (st2, copy) = recover_copy(&st, tmp.path(), &dir);
     assert_eq!(contents(&st2, "accounts"), want);
     // Writes go on over frozen rows.
     raise_every_balance(&st2, &info);
@@ -1409,9 +1415,7 @@ fn update_by_key(
 fn same_page_updates_keep_the_index_entry_and_pruning_redirects_the_root() {
     use walnut_storage::bufpool::ReadMode;
     use walnut_storage::{heap, page};
-    let tmp = tempfile::tempdir().unwrap();
-    let dir = tmp.path().join("d");
-    let st = fresh_with(&dir, 256, no_autovacuum());
+    let (tmp, dir, st) = quiet_db();
     // 200 rows of 48 bytes: block 0 is full (157), the rest on block 1.
     let info = accounts_with_rows(&st, 200);
     let rel = st.smgr.open(info.relfile).unwrap();
@@ -1548,10 +1552,7 @@ fn same_page_updates_keep_the_index_entry_and_pruning_redirects_the_root() {
     commit(t);
     assert_eq!(contents(&st, "accounts"), want);
     // Redo repeats it all.
-    st.wal().flush(st.wal().insert_lsn()).unwrap();
-    let copy = tmp.path().join("copy");
-    crash_copy(&dir, &copy);
-    let st2 = Storage::open(Arc::new(walnut_io::RealVfs), &copy, config(256)).unwrap();
+    let (st2, copy) = recover_copy(&st, tmp.path(), &dir);
     assert_eq!(contents(&st2, "accounts"), want);
     shut_down_and_verify(st2, &copy);
     shut_down_and_verify(st, &dir);
@@ -1582,9 +1583,7 @@ fn room(st: &Storage, info: &walnut_storage::catalog::TableInfo, block: u32) -> 
 fn a_read_prunes_a_nearly_full_page_once_its_deleter_committed() {
     use std::sync::atomic::Ordering::Relaxed;
     use walnut_storage::heap::PRUNE_ON_READ_BELOW;
-    let tmp = tempfile::tempdir().unwrap();
-    let dir = tmp.path().join("d");
-    let st = fresh_with(&dir, 256, no_autovacuum());
+    let (tmp, dir, st) = quiet_db();
     let info = accounts_with_rows(&st, 3000);
     for b in 0..3 {
         assert!(
@@ -1654,10 +1653,7 @@ fn a_read_prunes_a_nearly_full_page_once_its_deleter_committed() {
     );
     assert_eq!(on_read(), 2, "block 2 has nothing to prune");
     assert_eq!(got, want);
-    st.wal().flush(st.wal().insert_lsn()).unwrap();
-    let copy = tmp.path().join("copy");
-    crash_copy(&dir, &copy);
-    let st2 = Storage::open(Arc::new(walnut_io::RealVfs), &copy, config(256)).unwrap();
+    let (st2, copy) = recover_copy(&st, tmp.path(), &dir);
     assert_eq!(contents(&st2, "accounts"), got);
     for b in 0..2 {
         assert!(

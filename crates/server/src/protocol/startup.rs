@@ -364,12 +364,12 @@ impl Conn {
             pid,
             client.protocol_version() != ProtocolVersion::PROTOCOL3_0,
         );
-        let param = |name: &str| startup.parameters.get(name).cloned().unwrap_or_default();
+        // `application_name` is the session's setting (`Session::set_client` takes it).
         let identity = walnut_sql::activity::ClientIdentity {
-            user: param("user"),
-            application_name: param("application_name"),
+            user: startup.parameters.get("user").cloned().unwrap_or_default(),
             addr: Some(client.socket_addr()),
             walsender: self.replication.get().is_some(),
+            ..Default::default()
         };
         let started = Backend::start(
             reservation,

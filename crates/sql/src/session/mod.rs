@@ -256,8 +256,9 @@ impl Session {
         }
     }
 
-    /// Tells the session who its client is (user, `application_name`, address), for its row
-    /// in `pg_stat_activity`; call after [`Session::set_backend`].
+    /// Tells the session who its client is (user, address, replication or not), for its row
+    /// in `pg_stat_activity`; call after [`Session::set_backend`]. The row's
+    /// `application_name` is the session's setting, whatever `client` says.
     pub fn set_client(&mut self, client: crate::activity::ClientIdentity) {
         if let Some(a) = &self.activity {
             // The setting, which startup options (`-c application_name=...`) may have set.
