@@ -1567,8 +1567,8 @@ fn autovacuum_runs_under_pgbench_and_keeps_the_invariants() {
     // round's inserts fit in the freed space (the free-space map), whether or not autovacuum
     // keeps up meanwhile: the data files grow by less than an eighth of the rows it inserted
     // (about 134 bytes each, tuple and line pointer). Seen: 32 kB over 33,123 inserts;
-    // without the map, 1.56 MB over 30,081 (52 bytes each: the last page's pruning reuses
-    // some).
+    // without the map, 1.56 MB over 30,081 (52 bytes each with format 6's 32-byte tuple
+    // header: the last page's pruning reuses some).
     let dir = tempfile::tempdir().unwrap();
     let script = dir.path().join("accounts.sql");
     std::fs::write(

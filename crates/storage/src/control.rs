@@ -14,8 +14,6 @@
 //! 52 u64 oldest_xid      xids below are frozen out of every heap (PostgreSQL's oldestXid)
 //! 60 u32 crc32c of bytes 0..60
 //! ```
-//! A format-4 file is 56 bytes, without `oldest_xid` (read as the first normal xid), its CRC at
-//! 52; it is read, and written back in format 5.
 //! The control file is replaced atomically: write `pg_control.tmp`, fsync it, rename over
 //! `pg_control`, fsync the directory. A crash leaves either the old or the new file.
 //!
@@ -47,17 +45,12 @@ const MAGIC: u32 = 0x544E_4C57;
 /// directory is read as it is: it has neither); 6, heap tuples carry same-page update flags,
 /// heap line pointers may be redirects, and an aborted `xmax` is frozen as `Xid::ABORTED`
 /// (storage DESIGN.md, "Same-page updates"; a format-5 directory is read as it is: it has
-/// none of them, and the control file is the same). An older server refuses a format-6
-/// directory, whose pages it would misread.
-pub const FORMAT_VERSION: u32 = 6;
-/// An earlier format this version reads: the same control file, no same-page updates.
-const FORMAT_VERSION_5: u32 = 5;
-/// The earliest format this version reads.
-const FORMAT_VERSION_4: u32 = 4;
+/// none of them, and the control file is the same); 7, a heap tuple header is 24 bytes, or 30
+/// with a `prev` field, instead of 32 (storage DESIGN.md, "Heap tuple"). Formats 4 to 6, whose
+/// tuples this version would misread, are refused like any other.
+pub const FORMAT_VERSION: u32 = 7;
 /// Size of the control file, bytes.
 const CONTROL_LEN: usize = 64;
-/// Size of a format-4 control file, bytes.
-const CONTROL_LEN_4: usize = 56;
 
 /// Transactions per page of the status store: two bits each (PostgreSQL's
 /// `CLOG_XACTS_PER_PAGE`).
@@ -202,12 +195,7 @@ impl ControlFile {
         let version = b
             .get(4..8)
             .map(|v| u32::from_le_bytes(v.try_into().expect("4")));
-        if b.len() >= 8
-            && b[..4] == MAGIC.to_le_bytes()
-            && version != Some(FORMAT_VERSION)
-            && version != Some(FORMAT_VERSION_5)
-            && version != Some(FORMAT_VERSION_4)
-        {
+        if b.len() >= 8 && b[..4] == MAGIC.to_le_bytes() && version != Some(FORMAT_VERSION) {
             return Err(Error::corruption(format!(
                 "database files are incompatible with server: the data directory was \
                  initialized with format version {}, but the server needs version \
@@ -215,11 +203,7 @@ impl ControlFile {
                 u32::from_le_bytes([b[4], b[5], b[6], b[7]])
             )));
         }
-        let len = if version == Some(FORMAT_VERSION_4) {
-            CONTROL_LEN_4
-        } else {
-            CONTROL_LEN
-        };
+        let len = CONTROL_LEN;
         if b.len() != len {
             return Err(Error::corruption(format!(
                 "control file has {} bytes, expected {len}",
@@ -251,11 +235,7 @@ impl ControlFile {
             next_relfile: u32_at(40),
             timeline: u32_at(12).max(1),
             system_identifier: u64_at(44),
-            oldest_xid: if len == CONTROL_LEN {
-                Xid(u64_at(52))
-            } else {
-                Xid::FIRST_NORMAL
-            },
+            oldest_xid: Xid(u64_at(52)),
         })
     }
 
@@ -537,47 +517,6 @@ mod tests {
     }
 
     #[test]
-    fn a_format_4_control_file_is_read_with_the_first_xid_as_the_oldest() {
-        let c = ControlFile {
-            state: DbState::ShutDown,
-            checkpoint_lsn: Lsn(100),
-            redo_lsn: Lsn(100),
-            next_xid: Xid(77),
-            next_relfile: 16385,
-            timeline: 1,
-            system_identifier: 9,
-            oldest_xid: Xid(50),
-        };
-        // Format 4: no oldest xid, the CRC at 52.
-        let mut b = c.encode();
-        b.truncate(52);
-        b[4..8].copy_from_slice(&FORMAT_VERSION_4.to_le_bytes());
-        let crc = walnut_common::crc32c(&b);
-        b.extend_from_slice(&crc.to_le_bytes());
-        let read = ControlFile::decode(&b).unwrap();
-        assert_eq!(
-            read,
-            ControlFile {
-                oldest_xid: Xid::FIRST_NORMAL,
-                ..c
-            }
-        );
-        assert_eq!(ControlFile::decode(&read.encode()).unwrap(), read);
-        b[10] ^= 1;
-        assert!(ControlFile::decode(&b).is_err(), "its CRC is checked");
-        // Format 5: the same file, read as it is (and written back as the current format).
-        let mut b = c.encode();
-        b[4..8].copy_from_slice(&FORMAT_VERSION_5.to_le_bytes());
-        let crc = walnut_common::crc32c(&b[..CONTROL_LEN - 4]);
-        b[CONTROL_LEN - 4..].copy_from_slice(&crc.to_le_bytes());
-        assert_eq!(ControlFile::decode(&b).unwrap(), c);
-        assert_eq!(
-            u32::from_le_bytes(c.encode()[4..8].try_into().unwrap()),
-            FORMAT_VERSION
-        );
-    }
-
-    #[test]
     fn a_data_directory_of_another_format_version_is_refused_by_name() {
         let c = ControlFile {
             state: DbState::ShutDown,
@@ -589,15 +528,24 @@ mod tests {
             system_identifier: 1,
             oldest_xid: Xid(3),
         };
+        assert_eq!(ControlFile::decode(&c.encode()).unwrap(), c);
+        // Every earlier format, whose heap tuples this version would misread (format 6: a
+        // 32-byte header), is refused by name.
+        for old in 2u32..FORMAT_VERSION {
+            let mut b = c.encode();
+            b[4..8].copy_from_slice(&old.to_le_bytes());
+            let crc = walnut_common::crc32c(&b[..60]);
+            b[60..64].copy_from_slice(&crc.to_le_bytes());
+            let err = ControlFile::decode(&b).unwrap_err().to_string();
+            assert!(
+                err.contains("incompatible")
+                    && err.contains(&format!("version {old}"))
+                    && err.contains("initdb"),
+                "{err}"
+            );
+        }
         let mut b = c.encode();
         b[4..8].copy_from_slice(&2u32.to_le_bytes());
-        let crc = walnut_common::crc32c(&b[..60]);
-        b[60..64].copy_from_slice(&crc.to_le_bytes());
-        let err = ControlFile::decode(&b).unwrap_err().to_string();
-        assert!(
-            err.contains("incompatible") && err.contains("version 2") && err.contains("initdb"),
-            "{err}"
-        );
         // A version-2 file is 48 bytes: still refused by version, not by size.
         let err = ControlFile::decode(&b[..48]).unwrap_err().to_string();
         assert!(err.contains("version 2"), "{err}");

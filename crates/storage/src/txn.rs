@@ -168,7 +168,7 @@ impl Txn {
         let cat = self.st.smgr.open(RelFileId::CATALOG)?;
         let bytes = catalog::encode(info);
         info.catalog_tid = match old {
-            None => heap::insert(&self.st, &cat, xid, Tid::INVALID, &bytes, 100)?,
+            None => heap::insert(&self.st, &cat, xid, None, &bytes, 100)?,
             Some(tid) => loop {
                 match heap::update(&self.st, &cat, tid, xid, &bytes, None)? {
                     WriteCheck::Done(t) => break t,
@@ -433,14 +433,7 @@ impl Txn {
         let mut data = Vec::with_capacity(64);
         encode_row(info.def.column_types(), row, &mut data);
         let Some(index) = info.index else {
-            heap::insert(
-                &self.st,
-                &rel,
-                xid,
-                Tid::INVALID,
-                &data,
-                info.def.fillfactor,
-            )?;
+            heap::insert(&self.st, &rel, xid, None, &data, info.def.fillfactor)?;
             self.count(info).inserted += 1;
             return Ok(());
         };
@@ -458,7 +451,7 @@ impl Txn {
             },
             None => Tid::INVALID,
         };
-        let tid = heap::insert(&self.st, &rel, xid, prev, &data, info.def.fillfactor)?;
+        let tid = heap::insert(&self.st, &rel, xid, Some(prev), &data, info.def.fillfactor)?;
         self.count(info).inserted += 1;
         let st = self.st.clone();
         let index_name = info.index_name();

@@ -25,7 +25,7 @@
 //! first. Redo restores the images like any other full-page image (`recovery::apply`), so a
 //! standby replays a load like any record.
 
-use super::{tuple_header, MAX_TUPLE_SIZE, RM_HEAP};
+use super::{check_row_size, put_tuple_header, MAX_TUPLE_SIZE, RM_HEAP};
 use crate::bufpool::{Pinned, ReadMode};
 use crate::bulk_write::BulkWriter;
 use crate::page::{self, PageBuf, PageKind};
@@ -33,7 +33,7 @@ use crate::smgr::Relation;
 use crate::Storage;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use walnut_common::{BlockNumber, Error, Result, SqlState, Tid, Xid, BLCKSZ};
+use walnut_common::{BlockNumber, Result, Xid, BLCKSZ};
 
 /// `NEWPAGES` record: every block carries a full-page image (`will_init`), no data.
 pub const HEAP_NEWPAGES: u8 = 0x30;
@@ -133,9 +133,10 @@ impl BulkInsert {
     /// # Errors
     /// 54000 if the row is larger than a page; the errors of [`BulkInsert::flush`].
     pub fn add(&mut self, st: &Storage, data: &[u8]) -> Result<()> {
+        check_row_size(data.len())?;
         let mut tuple = std::mem::take(&mut self.scratch);
         tuple.clear();
-        tuple.extend_from_slice(&tuple_header(self.xid, Tid::INVALID));
+        put_tuple_header(&mut tuple, self.xid, None);
         tuple.extend_from_slice(data);
         let r = self.add_tuple(st, &tuple);
         self.scratch = tuple;
@@ -143,15 +144,10 @@ impl BulkInsert {
     }
 
     fn add_tuple(&mut self, st: &Storage, tuple: &[u8]) -> Result<()> {
-        if tuple.len() > MAX_TUPLE_SIZE {
-            return Err(Error::user(
-                SqlState::PROGRAM_LIMIT_EXCEEDED,
-                format!(
-                    "row is too big: size {}, maximum size {MAX_TUPLE_SIZE}",
-                    tuple.len()
-                ),
-            ));
-        }
+        assert!(
+            tuple.len() <= MAX_TUPLE_SIZE,
+            "bulk insert of an oversized tuple"
+        );
         let need = tuple.len() + page::LINE_POINTER_SIZE;
         if let Some(p) = &self.current {
             // An empty page takes any row; fillfactor limits only the rows after the first.

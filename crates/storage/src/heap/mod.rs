@@ -4,14 +4,18 @@
 //! ```text
 //!  0  u64  xmin        inserting transaction
 //!  8  u64  xmax        deleting/updating transaction, 0 if none
-//! 16  u32  prev.block  the older version this one replaced (INVALID if none)
-//! 20  u16  prev.slot
-//! 22  u32  next.block  the newer version that replaced this one (set with xmax by UPDATE)
-//! 26  u16  next.slot
-//! 28  u16  flags       HEAP_ONLY_TUPLE 0x0001, HEAP_HOT_UPDATED 0x0002 (same-page updates)
-//! 30  u16  reserved    0
-//! 32  ...  row data    walnut_common::value::encode_row
+//! 16  u32  next.block  the newer version that replaced this one (set with xmax by UPDATE)
+//! 20  u16  next.slot
+//! 22  u16  flags       HEAP_ONLY_TUPLE 0x0001, HEAP_HOT_UPDATED 0x0002 (same-page updates),
+//!                      HEAP_HAS_PREV 0x0004 (the prev field follows)
+//! 24  u32  prev.block  the older version this one replaced (INVALID if none); only with
+//! 28  u16  prev.slot   HEAP_HAS_PREV
+//! 24 or 30  row data   walnut_common::value::encode_row
 //! ```
+//! A version has its `prev` field unless it was inserted into a table without an index: no
+//! reader follows `prev` there (reads scan every version), and nothing ever links such a
+//! version to another, so its header is 24 bytes instead of 30 (a pgbench_history row is
+//! 51 bytes, not 57). Updates always write the field, in every table.
 //! Versions are chained both ways: the primary-key index entry leads to the newest version
 //! (naming it, or the root of its same-page chain, below), readers walk `prev` back from there
 //! to the first version visible to them, and updaters follow `next` forward to
@@ -94,13 +98,17 @@ use walnut_wal::{Record, RmgrId};
 mod bulk;
 pub use bulk::{BulkInsert, BULK_BATCH_PAGES_MAX, HEAP_NEWPAGES};
 
-/// Tuple flag (header offset 28): a heap-only version, which a same-page update placed; no
+/// Tuple flag (header offset 22): a heap-only version, which a same-page update placed; no
 /// index entry names it: lookups reach it from its chain's root (PostgreSQL's
 /// `HEAP_ONLY_TUPLE`).
 pub const HEAP_ONLY_TUPLE: u16 = 0x0001;
 /// Tuple flag: replaced by a heap-only version on the same page, which its `next` names
 /// (PostgreSQL's `HEAP_HOT_UPDATED`).
 pub const HEAP_HOT_UPDATED: u16 = 0x0002;
+/// Tuple flag: the header has a `prev` field (bytes 24..30), and the row data starts at 30
+/// instead of 24. Set when the version is built, never changed: a version without the field
+/// can never be linked ([`relink_prev`] refuses it).
+pub const HEAP_HAS_PREV: u16 = 0x0004;
 
 /// Heap resource manager id.
 pub const RM_HEAP: RmgrId = RmgrId(2);
@@ -136,8 +144,10 @@ const FREEZE_ALL: u8 =
 /// before it extends the relation instead.
 const FSM_TRIES: usize = 4;
 
-/// Tuple header size, bytes.
-pub const TUPLE_HEADER_SIZE: usize = 32;
+/// Tuple header size without the optional `prev` field, bytes: `xmin`, `xmax`, `next`, flags.
+pub const TUPLE_HEADER_SIZE: usize = 24;
+/// Size of the optional `prev` field (`HEAP_HAS_PREV`), bytes.
+pub const PREV_FIELD_SIZE: usize = Tid::SIZE;
 /// Largest tuple (header + data) a page can hold, bytes.
 pub const MAX_TUPLE_SIZE: usize = BLCKSZ - page::PAGE_HEADER_SIZE - page::LINE_POINTER_SIZE;
 
@@ -146,8 +156,8 @@ const _: () = assert!(page::PAGE_HEADER_SIZE + page::LINE_POINTER_SIZE + MAX_TUP
 const _: () = assert!(TUPLE_HEADER_SIZE < MAX_TUPLE_SIZE);
 // Item lengths are u16 line-pointer fields.
 const _: () = assert!(MAX_TUPLE_SIZE <= u16::MAX as usize);
-// The header: xmin, xmax, prev, next, flags, reserved.
-const _: () = assert!(8 + 8 + 2 * Tid::SIZE + 2 + 2 == TUPLE_HEADER_SIZE);
+// The header: xmin, xmax, next, flags; then prev if HEAP_HAS_PREV.
+const _: () = assert!(8 + 8 + Tid::SIZE + 2 == TUPLE_HEADER_SIZE);
 // UPDATE's block 0 data: u16 old slot, u64 xmax, new TID, then (same page) u16 new slot at 16.
 const _: () = assert!(2 + 8 + Tid::SIZE == 16);
 
@@ -158,11 +168,11 @@ pub struct Version {
     pub xmin: Xid,
     /// Deleting/updating transaction (INVALID if none).
     pub xmax: Xid,
-    /// Older version.
+    /// Older version (INVALID if none; always INVALID for a tuple without a `prev` field).
     pub prev: Tid,
     /// Newer version.
     pub next: Tid,
-    /// `HEAP_ONLY_TUPLE` and `HEAP_HOT_UPDATED` bits.
+    /// `HEAP_ONLY_TUPLE`, `HEAP_HOT_UPDATED` and `HEAP_HAS_PREV` bits.
     pub flags: u16,
     /// encode_row bytes.
     pub data: Vec<u8>,
@@ -175,45 +185,89 @@ fn rd_tid(b: &[u8]) -> Tid {
 /// Parses a tuple item.
 ///
 /// # Errors
-/// Corruption if shorter than the header.
+/// Corruption if shorter than its header ([`has_whole_header`]).
 pub fn parse_version(item: &[u8]) -> Result<Version> {
-    if item.len() < TUPLE_HEADER_SIZE {
+    if !has_whole_header(item) {
         return Err(Error::corruption(format!(
             "heap tuple of {} bytes is shorter than its header",
             item.len()
         )));
     }
     Ok(Version {
-        xmin: Xid(u64::from_le_bytes(item[0..8].try_into().expect("8"))),
-        xmax: Xid(u64::from_le_bytes(item[8..16].try_into().expect("8"))),
-        prev: rd_tid(&item[16..22]),
-        next: rd_tid(&item[22..28]),
+        xmin: header_xmin(item),
+        xmax: header_xmax(item),
+        prev: header_prev(item),
+        next: header_next(item),
         flags: header_flags(item),
-        data: item[TUPLE_HEADER_SIZE..].to_vec(),
+        data: item[header_size(item)..].to_vec(),
     })
 }
 
-/// A tuple header: `xmin`, no `xmax`, `prev`, no `next`, flags 0.
-pub fn tuple_header(xmin: Xid, prev: Tid) -> [u8; TUPLE_HEADER_SIZE] {
+/// Appends a tuple header to `out`: `xmin`, no `xmax`, no `next`, and a `prev` field holding
+/// `prev` (`HEAP_HAS_PREV`) unless `prev` is `None` (24 or 30 bytes).
+pub fn put_tuple_header(out: &mut Vec<u8>, xmin: Xid, prev: Option<Tid>) {
     assert!(xmin.is_valid(), "tuple with an invalid xmin");
     assert!(
-        prev.is_valid() || prev == Tid::INVALID,
+        prev.is_none_or(|t| t.is_valid() || t == Tid::INVALID),
         "tuple with a malformed prev link {prev:?}"
     );
-    let mut h = [0u8; TUPLE_HEADER_SIZE];
-    h[0..8].copy_from_slice(&xmin.0.to_le_bytes());
-    h[16..22].copy_from_slice(&prev.to_bytes());
-    h[22..28].copy_from_slice(&Tid::INVALID.to_bytes());
-    h
+    out.extend_from_slice(&xmin.0.to_le_bytes());
+    out.extend_from_slice(&Xid::INVALID.0.to_le_bytes());
+    out.extend_from_slice(&Tid::INVALID.to_bytes());
+    let flags = if prev.is_some() { HEAP_HAS_PREV } else { 0 };
+    out.extend_from_slice(&flags.to_le_bytes());
+    if let Some(prev) = prev {
+        out.extend_from_slice(&prev.to_bytes());
+    }
 }
 
-/// Builds a tuple item.
-pub fn build_tuple(xmin: Xid, prev: Tid, data: &[u8]) -> Vec<u8> {
-    let mut t = Vec::with_capacity(TUPLE_HEADER_SIZE + data.len());
-    t.extend_from_slice(&tuple_header(xmin, prev));
+/// Builds a tuple item: a header as [`put_tuple_header`] writes it, then `data`.
+pub fn build_tuple(xmin: Xid, prev: Option<Tid>, data: &[u8]) -> Vec<u8> {
+    let mut t = Vec::with_capacity(TUPLE_HEADER_SIZE + PREV_FIELD_SIZE + data.len());
+    put_tuple_header(&mut t, xmin, prev);
     t.extend_from_slice(data);
-    assert_eq!(t.len(), TUPLE_HEADER_SIZE + data.len(), "tuple size");
+    assert_eq!(t.len(), header_size(&t) + data.len(), "tuple size");
     t
+}
+
+/// Checks that a row of `data_len` bytes of `encode_row` data fits a page as a tuple with a
+/// `prev` field, whether or not the tuple being written has one: every insert and update
+/// applies the same limit, so a row that could be inserted can always be updated.
+///
+/// # Errors
+/// 54000 (`program_limit_exceeded`, PostgreSQL's "row is too big") if not.
+pub fn check_row_size(data_len: usize) -> Result<()> {
+    let size = TUPLE_HEADER_SIZE + PREV_FIELD_SIZE + data_len;
+    if size > MAX_TUPLE_SIZE {
+        return Err(Error::user(
+            walnut_common::SqlState::PROGRAM_LIMIT_EXCEEDED,
+            format!("row is too big: size {size}, maximum size {MAX_TUPLE_SIZE}"),
+        ));
+    }
+    Ok(())
+}
+
+/// Header size of a tuple, bytes: 24, or 30 with a `prev` field. The caller checked that
+/// `item` holds the fixed part ([`TUPLE_HEADER_SIZE`]).
+fn header_size(item: &[u8]) -> usize {
+    if header_flags(item) & HEAP_HAS_PREV != 0 {
+        TUPLE_HEADER_SIZE + PREV_FIELD_SIZE
+    } else {
+        TUPLE_HEADER_SIZE
+    }
+}
+
+/// Whether `item` is long enough for its header (with the `prev` field its flags name): the
+/// check every reader of an item from a page or a WAL record makes before the `header_*`
+/// functions.
+pub fn has_whole_header(item: &[u8]) -> bool {
+    item.len() >= TUPLE_HEADER_SIZE && item.len() >= header_size(item)
+}
+
+/// The `prev` field of a tuple that has one.
+fn prev_field(item: &mut [u8]) -> Option<&mut [u8]> {
+    (header_flags(item) & HEAP_HAS_PREV != 0)
+        .then(|| &mut item[TUPLE_HEADER_SIZE..TUPLE_HEADER_SIZE + PREV_FIELD_SIZE])
 }
 
 fn header_xmax(item: &[u8]) -> Xid {
@@ -225,21 +279,29 @@ fn header_xmin(item: &[u8]) -> Xid {
 }
 
 fn header_prev(item: &[u8]) -> Tid {
-    rd_tid(&item[16..22])
+    if header_flags(item) & HEAP_HAS_PREV != 0 {
+        rd_tid(&item[TUPLE_HEADER_SIZE..TUPLE_HEADER_SIZE + PREV_FIELD_SIZE])
+    } else {
+        Tid::INVALID
+    }
 }
 
 fn header_next(item: &[u8]) -> Tid {
-    rd_tid(&item[22..28])
+    rd_tid(&item[16..22])
 }
 
 fn header_flags(item: &[u8]) -> u16 {
-    u16::from_le_bytes([item[28], item[29]])
+    u16::from_le_bytes([item[22], item[23]])
 }
 
 fn set_header_flag(item: &mut [u8], bit: u16, on: bool) {
+    assert_ne!(
+        bit, HEAP_HAS_PREV,
+        "a tuple's prev field is never added or removed"
+    );
     let f = header_flags(item);
     let f = if on { f | bit } else { f & !bit };
-    item[28..30].copy_from_slice(&f.to_le_bytes());
+    item[22..24].copy_from_slice(&f.to_le_bytes());
 }
 
 /// Stamps a version's xmax and next link, and `HEAP_HOT_UPDATED` as `hot` says (a same-page
@@ -247,17 +309,14 @@ fn set_header_flag(item: &mut [u8], bit: u16, on: bool) {
 /// an aborted same-page update left). The caller checked the item's length (a tuple it built,
 /// or [`tuple_index`] on a page).
 fn set_xmax_next(item: &mut [u8], xmax: Xid, next: Tid, hot: bool) {
-    assert!(
-        item.len() >= TUPLE_HEADER_SIZE,
-        "stamp of a truncated tuple"
-    );
+    assert!(has_whole_header(item), "stamp of a truncated tuple");
     assert!(xmax.is_valid(), "stamp of an invalid xmax");
     assert!(
         !hot || next.is_valid(),
         "a same-page update without a next link"
     );
     item[8..16].copy_from_slice(&xmax.0.to_le_bytes());
-    item[22..28].copy_from_slice(&next.to_bytes());
+    item[16..22].copy_from_slice(&next.to_bytes());
     set_header_flag(item, HEAP_HOT_UPDATED, hot);
 }
 
@@ -279,7 +338,7 @@ fn tuple_index(p: &PageBuf, slot: u16) -> Result<usize> {
             "heap line pointer {slot} does not exist"
         )));
     };
-    if item.len() < TUPLE_HEADER_SIZE {
+    if !has_whole_header(item) {
         return Err(Error::corruption(format!(
             "heap tuple at line pointer {slot} is {} bytes, shorter than its header",
             item.len()
@@ -489,7 +548,7 @@ fn check_xmax(st: &Storage, item: &[u8], me: Xid) -> Option<WriteCheck> {
 fn tuples(p: &PageBuf, block: BlockNumber) -> impl Iterator<Item = Result<(usize, &[u8])>> + '_ {
     (0..page::slot_count(p)).filter_map(move |i| {
         let item = page::item(p, i)?;
-        Some(if item.len() < TUPLE_HEADER_SIZE {
+        Some(if !has_whole_header(item) {
             Err(Error::corruption(format!(
                 "heap tuple ({},{}) is truncated",
                 block.0,
@@ -638,7 +697,9 @@ pub(crate) fn pin_new_block<'a>(
     Ok(pin)
 }
 
-/// Inserts a new tuple for transaction `xid`. Returns its TID.
+/// Inserts a new tuple for transaction `xid`. Returns its TID. `prev` is the older version it
+/// links to (`Tid::INVALID` for none), or `None` for a version without a `prev` field, which
+/// nothing can link later: a table without an index ([`put_tuple_header`]).
 ///
 /// # Errors
 /// 54000 if the row is larger than a page; I/O errors.
@@ -646,21 +707,12 @@ pub fn insert(
     st: &Storage,
     rel: &Relation,
     xid: Xid,
-    prev: Tid,
+    prev: Option<Tid>,
     data: &[u8],
     fillfactor: u8,
 ) -> Result<Tid> {
+    check_row_size(data.len())?;
     let tuple = build_tuple(xid, prev, data);
-    if tuple.len() > MAX_TUPLE_SIZE {
-        return Err(Error::user(
-            walnut_common::SqlState::PROGRAM_LIMIT_EXCEEDED,
-            format!(
-                "row is too big: size {}, maximum size {}",
-                tuple.len(),
-                MAX_TUPLE_SIZE
-            ),
-        ));
-    }
     assert_writer(st, xid);
     let reserve = BLCKSZ * (100 - fillfactor.clamp(10, 100) as usize) / 100;
     loop {
@@ -956,17 +1008,8 @@ pub fn update(
 ) -> Result<WriteCheck> {
     assert_writer(st, xid);
     assert!(old.is_valid(), "update of an invalid TID");
-    let mut tuple = build_tuple(xid, old, data);
-    if tuple.len() > MAX_TUPLE_SIZE {
-        return Err(Error::user(
-            walnut_common::SqlState::PROGRAM_LIMIT_EXCEEDED,
-            format!(
-                "row is too big: size {}, maximum size {}",
-                tuple.len(),
-                MAX_TUPLE_SIZE
-            ),
-        ));
-    }
+    check_row_size(data.len())?;
+    let mut tuple = build_tuple(xid, Some(old), data);
     // Same page if it fits (updates may use the space fillfactor keeps free).
     {
         let pin = st.pool.pin(rel, old.block, ReadMode::Normal)?;
@@ -1163,7 +1206,7 @@ fn plan_prune(
         if in_chain[i] {
             continue;
         }
-        let Some(item) = page::item(p, i).filter(|it| it.len() >= TUPLE_HEADER_SIZE) else {
+        let Some(item) = page::item(p, i).filter(|it| has_whole_header(it)) else {
             continue;
         };
         let heap_only = header_flags(item) & HEAP_ONLY_TUPLE != 0;
@@ -1236,7 +1279,7 @@ fn plan_hot_chains(
             Some(t) => t,
             None => match page::item(p, r) {
                 Some(it)
-                    if it.len() >= TUPLE_HEADER_SIZE
+                    if has_whole_header(it)
                         && header_flags(it) & HEAP_ONLY_TUPLE == 0
                         && hot_successor(p, block, r, &aborted).is_some() =>
                 {
@@ -1245,7 +1288,7 @@ fn plan_hot_chains(
                 _ => continue,
             },
         };
-        if page::item(p, start).is_none_or(|it| it.len() < TUPLE_HEADER_SIZE) {
+        if page::item(p, start).is_none_or(|it| !has_whole_header(it)) {
             continue; // a redirect to no tuple: `verify` reports it; leave it be
         }
         let mut members = vec![start];
@@ -1408,7 +1451,7 @@ fn note_prunable(pin: &Pinned<'_>, xid: Xid) {
 fn next_prune_xid(st: &Storage, p: &PageBuf, horizon: u64) -> u64 {
     let mut oldest = 0u64;
     for i in 0..page::slot_count(p) {
-        let Some(item) = page::item(p, i).filter(|it| it.len() >= TUPLE_HEADER_SIZE) else {
+        let Some(item) = page::item(p, i).filter(|it| has_whole_header(it)) else {
             continue;
         };
         let xmax = header_xmax(item);
@@ -1485,7 +1528,8 @@ fn prune_on_read(st: &Storage, rel: &Relation, pin: &Pinned<'_>) -> Result<bool>
 /// pruning may remove and whose slot it may reuse (DESIGN.md, "Pruning").
 ///
 /// # Errors
-/// Corruption if `tid` holds no version of `xid`; I/O errors; the WAL insert's.
+/// Corruption if `tid` holds no version of `xid`, or one without a `prev` field; I/O errors;
+/// the WAL insert's.
 pub fn relink_prev(st: &Storage, rel: &Relation, tid: Tid, prev: Tid, xid: Xid) -> Result<()> {
     assert_writer(st, xid);
     let pin = st.pool.pin(rel, tid.block, ReadMode::Normal)?;
@@ -1501,7 +1545,14 @@ pub fn relink_prev(st: &Storage, rel: &Relation, tid: Tid, prev: Tid, xid: Xid) 
             header_xmin(item).0
         )));
     }
-    item[16..22].copy_from_slice(&prev.to_bytes());
+    prev_field(item)
+        .ok_or_else(|| {
+            Error::corruption(format!(
+                "relinking ({},{}), a version without a prev field",
+                tid.block.0, tid.slot
+            ))
+        })?
+        .copy_from_slice(&prev.to_bytes());
     let (_, end) = st.wal().insert(&mut |redo| {
         let mut d = Vec::with_capacity(2 + Tid::SIZE);
         d.extend_from_slice(&tid.slot.to_le_bytes());
@@ -1608,7 +1659,7 @@ fn plan_freeze(st: &Storage, p: &PageBuf, horizon: u64, limit: Xid) -> FreezePla
     let mut plan = FreezePlan::default();
     let normal = |x: Xid| x >= Xid::FIRST_NORMAL;
     for i in 0..page::slot_count(p) {
-        let Some(item) = page::item(p, i).filter(|it| it.len() >= TUPLE_HEADER_SIZE) else {
+        let Some(item) = page::item(p, i).filter(|it| has_whole_header(it)) else {
             continue;
         };
         let mut bits = 0;
@@ -1664,7 +1715,7 @@ fn apply_freeze(p: &mut PageBuf, items: &[(u16, u8)]) {
             // `Xid::ABORTED`, not empty: an empty `xmax` tells [`update`] that nobody stamped
             // the version since the caller read its index entry.
             item[8..16].copy_from_slice(&Xid::ABORTED.0.to_le_bytes());
-            item[22..28].copy_from_slice(&Tid::INVALID.to_bytes());
+            item[16..22].copy_from_slice(&Tid::INVALID.to_bytes());
             set_header_flag(item, HEAP_HOT_UPDATED, false);
         }
     }
@@ -1831,10 +1882,11 @@ pub fn clear_prev(st: &Storage, rel: &Relation, tid: Tid, expect: Tid) -> Result
         return Ok(false);
     };
     let item = page::item_mut(&mut p, i).expect("checked");
-    if header_prev(item) != expect {
+    // A version without a prev field has no link to clear (`expect` is a valid TID).
+    let Some(field) = prev_field(item).filter(|f| rd_tid(f) == expect) else {
         return Ok(false);
-    }
-    item[16..22].copy_from_slice(&Tid::INVALID.to_bytes());
+    };
+    field.copy_from_slice(&Tid::INVALID.to_bytes());
     let (_, end) = st.wal().insert(&mut |redo| {
         let mut d = Vec::with_capacity(2 + Tid::SIZE);
         d.extend_from_slice(&tid.slot.to_le_bytes());
@@ -2008,7 +2060,7 @@ pub fn visit_block(
             block,
             slot: i as u16 + 1,
         };
-        visit(tid, &item[TUPLE_HEADER_SIZE..])?;
+        visit(tid, &item[header_size(item)..])?;
     }
     Ok(())
 }
@@ -2035,7 +2087,7 @@ fn redo_add(p: &mut PageBuf, slot: u16, tuple: &[u8]) -> Result<()> {
             page::kind(p)
         )));
     }
-    if tuple.len() < TUPLE_HEADER_SIZE || tuple.len() > MAX_TUPLE_SIZE {
+    if !has_whole_header(tuple) || tuple.len() > MAX_TUPLE_SIZE {
         return Err(Error::corruption(format!(
             "heap redo: a tuple of {} bytes",
             tuple.len()
@@ -2155,8 +2207,7 @@ pub fn redo_block(
                 // A heap-only new version is a same-page update's: the old one is then
                 // `HEAP_HOT_UPDATED` (the flag is in the tuple the record carries).
                 let tuple = &data[18..];
-                let hot =
-                    tuple.len() >= TUPLE_HEADER_SIZE && header_flags(tuple) & HEAP_ONLY_TUPLE != 0;
+                let hot = has_whole_header(tuple) && header_flags(tuple) & HEAP_ONLY_TUPLE != 0;
                 redo_set_xmax(p, rd_u16(data, 0)?, Xid(rd_u64(data, 2)?), next, hot)?;
                 redo_add(p, new_slot, tuple)?;
             } else {
@@ -2185,7 +2236,11 @@ pub fn redo_block(
                 .filter(|_| data.len() == 2 + Tid::SIZE)
                 .and_then(Tid::from_bytes)
                 .ok_or_else(|| Error::corruption("heap link record is malformed"))?;
-            page::item_mut(p, i).expect("checked")[16..22].copy_from_slice(&prev.to_bytes());
+            prev_field(page::item_mut(p, i).expect("checked"))
+                .ok_or_else(|| {
+                    Error::corruption("heap link record names a version without a prev field")
+                })?
+                .copy_from_slice(&prev.to_bytes());
             Ok(())
         }
         _ => Err(Error::corruption(format!(

@@ -13,7 +13,76 @@ fn heap_page(tuples: &[&[u8]]) -> Box<PageBuf> {
 }
 
 fn tuple(xmin: u64) -> Vec<u8> {
-    build_tuple(Xid(xmin), Tid::INVALID, b"row data")
+    build_tuple(Xid(xmin), None, b"row data")
+}
+
+#[test]
+fn a_tuple_header_has_a_prev_field_only_when_built_with_one() {
+    let older = Tid {
+        block: BlockNumber(7),
+        slot: 3,
+    };
+    for (prev, size, want) in [
+        (None, 24, Tid::INVALID),
+        (Some(Tid::INVALID), 30, Tid::INVALID),
+        (Some(older), 30, older),
+    ] {
+        let t = build_tuple(Xid(5), prev, b"row");
+        assert_eq!(t.len(), size + 3, "{prev:?}");
+        let v = parse_version(&t).unwrap();
+        assert_eq!(
+            (v.xmin, v.xmax, v.prev, v.next, v.data.as_slice()),
+            (Xid(5), Xid::INVALID, want, Tid::INVALID, &b"row"[..])
+        );
+        assert_eq!(v.flags & HEAP_HAS_PREV != 0, prev.is_some());
+        // The documented byte positions: next at 16, flags at 22, prev at 24, then the row.
+        assert_eq!(&t[16..22], &Tid::INVALID.to_bytes());
+        assert_eq!(
+            u16::from_le_bytes([t[22], t[23]]),
+            if prev.is_some() { HEAP_HAS_PREV } else { 0 }
+        );
+        if prev.is_some() {
+            assert_eq!(&t[24..30], &want.to_bytes());
+        }
+        assert_eq!(&t[size..], b"row");
+        // A stamp leaves the prev field and the row where they were.
+        let mut stamped = t.clone();
+        set_xmax_next(&mut stamped, Xid(9), older, true);
+        let s = parse_version(&stamped).unwrap();
+        assert_eq!((s.xmax, s.next, s.prev), (Xid(9), older, want));
+        assert_eq!((s.data, s.flags & !HEAP_HOT_UPDATED), (v.data, v.flags));
+        // A header cut short is corruption, with or without the field: in a tuple, on a
+        // page, and in an INSERT record.
+        for cut in TUPLE_HEADER_SIZE - 1..size {
+            assert!(!has_whole_header(&t[..cut]), "{cut}");
+            assert_corrupt(parse_version(&t[..cut]), "a truncated header");
+            let mut p = heap_page(&[&t]);
+            set_item_len(&mut p, 1, cut as u16);
+            assert_corrupt(tuple_index(&p, 1), "a truncated tuple on a page");
+            let mut insert = 1u16.to_le_bytes().to_vec();
+            insert.extend_from_slice(&t[..cut]);
+            let mut p = heap_page(&[]);
+            assert_corrupt(
+                redo_block(HEAP_INSERT, 0, 1, &insert, &mut p),
+                "a truncated insert",
+            );
+        }
+        assert!(has_whole_header(&t[..size]));
+    }
+    // Redo of a LINK to a version without the field is corruption, not a write past it.
+    let mut p = heap_page(&[&tuple(5)]);
+    let mut link = 1u16.to_le_bytes().to_vec();
+    link.extend_from_slice(&older.to_bytes());
+    assert_corrupt(
+        redo_block(HEAP_LINK, 0, 1, &link, &mut p),
+        "a link without a field",
+    );
+    let mut p = heap_page(&[&build_tuple(Xid(5), Some(Tid::INVALID), b"row")]);
+    redo_block(HEAP_LINK, 0, 1, &link, &mut p).unwrap();
+    assert_eq!(
+        parse_version(page::item(&p, 0).unwrap()).unwrap().prev,
+        older
+    );
 }
 
 /// Sets line pointer `slot`'s length field, as damage on disk would.
@@ -32,7 +101,7 @@ fn assert_corrupt<T: std::fmt::Debug>(r: Result<T>, what: &str) {
 #[test]
 #[should_panic(expected = "tuple with an invalid xmin")]
 fn a_tuple_without_an_xmin_panics() {
-    build_tuple(Xid::INVALID, Tid::INVALID, b"row");
+    build_tuple(Xid::INVALID, None, b"row");
 }
 
 #[test]
@@ -63,9 +132,9 @@ fn an_update_whose_new_version_does_not_link_back_panics() {
     };
     let mut old_item = tuple(5);
     set_xmax_next(&mut old_item, Xid(9), new, false);
-    let linked = build_tuple(Xid(9), old, b"new row");
+    let linked = build_tuple(Xid(9), Some(old), b"new row");
     assert_update_links(&old_item, &linked, old, new, Xid(9)); // holds
-    let unlinked = build_tuple(Xid(9), Tid::INVALID, b"new row");
+    let unlinked = build_tuple(Xid(9), Some(Tid::INVALID), b"new row");
     assert_update_links(&old_item, &unlinked, old, new, Xid(9));
 }
 
@@ -159,7 +228,7 @@ fn redo_of_a_record_that_does_not_fit_its_page_is_a_corruption_error() {
     };
     let mut stamped = t.clone();
     stamped[8..16].copy_from_slice(&9u64.to_le_bytes());
-    stamped[22..28].copy_from_slice(
+    stamped[16..22].copy_from_slice(
         &Tid {
             block: BlockNumber(0),
             slot: 1,
@@ -168,7 +237,7 @@ fn redo_of_a_record_that_does_not_fit_its_page_is_a_corruption_error() {
     );
     // Slot 4: the same, but its aborted update was a same-page one.
     let mut hot_stamped = stamped.clone();
-    hot_stamped[28..30].copy_from_slice(&HEAP_HOT_UPDATED.to_le_bytes());
+    set_header_flag(&mut hot_stamped, HEAP_HOT_UPDATED, true);
     let mut p = heap_page(&[&t, &t, &stamped, &hot_stamped]);
     redo_block(
         HEAP_FREEZE,
@@ -331,9 +400,45 @@ fn two_rows(
     let id = st.create_relation().unwrap();
     let rel = st.smgr.open(id).unwrap();
     let xid = st.xact.assign_xid();
-    let a = insert(&st, &rel, xid, Tid::INVALID, b"row a", 100).unwrap();
-    let b = insert(&st, &rel, xid, Tid::INVALID, b"row b", 100).unwrap();
+    let a = insert(&st, &rel, xid, None, b"row a", 100).unwrap();
+    let b = insert(&st, &rel, xid, None, b"row b", 100).unwrap();
     (st, id, rel, xid, a, b)
+}
+
+/// A version inserted without a `prev` field (a table without an index) is never given a link:
+/// `relink_prev` refuses it and `clear_prev` finds nothing to clear. Every row has the same size
+/// limit, that of a tuple with the field, so a row that could be inserted can be updated.
+#[test]
+fn a_version_without_a_prev_field_is_never_linked_and_every_row_has_one_size_limit() {
+    let dir = tempfile::tempdir().unwrap();
+    let (st, _, rel, xid, a, b) = two_rows(dir.path());
+    assert_eq!(fetch(&st, &rel, a).unwrap().flags & HEAP_HAS_PREV, 0);
+    assert_corrupt(
+        relink_prev(&st, &rel, a, b, xid),
+        "relinking a version without the field",
+    );
+    assert!(!clear_prev(&st, &rel, a, b).unwrap());
+    assert_eq!(fetch(&st, &rel, a).unwrap().prev, Tid::INVALID);
+    let too_big = |r: Result<()>| {
+        let e = r.expect_err("over the limit");
+        assert_eq!(e.sqlstate.0, "54000", "{e}");
+    };
+    let largest = vec![7u8; MAX_TUPLE_SIZE - TUPLE_HEADER_SIZE - PREV_FIELD_SIZE];
+    let over = vec![7u8; largest.len() + 1];
+    let big = insert(&st, &rel, xid, None, &largest, 100).unwrap();
+    assert_eq!(fetch(&st, &rel, big).unwrap().data, largest);
+    assert!(matches!(
+        update(&st, &rel, big, xid, &largest, None).unwrap(),
+        WriteCheck::Done(_)
+    ));
+    too_big(insert(&st, &rel, xid, None, &over, 100).map(drop));
+    too_big(insert(&st, &rel, xid, Some(Tid::INVALID), &over, 100).map(drop));
+    too_big(update(&st, &rel, b, xid, &over, None).map(drop));
+    let mut bulk = BulkInsert::new(&st, rel.clone(), xid, 100, false);
+    too_big(bulk.add(&st, &over));
+    bulk.add(&st, &largest).unwrap();
+    bulk.finish(&st).unwrap();
+    st.shutdown().unwrap();
 }
 
 /// A tuple cut short on disk (with a valid checksum: a bug of an older version, or damage
@@ -381,14 +486,17 @@ fn an_update_is_heap_only_only_when_the_entry_leads_to_the_version() {
         other => panic!("{other:?}"),
     };
     assert_eq!(a2.block, a.block);
-    assert_eq!(fetch(&st, &rel, a2).unwrap().flags, 0);
+    assert_eq!(fetch(&st, &rel, a2).unwrap().flags, HEAP_HAS_PREV);
     // The entry names the version (the root of a chain that leads to it): heap-only.
     let xid2 = st.xact.assign_xid();
     let b2 = match update(&st, &rel, b, xid2, b"row b2", Some(b)).unwrap() {
         WriteCheck::HeapOnly(t) => t,
         other => panic!("{other:?}"),
     };
-    assert_eq!(fetch(&st, &rel, b2).unwrap().flags, HEAP_ONLY_TUPLE);
+    assert_eq!(
+        fetch(&st, &rel, b2).unwrap().flags,
+        HEAP_ONLY_TUPLE | HEAP_HAS_PREV
+    );
     assert_eq!(fetch(&st, &rel, b).unwrap().flags, HEAP_HOT_UPDATED);
     let xid3 = st.xact.assign_xid();
     assert!(matches!(
