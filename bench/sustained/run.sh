@@ -4,7 +4,7 @@
 # other in one sitting:
 #
 #   bench/sustained/run.sh --walnut BIN [--minutes 30] [--scale 20] [--clients 8] [--sample 30]
-#                          [--only both|pg|walnut] [--out DIR]
+#                          [--only both|pg|walnut] [--out DIR | --add DIR]
 #
 # For each server, with its data under /var/tmp: start, pgbench -i -s SCALE, then
 #   pgbench -M prepared -c CLIENTS -j 2 -T MINUTES*60 -P SAMPLE      (tpcb-like)
@@ -29,16 +29,18 @@
 # Writes to OUT (default bench/sustained/results/DATE-TIME): samples.tsv (server, second, data MB,
 # pg_xact kB, tps over the interval ending there), relations.tsv, summary.tsv, table.md,
 # chart.svg (if cargo can build bench/sustained/chart), SERVER.pgbench.txt, SERVER.init.txt,
-# server logs.
+# server logs. --add DIR writes into the OUT of an earlier run instead, keeping its other
+# server's series (e.g. --only walnut --add DIR after a --only pg run, or to run walnut again
+# with a new build): the tables and chart then show both.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd); root=$(cd "$here/../.." && pwd)
 shared=${WALNUT_SHARED:-$root/../shared}
-walnut=""; minutes=30; scale=20; clients=8; sample=30; only=both; out=""
+walnut=""; minutes=30; scale=20; clients=8; sample=30; only=both; out=""; add=""
 usage() { awk 'NR > 1 && /^#/ {sub(/^# ?/, ""); print; next} NR > 1 {exit}' "$0" >&2; exit 2; }
 while [ $# -gt 0 ]; do
   case $1 in
     --walnut) walnut=$2;; --minutes) minutes=$2;; --scale) scale=$2;; --clients) clients=$2;;
-    --sample) sample=$2;; --only) only=$2;; --out) out=$2;;
+    --sample) sample=$2;; --only) only=$2;; --out) out=$2;; --add) out=$2; add=1;;
     -h|--help) usage;;
     *) echo "unknown option $1" >&2; usage;;
   esac; shift 2
@@ -81,9 +83,17 @@ relations() {
 }
 kb() { du -sk "$1" 2>/dev/null | awk '{print $1}'; }
 
-printf 'server\tsecond\tdata_mb\txact_kb\ttps\n' >"$out/samples.tsv"
-printf 'server\twhen\trelation\tmb\n' >"$out/relations.tsv"
-printf 'server\tload_mb\tend_mb\tmax_mb\tlast_window_growth_pct\ttransactions\tgrowth_mb_per_million\ttps_first\ttps_last\tend_xact_kb\tmean_tps\n' >"$out/summary.tsv"
+if [ -n "$add" ] && [ -f "$out/summary.tsv" ]; then
+  # Keep the earlier run's rows, less those of the servers about to run again.
+  for f in samples relations summary; do
+    awk -F'\t' -v only="$only" 'NR == 1 || !(only == "both" || (only == "pg" ? $1 == "pg18" : $1 == "walnut"))' \
+      "$out/$f.tsv" >"$out/$f.tsv.new" && mv "$out/$f.tsv.new" "$out/$f.tsv"
+  done
+else
+  printf 'server\tsecond\tdata_mb\txact_kb\ttps\n' >"$out/samples.tsv"
+  printf 'server\twhen\trelation\tmb\n' >"$out/relations.tsv"
+  printf 'server\tload_mb\tend_mb\tmax_mb\tlast_window_growth_pct\ttransactions\tgrowth_mb_per_million\ttps_first\ttps_last\tend_xact_kb\tmean_tps\n' >"$out/summary.tsv"
+fi
 
 run_one() { # SERVER PORT DATADIR
   local server=$1 port=$2 dir=$3 t0 i

@@ -57,7 +57,8 @@ impl RelFileId {
     pub const FIRST_USER: RelFileId = RelFileId(16384);
 }
 
-/// Transaction id. 64 bits wide, so it never wraps around.
+/// Transaction id. 64 bits wide, so it never wraps around; a heap tuple header stores 48 of
+/// them, and no xid above [`Xid::MAX_STORED`] is assigned.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Xid(pub u64);
 
@@ -73,6 +74,10 @@ impl Xid {
     pub const FROZEN: Xid = Xid(2);
     /// The first xid handed out to a transaction.
     pub const FIRST_NORMAL: Xid = Xid(3);
+    /// The largest xid a heap tuple header holds (48 bits: about 2.8 × 10^14 xids, 89 years
+    /// at 100,000 transactions per second). Past it, the server refuses to assign xids
+    /// (SQLSTATE 54000), as PostgreSQL stops before its 32-bit xids would wrap around.
+    pub const MAX_STORED: Xid = Xid((1 << 48) - 1);
 
     /// True unless this is [`Xid::INVALID`].
     pub fn is_valid(self) -> bool {

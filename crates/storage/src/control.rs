@@ -46,9 +46,10 @@ const MAGIC: u32 = 0x544E_4C57;
 /// heap line pointers may be redirects, and an aborted `xmax` is frozen as `Xid::ABORTED`
 /// (storage DESIGN.md, "Same-page updates"; a format-5 directory is read as it is: it has
 /// none of them, and the control file is the same); 7, a heap tuple header is 24 bytes, or 30
-/// with a `prev` field, instead of 32 (storage DESIGN.md, "Heap tuple"). Formats 4 to 6, whose
-/// tuples this version would misread, are refused like any other.
-pub const FORMAT_VERSION: u32 = 7;
+/// with a `prev` field, instead of 32: no `prev` field where nothing links; 8, `xmin` and
+/// `xmax` of 48 bits, for a header of 20 or 26 bytes (storage DESIGN.md, "Heap tuple").
+/// Formats 4 to 7, whose tuples this version would misread, are refused like any other.
+pub const FORMAT_VERSION: u32 = 8;
 /// Size of the control file, bytes.
 const CONTROL_LEN: usize = 64;
 

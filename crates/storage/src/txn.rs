@@ -126,7 +126,7 @@ impl Txn {
                     "The server is a standby in recovery: it accepts read-only queries.",
                 ));
             }
-            self.xid = self.st.xact.assign_xid();
+            self.xid = self.st.xact.try_assign_xid()?;
             self.snap.xid = self.xid;
         }
         Ok(self.xid)

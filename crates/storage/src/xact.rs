@@ -455,7 +455,7 @@ impl XactManager {
 
     /// The oldest xid still running, or the next xid if none is: every xid below it has ended
     /// (PostgreSQL's `GetOldestActiveTransactionId`). Xids are handed out under the same lock
-    /// (`assign_xid`), so none is missed.
+    /// (`try_assign_xid`), so none is missed.
     pub fn oldest_running(&self) -> Xid {
         let active = self.active.lock();
         let next = self.next_xid();
@@ -655,19 +655,43 @@ impl XactManager {
     }
 
     /// Assigns a new xid and registers it as running.
+    ///
+    /// # Panics
+    /// Past [`Xid::MAX_STORED`]; sessions use [`XactManager::try_assign_xid`].
     pub fn assign_xid(&self) -> Xid {
+        self.try_assign_xid().expect("xid space exhausted")
+    }
+
+    /// Assigns a new xid and registers it as running, unless the next one would not fit a
+    /// tuple header ([`Xid::MAX_STORED`]; PostgreSQL's `GetNewTransactionId` stops the same
+    /// way before wraparound).
+    ///
+    /// # Errors
+    /// 54000 (`program_limit_exceeded`) once every xid a tuple can store was assigned.
+    pub fn try_assign_xid(&self) -> Result<Xid> {
         let lock = Arc::new(XidLock {
             done: Mutex::new(false),
             cond: Condvar::new(),
         });
         let mut active = self.active.lock();
         // Taken under the lock, so that `oldest_running` never misses an xid handed out but
-        // not yet listed.
+        // not yet listed (and no two sessions pass the limit's check together).
+        let next = self.next_xid.load(Ordering::Acquire);
+        if next > Xid::MAX_STORED.0 {
+            return Err(Error::user(
+                walnut_common::SqlState::PROGRAM_LIMIT_EXCEEDED,
+                "database is not accepting commands that assign new transaction IDs",
+            )
+            .with_detail(format!(
+                "Every transaction ID a row version can store (up to {}) has been assigned.",
+                Xid::MAX_STORED.0
+            )));
+        }
         let xid = Xid(self.next_xid.fetch_add(1, Ordering::AcqRel));
         active.insert(xid, lock);
         self.active_n.store(active.len(), Ordering::Release);
         drop(active);
-        xid
+        Ok(xid)
     }
 
     /// The next xid to be assigned.
@@ -872,6 +896,24 @@ use crate::control::{XACT_BITS_ABORTED, XACT_BITS_COMMITTED};
 mod tests {
     use super::*;
     use std::thread;
+
+    #[test]
+    fn no_xid_past_what_a_tuple_header_holds_is_assigned() {
+        let near = Xid(Xid::MAX_STORED.0 - 1);
+        let m = XactManager::load(near, near, near.0, &[]);
+        assert_eq!(m.try_assign_xid().unwrap(), near);
+        assert_eq!(m.try_assign_xid().unwrap(), Xid::MAX_STORED);
+        for _ in 0..2 {
+            let e = m.try_assign_xid().unwrap_err();
+            assert_eq!(e.sqlstate.0, "54000", "{e}");
+        }
+        assert_eq!(
+            m.next_xid(),
+            Xid(Xid::MAX_STORED.0 + 1),
+            "nothing was handed out"
+        );
+        assert_eq!(m.active_count(), 2);
+    }
 
     #[test]
     fn commit_becomes_visible_only_when_published() {

@@ -1416,7 +1416,7 @@ fn same_page_updates_keep_the_index_entry_and_pruning_redirects_the_root() {
     use walnut_storage::bufpool::ReadMode;
     use walnut_storage::{heap, page};
     let (tmp, dir, st) = quiet_db();
-    // 200 rows of 42 bytes: block 0 is full (177), the rest on block 1.
+    // 200 rows of 38 bytes: block 0 is full (194), the rest on block 1.
     let info = accounts_with_rows(&st, 200);
     let rel = st.smgr.open(info.relfile).unwrap();
     let irel = st.smgr.open(info.index.unwrap()).unwrap();

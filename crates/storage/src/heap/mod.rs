@@ -2,20 +2,20 @@
 //!
 //! Tuple layout (all little-endian):
 //! ```text
-//!  0  u64  xmin        inserting transaction
-//!  8  u64  xmax        deleting/updating transaction, 0 if none
-//! 16  u32  next.block  the newer version that replaced this one (set with xmax by UPDATE)
-//! 20  u16  next.slot
-//! 22  u16  flags       HEAP_ONLY_TUPLE 0x0001, HEAP_HOT_UPDATED 0x0002 (same-page updates),
+//!  0  u48  xmin        inserting transaction (the low 48 bits of the Xid: [`Xid::MAX_STORED`])
+//!  6  u48  xmax        deleting/updating transaction, 0 if none
+//! 12  u32  next.block  the newer version that replaced this one (set with xmax by UPDATE)
+//! 16  u16  next.slot
+//! 18  u16  flags       HEAP_ONLY_TUPLE 0x0001, HEAP_HOT_UPDATED 0x0002 (same-page updates),
 //!                      HEAP_HAS_PREV 0x0004 (the prev field follows)
-//! 24  u32  prev.block  the older version this one replaced (INVALID if none); only with
-//! 28  u16  prev.slot   HEAP_HAS_PREV
-//! 24 or 30  row data   walnut_common::value::encode_row
+//! 20  u32  prev.block  the older version this one replaced (INVALID if none); only with
+//! 24  u16  prev.slot   HEAP_HAS_PREV
+//! 20 or 26  row data   walnut_common::value::encode_row
 //! ```
 //! A version has its `prev` field unless it was inserted into a table without an index: no
 //! reader follows `prev` there (reads scan every version), and nothing ever links such a
-//! version to another, so its header is 24 bytes instead of 30 (a pgbench_history row is
-//! 51 bytes, not 57). Updates always write the field, in every table.
+//! version to another, so its header is 20 bytes instead of 26 (a pgbench_history row is
+//! 47 bytes, not 53). Updates always write the field, in every table.
 //! Versions are chained both ways: the primary-key index entry leads to the newest version
 //! (naming it, or the root of its same-page chain, below), readers walk `prev` back from there
 //! to the first version visible to them, and updaters follow `next` forward to
@@ -98,15 +98,15 @@ use walnut_wal::{Record, RmgrId};
 mod bulk;
 pub use bulk::{BulkInsert, BULK_BATCH_PAGES_MAX, HEAP_NEWPAGES};
 
-/// Tuple flag (header offset 22): a heap-only version, which a same-page update placed; no
+/// Tuple flag (header offset 18): a heap-only version, which a same-page update placed; no
 /// index entry names it: lookups reach it from its chain's root (PostgreSQL's
 /// `HEAP_ONLY_TUPLE`).
 pub const HEAP_ONLY_TUPLE: u16 = 0x0001;
 /// Tuple flag: replaced by a heap-only version on the same page, which its `next` names
 /// (PostgreSQL's `HEAP_HOT_UPDATED`).
 pub const HEAP_HOT_UPDATED: u16 = 0x0002;
-/// Tuple flag: the header has a `prev` field (bytes 24..30), and the row data starts at 30
-/// instead of 24. Set when the version is built, never changed: a version without the field
+/// Tuple flag: the header has a `prev` field (bytes 20..26), and the row data starts at 26
+/// instead of 20. Set when the version is built, never changed: a version without the field
 /// can never be linked ([`relink_prev`] refuses it).
 pub const HEAP_HAS_PREV: u16 = 0x0004;
 
@@ -145,7 +145,15 @@ const FREEZE_ALL: u8 =
 const FSM_TRIES: usize = 4;
 
 /// Tuple header size without the optional `prev` field, bytes: `xmin`, `xmax`, `next`, flags.
-pub const TUPLE_HEADER_SIZE: usize = 24;
+pub const TUPLE_HEADER_SIZE: usize = 20;
+/// Size of a header's `xmin` and `xmax`, bytes: an Xid's low 48 bits ([`Xid::MAX_STORED`]).
+const XID_FIELD_SIZE: usize = 6;
+/// Header offsets, bytes.
+const XMIN_AT: usize = 0;
+const XMAX_AT: usize = XMIN_AT + XID_FIELD_SIZE;
+const NEXT_AT: usize = XMAX_AT + XID_FIELD_SIZE;
+const FLAGS_AT: usize = NEXT_AT + Tid::SIZE;
+const PREV_AT: usize = TUPLE_HEADER_SIZE;
 /// Size of the optional `prev` field (`HEAP_HAS_PREV`), bytes.
 pub const PREV_FIELD_SIZE: usize = Tid::SIZE;
 /// Largest tuple (header + data) a page can hold, bytes.
@@ -157,7 +165,8 @@ const _: () = assert!(TUPLE_HEADER_SIZE < MAX_TUPLE_SIZE);
 // Item lengths are u16 line-pointer fields.
 const _: () = assert!(MAX_TUPLE_SIZE <= u16::MAX as usize);
 // The header: xmin, xmax, next, flags; then prev if HEAP_HAS_PREV.
-const _: () = assert!(8 + 8 + Tid::SIZE + 2 == TUPLE_HEADER_SIZE);
+const _: () = assert!(FLAGS_AT + 2 == TUPLE_HEADER_SIZE);
+const _: () = assert!(Xid::MAX_STORED.0 < 1 << (8 * XID_FIELD_SIZE));
 // UPDATE's block 0 data: u16 old slot, u64 xmax, new TID, then (same page) u16 new slot at 16.
 const _: () = assert!(2 + 8 + Tid::SIZE == 16);
 
@@ -204,15 +213,15 @@ pub fn parse_version(item: &[u8]) -> Result<Version> {
 }
 
 /// Appends a tuple header to `out`: `xmin`, no `xmax`, no `next`, and a `prev` field holding
-/// `prev` (`HEAP_HAS_PREV`) unless `prev` is `None` (24 or 30 bytes).
+/// `prev` (`HEAP_HAS_PREV`) unless `prev` is `None` (20 or 26 bytes).
 pub fn put_tuple_header(out: &mut Vec<u8>, xmin: Xid, prev: Option<Tid>) {
     assert!(xmin.is_valid(), "tuple with an invalid xmin");
     assert!(
         prev.is_none_or(|t| t.is_valid() || t == Tid::INVALID),
         "tuple with a malformed prev link {prev:?}"
     );
-    out.extend_from_slice(&xmin.0.to_le_bytes());
-    out.extend_from_slice(&Xid::INVALID.0.to_le_bytes());
+    out.extend_from_slice(&xid_field(xmin));
+    out.extend_from_slice(&xid_field(Xid::INVALID));
     out.extend_from_slice(&Tid::INVALID.to_bytes());
     let flags = if prev.is_some() { HEAP_HAS_PREV } else { 0 };
     out.extend_from_slice(&flags.to_le_bytes());
@@ -247,7 +256,7 @@ pub fn check_row_size(data_len: usize) -> Result<()> {
     Ok(())
 }
 
-/// Header size of a tuple, bytes: 24, or 30 with a `prev` field. The caller checked that
+/// Header size of a tuple, bytes: 20, or 26 with a `prev` field. The caller checked that
 /// `item` holds the fixed part ([`TUPLE_HEADER_SIZE`]).
 fn header_size(item: &[u8]) -> usize {
     if header_flags(item) & HEAP_HAS_PREV != 0 {
@@ -266,32 +275,51 @@ pub fn has_whole_header(item: &[u8]) -> bool {
 
 /// The `prev` field of a tuple that has one.
 fn prev_field(item: &mut [u8]) -> Option<&mut [u8]> {
-    (header_flags(item) & HEAP_HAS_PREV != 0)
-        .then(|| &mut item[TUPLE_HEADER_SIZE..TUPLE_HEADER_SIZE + PREV_FIELD_SIZE])
+    (header_flags(item) & HEAP_HAS_PREV != 0).then(|| &mut item[PREV_AT..PREV_AT + PREV_FIELD_SIZE])
+}
+
+/// The 6 bytes a header stores for `x`: its low 48 bits, little-endian. Every xid a tuple
+/// holds is at most [`Xid::MAX_STORED`] (`XactManager::try_assign_xid` hands out no more),
+/// which this checks.
+fn xid_field(x: Xid) -> [u8; XID_FIELD_SIZE] {
+    assert!(
+        x <= Xid::MAX_STORED,
+        "xid {} does not fit a tuple header",
+        x.0
+    );
+    x.0.to_le_bytes()[..XID_FIELD_SIZE]
+        .try_into()
+        .expect("6 bytes")
+}
+
+fn read_xid(item: &[u8], at: usize) -> Xid {
+    let mut b = [0u8; 8];
+    b[..XID_FIELD_SIZE].copy_from_slice(&item[at..at + XID_FIELD_SIZE]);
+    Xid(u64::from_le_bytes(b))
 }
 
 fn header_xmax(item: &[u8]) -> Xid {
-    Xid(u64::from_le_bytes(item[8..16].try_into().expect("8")))
+    read_xid(item, XMAX_AT)
 }
 
 fn header_xmin(item: &[u8]) -> Xid {
-    Xid(u64::from_le_bytes(item[0..8].try_into().expect("8")))
+    read_xid(item, XMIN_AT)
 }
 
 fn header_prev(item: &[u8]) -> Tid {
     if header_flags(item) & HEAP_HAS_PREV != 0 {
-        rd_tid(&item[TUPLE_HEADER_SIZE..TUPLE_HEADER_SIZE + PREV_FIELD_SIZE])
+        rd_tid(&item[PREV_AT..PREV_AT + PREV_FIELD_SIZE])
     } else {
         Tid::INVALID
     }
 }
 
 fn header_next(item: &[u8]) -> Tid {
-    rd_tid(&item[16..22])
+    rd_tid(&item[NEXT_AT..NEXT_AT + Tid::SIZE])
 }
 
 fn header_flags(item: &[u8]) -> u16 {
-    u16::from_le_bytes([item[22], item[23]])
+    u16::from_le_bytes([item[FLAGS_AT], item[FLAGS_AT + 1]])
 }
 
 fn set_header_flag(item: &mut [u8], bit: u16, on: bool) {
@@ -301,7 +329,7 @@ fn set_header_flag(item: &mut [u8], bit: u16, on: bool) {
     );
     let f = header_flags(item);
     let f = if on { f | bit } else { f & !bit };
-    item[22..24].copy_from_slice(&f.to_le_bytes());
+    item[FLAGS_AT..FLAGS_AT + 2].copy_from_slice(&f.to_le_bytes());
 }
 
 /// Stamps a version's xmax and next link, and `HEAP_HOT_UPDATED` as `hot` says (a same-page
@@ -315,8 +343,8 @@ fn set_xmax_next(item: &mut [u8], xmax: Xid, next: Tid, hot: bool) {
         !hot || next.is_valid(),
         "a same-page update without a next link"
     );
-    item[8..16].copy_from_slice(&xmax.0.to_le_bytes());
-    item[16..22].copy_from_slice(&next.to_bytes());
+    item[XMAX_AT..NEXT_AT].copy_from_slice(&xid_field(xmax));
+    item[NEXT_AT..FLAGS_AT].copy_from_slice(&next.to_bytes());
     set_header_flag(item, HEAP_HOT_UPDATED, hot);
 }
 
@@ -1703,19 +1731,19 @@ fn apply_freeze(p: &mut PageBuf, items: &[(u16, u8)]) {
     for &(i, bits) in items {
         let item = page::item_mut(p, i as usize).expect("checked");
         if bits & FREEZE_XMIN_COMMITTED != 0 {
-            item[0..8].copy_from_slice(&Xid::FROZEN.0.to_le_bytes());
+            item[XMIN_AT..XMAX_AT].copy_from_slice(&xid_field(Xid::FROZEN));
         }
         if bits & FREEZE_XMIN_ABORTED != 0 {
-            item[0..8].copy_from_slice(&Xid::ABORTED.0.to_le_bytes());
+            item[XMIN_AT..XMAX_AT].copy_from_slice(&xid_field(Xid::ABORTED));
         }
         if bits & FREEZE_XMAX_COMMITTED != 0 {
-            item[8..16].copy_from_slice(&Xid::FROZEN.0.to_le_bytes());
+            item[XMAX_AT..NEXT_AT].copy_from_slice(&xid_field(Xid::FROZEN));
         }
         if bits & FREEZE_XMAX_ABORTED != 0 {
             // `Xid::ABORTED`, not empty: an empty `xmax` tells [`update`] that nobody stamped
             // the version since the caller read its index entry.
-            item[8..16].copy_from_slice(&Xid::ABORTED.0.to_le_bytes());
-            item[16..22].copy_from_slice(&Tid::INVALID.to_bytes());
+            item[XMAX_AT..NEXT_AT].copy_from_slice(&xid_field(Xid::ABORTED));
+            item[NEXT_AT..FLAGS_AT].copy_from_slice(&Tid::INVALID.to_bytes());
             set_header_flag(item, HEAP_HOT_UPDATED, false);
         }
     }
@@ -2038,7 +2066,7 @@ pub fn visit_block(
     let mut last_xmin: Option<(Xid, bool)> = None;
     for t in tuples(&p, block) {
         let (i, item) = t?;
-        let xmin = Xid(u64::from_le_bytes(item[0..8].try_into().expect("8")));
+        let xmin = header_xmin(item);
         // The tuples of a page mostly share their xmin (a bulk load's page has one): ask the
         // transaction status once per run of equal xmins.
         let seen = match last_xmin {
@@ -2105,7 +2133,7 @@ fn redo_add(p: &mut PageBuf, slot: u16, tuple: &[u8]) -> Result<()> {
 }
 
 fn redo_set_xmax(p: &mut PageBuf, slot: u16, xmax: Xid, next: Tid, hot: bool) -> Result<()> {
-    if !xmax.is_valid() || (hot && !next.is_valid()) {
+    if !xmax.is_valid() || xmax > Xid::MAX_STORED || (hot && !next.is_valid()) {
         return Err(Error::corruption(format!(
             "heap redo: an invalid xmax or next link for slot {slot}"
         )));

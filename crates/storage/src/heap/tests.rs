@@ -23,9 +23,9 @@ fn a_tuple_header_has_a_prev_field_only_when_built_with_one() {
         slot: 3,
     };
     for (prev, size, want) in [
-        (None, 24, Tid::INVALID),
-        (Some(Tid::INVALID), 30, Tid::INVALID),
-        (Some(older), 30, older),
+        (None, 20, Tid::INVALID),
+        (Some(Tid::INVALID), 26, Tid::INVALID),
+        (Some(older), 26, older),
     ] {
         let t = build_tuple(Xid(5), prev, b"row");
         assert_eq!(t.len(), size + 3, "{prev:?}");
@@ -35,14 +35,16 @@ fn a_tuple_header_has_a_prev_field_only_when_built_with_one() {
             (Xid(5), Xid::INVALID, want, Tid::INVALID, &b"row"[..])
         );
         assert_eq!(v.flags & HEAP_HAS_PREV != 0, prev.is_some());
-        // The documented byte positions: next at 16, flags at 22, prev at 24, then the row.
-        assert_eq!(&t[16..22], &Tid::INVALID.to_bytes());
+        // The documented byte positions: xmin at 0 and xmax at 6 (48 bits each), next at 12,
+        // flags at 18, prev at 20, then the row.
+        assert_eq!(&t[0..12], &[5, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]);
+        assert_eq!(&t[12..18], &Tid::INVALID.to_bytes());
         assert_eq!(
-            u16::from_le_bytes([t[22], t[23]]),
+            u16::from_le_bytes([t[18], t[19]]),
             if prev.is_some() { HEAP_HAS_PREV } else { 0 }
         );
         if prev.is_some() {
-            assert_eq!(&t[24..30], &want.to_bytes());
+            assert_eq!(&t[20..26], &want.to_bytes());
         }
         assert_eq!(&t[size..], b"row");
         // A stamp leaves the prev field and the row where they were.
@@ -69,6 +71,14 @@ fn a_tuple_header_has_a_prev_field_only_when_built_with_one() {
         }
         assert!(has_whole_header(&t[..size]));
     }
+    // The largest xid a header holds reads back whole, in both fields.
+    let mut t = build_tuple(Xid::MAX_STORED, None, b"row");
+    set_xmax_next(&mut t, Xid::MAX_STORED, older, false);
+    let v = parse_version(&t).unwrap();
+    assert_eq!(
+        (v.xmin, v.xmax, v.next),
+        (Xid::MAX_STORED, Xid::MAX_STORED, older)
+    );
     // Redo of a LINK to a version without the field is corruption, not a write past it.
     let mut p = heap_page(&[&tuple(5)]);
     let mut link = 1u16.to_le_bytes().to_vec();
@@ -105,9 +115,15 @@ fn a_tuple_without_an_xmin_panics() {
 }
 
 #[test]
+#[should_panic(expected = "does not fit a tuple header")]
+fn an_xid_past_48_bits_panics() {
+    build_tuple(Xid(Xid::MAX_STORED.0 + 1), None, b"row");
+}
+
+#[test]
 #[should_panic(expected = "stamp of a truncated tuple")]
 fn stamping_a_truncated_tuple_panics() {
-    set_xmax_next(&mut [0u8; 20], Xid(7), Tid::INVALID, false);
+    set_xmax_next(&mut [0u8; TUPLE_HEADER_SIZE - 1], Xid(7), Tid::INVALID, false);
 }
 
 #[test]
@@ -227,14 +243,11 @@ fn redo_of_a_record_that_does_not_fit_its_page_is_a_corruption_error() {
         d
     };
     let mut stamped = t.clone();
-    stamped[8..16].copy_from_slice(&9u64.to_le_bytes());
-    stamped[16..22].copy_from_slice(
-        &Tid {
-            block: BlockNumber(0),
-            slot: 1,
-        }
-        .to_bytes(),
-    );
+    let next = Tid {
+        block: BlockNumber(0),
+        slot: 1,
+    };
+    set_xmax_next(&mut stamped, Xid(9), next, false);
     // Slot 4: the same, but its aborted update was a same-page one.
     let mut hot_stamped = stamped.clone();
     set_header_flag(&mut hot_stamped, HEAP_HOT_UPDATED, true);
@@ -309,7 +322,7 @@ fn redo_of_a_record_that_does_not_fit_its_page_is_a_corruption_error() {
         (
             "insert of a tuple shorter than its header",
             HEAP_INSERT,
-            insert(2, &t[..20]),
+            insert(2, &t[..TUPLE_HEADER_SIZE - 1]),
             heap_page(&[&t]),
         ),
         (
