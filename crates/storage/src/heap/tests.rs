@@ -123,7 +123,12 @@ fn an_xid_past_48_bits_panics() {
 #[test]
 #[should_panic(expected = "stamp of a truncated tuple")]
 fn stamping_a_truncated_tuple_panics() {
-    set_xmax_next(&mut [0u8; TUPLE_HEADER_SIZE - 1], Xid(7), Tid::INVALID, false);
+    set_xmax_next(
+        &mut [0u8; TUPLE_HEADER_SIZE - 1],
+        Xid(7),
+        Tid::INVALID,
+        false,
+    );
 }
 
 #[test]
