@@ -303,7 +303,12 @@ impl Value {
                 _ => return Err(no_cast(self, ty)),
             },
             DataType::Text | DataType::Varchar(_) | DataType::Char(_) => {
-                let text = self.to_text().expect("non-null value has a text form");
+                // The cast from boolean spells the word (PostgreSQL's `booltext`), where the
+                // output function prints `t` or `f`.
+                let text = match self {
+                    Value::Bool(b) => b.to_string(),
+                    _ => self.to_text().expect("non-null value has a text form"),
+                };
                 Value::Text(text).cast(ty)?
             }
         })
@@ -418,9 +423,19 @@ fn format_float8(v: f64) -> String {
             "-Infinity".into()
         }
     } else {
-        // Shortest representation that round-trips, as PostgreSQL 12+ prints.
-        let s = format!("{v}");
-        s
+        // The shortest digits that round-trip, as PostgreSQL 12+ prints them
+        // (`float8out_internal`, src/common/d2s.c `to_chars`): plain notation for decimal
+        // exponents -4 to 14, else scientific with a signed exponent of at least two digits
+        // (`1e+301`, `1.5e-05`).
+        let sci = format!("{v:e}");
+        let (mantissa, exp) = sci.split_once('e').expect("{:e} has an exponent");
+        let exp: i32 = exp.parse().expect("{:e} exponent is an integer");
+        if (-4..15).contains(&exp) {
+            format!("{v}")
+        } else {
+            let sign = if exp < 0 { '-' } else { '+' };
+            format!("{mantissa}e{sign}{:02}", exp.unsigned_abs())
+        }
     }
 }
 
@@ -665,6 +680,29 @@ mod tests {
             DataType::Varchar(None),
             DataType::PgLsn,
         ]
+    }
+
+    /// float8 text as PostgreSQL 18 prints it (values checked against `SELECT x::float8`).
+    #[test]
+    fn float8_text_is_postgresql_s() {
+        for (v, text) in [
+            (0.0, "0"),
+            (-0.0, "-0"),
+            (1.0, "1"),
+            (0.1 + 0.2, "0.30000000000000004"),
+            (0.0001, "0.0001"),
+            (0.00001, "1e-05"),
+            (1.5e-7, "1.5e-07"),
+            (123456789012345.0, "123456789012345"),
+            (1e15, "1e+15"),
+            (1e301, "1e+301"),
+            (-1.2345678901234568e17, "-1.2345678901234568e+17"),
+            (f64::MIN_POSITIVE, "2.2250738585072014e-308"),
+            (f64::INFINITY, "Infinity"),
+            (f64::NAN, "NaN"),
+        ] {
+            assert_eq!(Value::Float8(v).to_text().unwrap(), text, "{v:e}");
+        }
     }
 
     #[test]
