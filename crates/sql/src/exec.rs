@@ -12,8 +12,8 @@ use crate::ddl;
 use crate::env::Env;
 use crate::expr::{sort_cmp, Ctx, Expr};
 use crate::plan::{
-    Access, AggCall, AggFunc, DeletePlan, InsertPlan, InsertSource, Plan, SelectPlan, Source,
-    UpdatePlan,
+    Access, AggCall, AggFunc, DeletePlan, InsertPlan, InsertSource, Plan, Returning, SelectPlan,
+    Source, UpdatePlan,
 };
 use crate::storage::{RowId, ScanControl, Transaction, WriteOutcome};
 use crate::types::{Notice, Output};
@@ -71,7 +71,6 @@ pub(crate) fn execute(
     ec: &ExecCtx<'_>,
     notices: &mut Vec<Notice>,
 ) -> Result<Output> {
-    let command = |tag: String| Output::Command { tag };
     Ok(match plan {
         Plan::Select(s) => {
             let rows = run_select(txn, s, ec)?;
@@ -82,9 +81,21 @@ pub(crate) fn execute(
                 tag,
             }
         }
-        Plan::Insert(p) => command(format!("INSERT 0 {}", run_insert(txn, p, ec)?)),
-        Plan::Update(p) => command(format!("UPDATE {}", run_update(txn, p, ec)?)),
-        Plan::Delete(p) => command(format!("DELETE {}", run_delete(txn, p, ec)?)),
+        Plan::Insert(p) => {
+            let mut out = Returned::new(p.returning.as_ref(), ec);
+            let n = run_insert(txn, p, ec, &mut out)?;
+            out.output(format!("INSERT 0 {n}"))
+        }
+        Plan::Update(p) => {
+            let mut out = Returned::new(p.returning.as_ref(), ec);
+            let n = run_update(txn, p, ec, &mut out)?;
+            out.output(format!("UPDATE {n}"))
+        }
+        Plan::Delete(p) => {
+            let mut out = Returned::new(p.returning.as_ref(), ec);
+            let n = run_delete(txn, p, ec, &mut out)?;
+            out.output(format!("DELETE {n}"))
+        }
         Plan::CreateTable { def, if_not_exists } => {
             ddl::create_table(txn, def, *if_not_exists, notices)?
         }
@@ -99,6 +110,58 @@ pub(crate) fn execute(
             )))
         }
     })
+}
+
+/// The rows a write's `RETURNING` list makes, one for each row written (none without a list).
+pub(crate) struct Returned<'p, 'e> {
+    list: Option<&'p Returning>,
+    ec: &'p ExecCtx<'e>,
+    rows: Vec<Vec<Value>>,
+}
+
+impl<'p, 'e> Returned<'p, 'e> {
+    pub(crate) fn new(list: Option<&'p Returning>, ec: &'p ExecCtx<'e>) -> Self {
+        Returned {
+            list,
+            ec,
+            rows: Vec::new(),
+        }
+    }
+
+    /// Whether there is a list (so the row written must be kept for it).
+    fn wanted(&self) -> bool {
+        self.list.is_some()
+    }
+
+    /// Evaluates the list over `row`, a whole row of the table, as written (INSERT, UPDATE)
+    /// or as it was (DELETE).
+    ///
+    /// # Errors
+    /// Evaluation errors (22012, 22003 ...).
+    fn add(&mut self, row: &[Value]) -> Result<()> {
+        if let Some(list) = self.list {
+            let ctx = self.ec.ctx();
+            let out = list
+                .outputs
+                .iter()
+                .map(|e| e.eval(row, &ctx))
+                .collect::<Result<Vec<_>>>()?;
+            self.rows.push(out);
+        }
+        Ok(())
+    }
+
+    /// The statement's result: its rows under `tag` with a list, else the bare command tag.
+    fn output(self, tag: String) -> Output {
+        match self.list {
+            Some(list) => Output::Rows {
+                columns: list.columns.clone(),
+                rows: self.rows,
+                tag,
+            },
+            None => Output::Command { tag },
+        }
+    }
 }
 
 /// Fails with 57014 (clearing the flag) if `flag` is set.
@@ -553,7 +616,7 @@ pub(crate) fn build_row(def: &TableDef, targets: &[usize], vals: Vec<Value>) -> 
     Ok(row)
 }
 
-/// Runs an INSERT; returns the number of rows inserted.
+/// Runs an INSERT; returns the number of rows inserted, and adds each to `out`.
 ///
 /// # Errors
 /// 23502, 23505, cast errors, storage errors.
@@ -561,6 +624,7 @@ pub(crate) fn run_insert(
     txn: &mut dyn Transaction,
     plan: &InsertPlan,
     ec: &ExecCtx<'_>,
+    out: &mut Returned<'_, '_>,
 ) -> Result<u64> {
     let def = &plan.table;
     let ctx = ec.ctx();
@@ -572,7 +636,12 @@ pub(crate) fn run_insert(
                 for e in r {
                     vals.push(e.eval(&[], &ctx)?);
                 }
-                txn.insert(&def.name, build_row(def, &plan.targets, vals)?)?;
+                let row = build_row(def, &plan.targets, vals)?;
+                let kept = out.wanted().then(|| row.clone());
+                txn.insert(&def.name, row)?;
+                if let Some(row) = kept {
+                    out.add(&row)?;
+                }
                 n += 1;
             }
         }
@@ -603,7 +672,12 @@ pub(crate) fn run_insert(
                     for e in &sel.outputs {
                         vals.push(e.eval(&row, &ctx)?);
                     }
-                    txn.insert_bulk(&def.name, build_row(def, &plan.targets, vals)?)?;
+                    let row = build_row(def, &plan.targets, vals)?;
+                    let kept = out.wanted().then(|| row.clone());
+                    txn.insert_bulk(&def.name, row)?;
+                    if let Some(row) = kept {
+                        out.add(&row)?;
+                    }
                     n += 1;
                     Ok(ScanControl::Continue)
                 })?;
@@ -612,7 +686,12 @@ pub(crate) fn run_insert(
                 // its own rows.
                 for vals in run_select(txn, sel, ec)? {
                     ec.check_cancel()?;
-                    txn.insert_bulk(&def.name, build_row(def, &plan.targets, vals)?)?;
+                    let row = build_row(def, &plan.targets, vals)?;
+                    let kept = out.wanted().then(|| row.clone());
+                    txn.insert_bulk(&def.name, row)?;
+                    if let Some(row) = kept {
+                        out.add(&row)?;
+                    }
                     n += 1;
                 }
             }
@@ -640,11 +719,13 @@ fn collect_matches(
 
 /// Writes each matching row with `write`, following concurrent updates (EvalPlanQual): on
 /// `Changed` the WHERE clause is re-checked on the newest version and the write retried there.
+/// `done` sees each row version that was written, once it is.
 fn write_each(
     matches: Vec<(RowId, Vec<Value>)>,
     filter: Option<&Expr>,
     ec: &ExecCtx<'_>,
     write: &mut dyn FnMut(RowId, &[Value]) -> Result<WriteOutcome>,
+    done: &mut dyn FnMut(&[Value]) -> Result<()>,
 ) -> Result<u64> {
     let ctx = ec.ctx();
     let mut n = 0;
@@ -653,6 +734,7 @@ fn write_each(
             ec.check_cancel()?;
             match write(rid, &row)? {
                 WriteOutcome::Done => {
+                    done(&row)?;
                     n += 1;
                     break;
                 }
@@ -674,7 +756,8 @@ fn write_each(
     Ok(n)
 }
 
-/// Runs an UPDATE; returns the number of rows written.
+/// Runs an UPDATE; returns the number of rows written, and adds the new version of each to
+/// `out`.
 ///
 /// # Errors
 /// 23502, cast and evaluation errors, storage errors (40P01, 57014).
@@ -682,21 +765,37 @@ pub(crate) fn run_update(
     txn: &mut dyn Transaction,
     plan: &UpdatePlan,
     ec: &ExecCtx<'_>,
+    out: &mut Returned<'_, '_>,
 ) -> Result<u64> {
     let def = &plan.table;
     let matches = collect_matches(txn, def, &plan.access, plan.filter.as_ref(), ec)?;
     let ctx = ec.ctx();
-    write_each(matches, plan.filter.as_ref(), ec, &mut |rid, old| {
-        let mut new = old.to_vec();
-        for (i, e) in &plan.sets {
-            new[*i] = e.eval(old, &ctx)?.cast(&def.columns[*i].ty)?;
-        }
-        check_not_null(def, &new)?;
-        txn.update(&def.name, rid, new)
-    })
+    let wanted = out.wanted();
+    // The new version last written, for `done` (which sees the old one).
+    let last: std::cell::Cell<Option<Vec<Value>>> = std::cell::Cell::new(None);
+    write_each(
+        matches,
+        plan.filter.as_ref(),
+        ec,
+        &mut |rid, old| {
+            let mut new = old.to_vec();
+            for (i, e) in &plan.sets {
+                new[*i] = e.eval(old, &ctx)?.cast(&def.columns[*i].ty)?;
+            }
+            check_not_null(def, &new)?;
+            if wanted {
+                last.set(Some(new.clone()));
+            }
+            txn.update(&def.name, rid, new)
+        },
+        &mut |_| match last.take() {
+            Some(new) => out.add(&new),
+            None => Ok(()),
+        },
+    )
 }
 
-/// Runs a DELETE; returns the number of rows deleted.
+/// Runs a DELETE; returns the number of rows deleted, and adds each, as it was, to `out`.
 ///
 /// # Errors
 /// Storage errors (40P01, 57014).
@@ -704,10 +803,15 @@ pub(crate) fn run_delete(
     txn: &mut dyn Transaction,
     plan: &DeletePlan,
     ec: &ExecCtx<'_>,
+    out: &mut Returned<'_, '_>,
 ) -> Result<u64> {
     let def = &plan.table;
     let matches = collect_matches(txn, def, &plan.access, plan.filter.as_ref(), ec)?;
-    write_each(matches, plan.filter.as_ref(), ec, &mut |rid, _| {
-        txn.delete(&def.name, rid)
-    })
+    write_each(
+        matches,
+        plan.filter.as_ref(),
+        ec,
+        &mut |rid, _| txn.delete(&def.name, rid),
+        &mut |old| out.add(old),
+    )
 }

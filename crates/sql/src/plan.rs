@@ -118,6 +118,15 @@ impl Plan {
                 ty: DataType::Text,
             }])),
             Plan::Show { name: None } => Some(show_all_columns()),
+            Plan::Insert(InsertPlan {
+                returning: Some(r), ..
+            })
+            | Plan::Update(UpdatePlan {
+                returning: Some(r), ..
+            })
+            | Plan::Delete(DeletePlan {
+                returning: Some(r), ..
+            }) => Some(r.columns.clone()),
             _ => None,
         }
     }
@@ -226,12 +235,21 @@ pub(crate) struct SelectPlan {
     pub columns: Arc<Vec<ColumnDesc>>,
 }
 
+/// A `RETURNING` list (PostgreSQL's `transformReturningList`): expressions over a whole row
+/// of the table, the new row for INSERT and UPDATE, the old one for DELETE.
+#[derive(Debug)]
+pub(crate) struct Returning {
+    pub outputs: Vec<Expr>,
+    pub columns: Arc<Vec<ColumnDesc>>,
+}
+
 /// An INSERT: each source row has one value per entry of `targets` (column positions).
 #[derive(Debug)]
 pub(crate) struct InsertPlan {
     pub table: Arc<TableDef>,
     pub targets: Vec<usize>,
     pub source: InsertSource,
+    pub returning: Option<Returning>,
 }
 
 /// Rows to insert.
@@ -248,6 +266,7 @@ pub(crate) struct UpdatePlan {
     pub access: Access,
     pub filter: Option<Expr>,
     pub sets: Vec<(usize, Expr)>,
+    pub returning: Option<Returning>,
 }
 
 /// A DELETE.
@@ -256,4 +275,5 @@ pub(crate) struct DeletePlan {
     pub table: Arc<TableDef>,
     pub access: Access,
     pub filter: Option<Expr>,
+    pub returning: Option<Returning>,
 }

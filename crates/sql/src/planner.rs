@@ -437,13 +437,7 @@ impl Planner<'_> {
                             "SELECT * is not allowed with aggregates",
                         ));
                     }
-                    for (i, c) in scope.iter().enumerate() {
-                        outputs.push(Expr::Col(i));
-                        columns.push(ColumnDesc {
-                            name: c.name.clone(),
-                            ty: c.ty.clone(),
-                        });
-                    }
+                    expand_star(&scope, &mut outputs, &mut columns);
                 }
                 ast::SelectItem::QualifiedWildcard(..) => {
                     if is_agg {
@@ -452,13 +446,7 @@ impl Planner<'_> {
                             "SELECT t.* is not allowed with aggregates",
                         ));
                     }
-                    for (i, c) in scope.iter().enumerate() {
-                        outputs.push(Expr::Col(i));
-                        columns.push(ColumnDesc {
-                            name: c.name.clone(),
-                            ty: c.ty.clone(),
-                        });
-                    }
+                    expand_star(&scope, &mut outputs, &mut columns);
                 }
                 ast::SelectItem::UnnamedExpr(e)
                 | ast::SelectItem::ExprWithAlias { expr: e, .. } => {
@@ -593,7 +581,6 @@ impl Planner<'_> {
     }
 
     fn plan_insert(&mut self, ins: &ast::Insert) -> Result<Plan> {
-        expect_no(ins.returning.is_some(), "INSERT ... RETURNING")?;
         expect_no(ins.on.is_some(), "INSERT ... ON CONFLICT")?;
         let ast::TableObject::TableName(name) = &ins.table else {
             return Err(Error::unsupported("INSERT into a table function"));
@@ -682,11 +669,81 @@ impl Planner<'_> {
                 InsertSource::Select(Box::new(sel))
             }
         };
+        let returning = match &ins.returning {
+            Some(items) => {
+                let qual = match &ins.table_alias {
+                    Some(a) => ident(&a.alias),
+                    None => tname.clone(),
+                };
+                Some(self.plan_returning(items, &Self::table_scope(&def, &qual))?)
+            }
+            None => None,
+        };
         Ok(Plan::Insert(InsertPlan {
             table: def,
             targets,
             source,
+            returning,
         }))
+    }
+
+    /// A `RETURNING` list over `scope`, the target table's row (PostgreSQL's
+    /// `transformReturningList`).
+    ///
+    /// # Errors
+    /// 42803 for an aggregate; binding errors (42703, 42804 ...).
+    fn plan_returning(
+        &mut self,
+        items: &[ast::SelectItem],
+        scope: &[ScopeCol],
+    ) -> Result<Returning> {
+        let mut b = self.binder(scope, "RETURNING");
+        let mut outputs = Vec::new();
+        let mut columns = Vec::new();
+        for item in items {
+            match item {
+                ast::SelectItem::Wildcard(_) | ast::SelectItem::QualifiedWildcard(..) => {
+                    if let ast::SelectItem::QualifiedWildcard(
+                        ast::SelectItemQualifiedWildcardKind::ObjectName(name),
+                        _,
+                    ) = item
+                    {
+                        let qual = object_parts(name)?.last().cloned().unwrap_or_default();
+                        if scope
+                            .first()
+                            .is_some_and(|c| c.qual.as_deref() != Some(&qual))
+                        {
+                            return Err(Error::user(
+                                SqlState::UNDEFINED_TABLE,
+                                format!("missing FROM-clause entry for table \"{qual}\""),
+                            ));
+                        }
+                    }
+                    expand_star(scope, &mut outputs, &mut columns);
+                }
+                ast::SelectItem::UnnamedExpr(e)
+                | ast::SelectItem::ExprWithAlias { expr: e, .. } => {
+                    if contains_agg(e) {
+                        return Err(Error::user(
+                            SqlState::GROUPING_ERROR,
+                            "aggregate functions are not allowed in RETURNING",
+                        ));
+                    }
+                    let name = match item {
+                        ast::SelectItem::ExprWithAlias { alias, .. } => ident(alias),
+                        _ => output_name(e),
+                    };
+                    let (x, t) = b.bind_resolved(e)?;
+                    outputs.push(x);
+                    columns.push(ColumnDesc { name, ty: t });
+                }
+                _ => return Err(Error::unsupported("this kind of RETURNING item")),
+            }
+        }
+        Ok(Returning {
+            outputs,
+            columns: Arc::new(columns),
+        })
     }
 
     fn single_table(
@@ -712,7 +769,6 @@ impl Planner<'_> {
 
     fn plan_update(&mut self, u: &ast::Update) -> Result<Plan> {
         expect_no(u.from.is_some(), "UPDATE ... FROM")?;
-        expect_no(u.returning.is_some(), "UPDATE ... RETURNING")?;
         let (def, scope) = self.single_table(&u.table)?;
         let mut b = Binder {
             cols: &scope,
@@ -752,17 +808,21 @@ impl Planner<'_> {
             None => None,
         };
         let access = choose_access(filter.as_ref(), &def);
+        let returning = match &u.returning {
+            Some(items) => Some(self.plan_returning(items, &scope)?),
+            None => None,
+        };
         Ok(Plan::Update(UpdatePlan {
             table: def,
             access,
             filter,
             sets,
+            returning,
         }))
     }
 
     fn plan_delete(&mut self, d: &ast::Delete) -> Result<Plan> {
         expect_no(d.using.is_some(), "DELETE ... USING")?;
-        expect_no(d.returning.is_some(), "DELETE ... RETURNING")?;
         let tables = match &d.from {
             ast::FromTable::WithFromKeyword(t) | ast::FromTable::WithoutKeyword(t) => t,
         };
@@ -775,11 +835,27 @@ impl Planner<'_> {
             None => None,
         };
         let access = choose_access(filter.as_ref(), &def);
+        let returning = match &d.returning {
+            Some(items) => Some(self.plan_returning(items, &scope)?),
+            None => None,
+        };
         Ok(Plan::Delete(DeletePlan {
             table: def,
             access,
             filter,
+            returning,
         }))
+    }
+}
+
+/// `*`: every column of `scope`, in order, as outputs with their names and types.
+fn expand_star(scope: &[ScopeCol], outputs: &mut Vec<Expr>, columns: &mut Vec<ColumnDesc>) {
+    for (i, c) in scope.iter().enumerate() {
+        outputs.push(Expr::Col(i));
+        columns.push(ColumnDesc {
+            name: c.name.clone(),
+            ty: c.ty.clone(),
+        });
     }
 }
 

@@ -251,3 +251,106 @@ fn pg_lsn_values_compare_subtract_and_report_the_wal() {
         SqlState::OBJECT_NOT_IN_PREREQUISITE_STATE
     );
 }
+
+#[test]
+fn returning_gives_the_rows_written() {
+    let e = MemEngine::new();
+    let mut s = session(&e);
+    ok(&mut s, "create table r (id int primary key, v text, n int)");
+
+    // INSERT: the new rows, with expressions, aliases and `*`; the tag stays INSERT's.
+    assert_eq!(
+        rows(
+            &mut s,
+            "insert into r values (1, 'a', 10), (2, 'b', NULL) returning id, v || '!' as loud, n * 2"
+        ),
+        vec![vec!["1", "a!", "20"], vec!["2", "b!", "NULL"]]
+    );
+    assert_eq!(
+        tag(&mut s, "insert into r (id, v) values (3, 'c') returning *"),
+        "INSERT 0 1"
+    );
+    assert_eq!(
+        rows(
+            &mut s,
+            "insert into r as x (id) values (4) returning x.id, x.v"
+        ),
+        vec![vec!["4", "NULL"]]
+    );
+
+    // UPDATE: the new version of each row written.
+    assert_eq!(
+        rows(
+            &mut s,
+            "update r set n = coalesce(n, 0) + 1 where id in (1, 2) returning id, n"
+        ),
+        vec![vec!["1", "11"], vec!["2", "1"]]
+    );
+    assert_eq!(
+        tag(&mut s, "update r set v = 'z' where id = 3 returning r.v"),
+        "UPDATE 1"
+    );
+    // Nothing matched: no rows, and the columns all the same.
+    match ok(&mut s, "update r set n = 0 where id = 99 returning id") {
+        Output::Rows { columns, rows, tag } => {
+            assert_eq!(columns.len(), 1);
+            assert!(rows.is_empty());
+            assert_eq!(tag, "UPDATE 0");
+        }
+        other => panic!("unexpected {other:?}"),
+    }
+
+    // DELETE: each row as it was.
+    assert_eq!(
+        rows(&mut s, "delete from r where id >= 3 returning *"),
+        vec![vec!["3", "z", "NULL"], vec!["4", "NULL", "NULL"]]
+    );
+    assert_eq!(one(&mut s, "select count(*) from r"), "2");
+
+    // INSERT ... SELECT returns what it loaded.
+    assert_eq!(
+        rows(
+            &mut s,
+            "insert into r select id + 10, v, n from r returning id"
+        ),
+        vec![vec!["11"], vec!["12"]]
+    );
+
+    // Prepared: Describe gives the list's columns, and parameters bind in it.
+    let p = s
+        .prepare("insert into r values ($1, $2, 7) returning id, n + $1", &[])
+        .expect("prepare");
+    let cols = p.columns.as_ref().expect("RETURNING describes rows");
+    assert_eq!(cols[0].name, "id");
+    assert_eq!(cols[0].ty, DataType::Int4);
+    assert_eq!(cols[1].ty, DataType::Int4);
+    match s.execute(&p, vec![Value::Int4(20), Value::Text("t".into())]) {
+        Ok(Output::Rows { rows, tag, .. }) => {
+            assert_eq!(rows, vec![vec![Value::Int4(20), Value::Int4(27)]]);
+            assert_eq!(tag, "INSERT 0 1");
+        }
+        other => panic!("unexpected {other:?}"),
+    }
+
+    // Errors: an aggregate (42803), an unknown column (42703); nothing is written.
+    assert_eq!(
+        err(
+            &mut s,
+            "insert into r values (30, 'x', 1) returning count(*)"
+        ),
+        SqlState::GROUPING_ERROR
+    );
+    assert_eq!(
+        err(&mut s, "delete from r returning nope"),
+        SqlState::UNDEFINED_COLUMN
+    );
+    assert_eq!(
+        err(&mut s, "delete from r returning nosuch.*"),
+        SqlState::UNDEFINED_TABLE
+    );
+    assert_eq!(
+        rows(&mut s, "update r set n = 1 where id = 1 returning r.*"),
+        vec![vec!["1", "a", "1"]]
+    );
+    assert_eq!(one(&mut s, "select count(*) from r"), "5");
+}
