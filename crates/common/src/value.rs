@@ -304,9 +304,14 @@ impl Value {
             },
             DataType::Text | DataType::Varchar(_) | DataType::Char(_) => {
                 // The cast from boolean spells the word (PostgreSQL's `booltext`), where the
-                // output function prints `t` or `f`.
-                let text = match self {
-                    Value::Bool(b) => b.to_string(),
+                // output function prints `t` or `f`; an explicit cast to a shorter type cuts
+                // it (`true::char` is `t`). walnut cannot tell an explicit cast from an
+                // assignment here, where PostgreSQL would fail with 22001 instead.
+                let text = match (self, ty) {
+                    (Value::Bool(b), DataType::Char(n) | DataType::Varchar(Some(n))) => {
+                        b.to_string().chars().take(*n as usize).collect()
+                    }
+                    (Value::Bool(b), _) => b.to_string(),
                     _ => self.to_text().expect("non-null value has a text form"),
                 };
                 Value::Text(text).cast(ty)?
@@ -703,6 +708,27 @@ mod tests {
         ] {
             assert_eq!(Value::Float8(v).to_text().unwrap(), text, "{v:e}");
         }
+    }
+
+    /// A cast of boolean to a character type spells the word (PostgreSQL's `booltext`), cut to
+    /// the type's length; its output form stays `t`/`f`.
+    #[test]
+    fn boolean_casts_to_text_as_a_word() {
+        for (v, ty, text) in [
+            (true, DataType::Text, "true"),
+            (false, DataType::Varchar(None), "false"),
+            (true, DataType::Char(1), "t"),
+            (false, DataType::Char(4), "fals"),
+            (true, DataType::Varchar(Some(2)), "tr"),
+            (true, DataType::Char(6), "true  "),
+        ] {
+            assert_eq!(
+                Value::Bool(v).cast(&ty).unwrap(),
+                Value::Text(text.into()),
+                "{v} as {ty:?}"
+            );
+        }
+        assert_eq!(Value::Bool(true).to_text().unwrap(), "t");
     }
 
     #[test]

@@ -4,8 +4,8 @@
 //! PostgreSQL itself on every run, not only written down once.
 //!
 //! The scripts are in the sqllogictest format (the `sqllogictest` crate; see `tests/slt/README.md`):
-//! - `query <types> [rowsort]` compares the rows, as text exactly as psql prints them (the
-//!   simple query protocol), and the column types, one letter each ([`PgColumn`]), as a
+//! - `query <types> [rowsort]` compares the rows, as the simple query protocol's text (after
+//!   sqllogictest's whitespace normalization), and the column types, one letter each ([`PgColumn`]), as a
 //!   driver sees them (a Parse and Describe of the same statement);
 //! - `statement error (SQLSTATE)` compares the SQLSTATE;
 //! - `onlyif walnut` / `skipif walnut` mark a deliberate difference, which the script's
