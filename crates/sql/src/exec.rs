@@ -128,9 +128,22 @@ impl<'p, 'e> Returned<'p, 'e> {
         }
     }
 
-    /// Whether there is a list (so the row written must be kept for it).
-    fn wanted(&self) -> bool {
-        self.list.is_some()
+    /// Writes `row` with `write` and, once it is written (`Done`: not a version a concurrent
+    /// update replaced first), evaluates the list over it. The row is copied only with a list.
+    ///
+    /// # Errors
+    /// `write`'s; evaluation errors.
+    fn write(
+        &mut self,
+        row: Vec<Value>,
+        write: impl FnOnce(Vec<Value>) -> Result<WriteOutcome>,
+    ) -> Result<WriteOutcome> {
+        let kept = self.list.is_some().then(|| row.clone());
+        let outcome = write(row)?;
+        if let (WriteOutcome::Done, Some(row)) = (&outcome, kept) {
+            self.add(&row)?;
+        }
+        Ok(outcome)
     }
 
     /// Evaluates the list over `row`, a whole row of the table, as written (INSERT, UPDATE)
@@ -636,12 +649,9 @@ pub(crate) fn run_insert(
                 for e in r {
                     vals.push(e.eval(&[], &ctx)?);
                 }
-                let row = build_row(def, &plan.targets, vals)?;
-                let kept = out.wanted().then(|| row.clone());
-                txn.insert(&def.name, row)?;
-                if let Some(row) = kept {
-                    out.add(&row)?;
-                }
+                out.write(build_row(def, &plan.targets, vals)?, |row| {
+                    txn.insert(&def.name, row).map(|()| WriteOutcome::Done)
+                })?;
                 n += 1;
             }
         }
@@ -672,12 +682,9 @@ pub(crate) fn run_insert(
                     for e in &sel.outputs {
                         vals.push(e.eval(&row, &ctx)?);
                     }
-                    let row = build_row(def, &plan.targets, vals)?;
-                    let kept = out.wanted().then(|| row.clone());
-                    txn.insert_bulk(&def.name, row)?;
-                    if let Some(row) = kept {
-                        out.add(&row)?;
-                    }
+                    out.write(build_row(def, &plan.targets, vals)?, |row| {
+                        txn.insert_bulk(&def.name, row).map(|()| WriteOutcome::Done)
+                    })?;
                     n += 1;
                     Ok(ScanControl::Continue)
                 })?;
@@ -686,12 +693,9 @@ pub(crate) fn run_insert(
                 // its own rows.
                 for vals in run_select(txn, sel, ec)? {
                     ec.check_cancel()?;
-                    let row = build_row(def, &plan.targets, vals)?;
-                    let kept = out.wanted().then(|| row.clone());
-                    txn.insert_bulk(&def.name, row)?;
-                    if let Some(row) = kept {
-                        out.add(&row)?;
-                    }
+                    out.write(build_row(def, &plan.targets, vals)?, |row| {
+                        txn.insert_bulk(&def.name, row).map(|()| WriteOutcome::Done)
+                    })?;
                     n += 1;
                 }
             }
@@ -719,13 +723,11 @@ fn collect_matches(
 
 /// Writes each matching row with `write`, following concurrent updates (EvalPlanQual): on
 /// `Changed` the WHERE clause is re-checked on the newest version and the write retried there.
-/// `done` sees each row version that was written, once it is.
 fn write_each(
     matches: Vec<(RowId, Vec<Value>)>,
     filter: Option<&Expr>,
     ec: &ExecCtx<'_>,
     write: &mut dyn FnMut(RowId, &[Value]) -> Result<WriteOutcome>,
-    done: &mut dyn FnMut(&[Value]) -> Result<()>,
 ) -> Result<u64> {
     let ctx = ec.ctx();
     let mut n = 0;
@@ -734,7 +736,6 @@ fn write_each(
             ec.check_cancel()?;
             match write(rid, &row)? {
                 WriteOutcome::Done => {
-                    done(&row)?;
                     n += 1;
                     break;
                 }
@@ -770,29 +771,14 @@ pub(crate) fn run_update(
     let def = &plan.table;
     let matches = collect_matches(txn, def, &plan.access, plan.filter.as_ref(), ec)?;
     let ctx = ec.ctx();
-    let wanted = out.wanted();
-    // The new version last written, for `done` (which sees the old one).
-    let last: std::cell::Cell<Option<Vec<Value>>> = std::cell::Cell::new(None);
-    write_each(
-        matches,
-        plan.filter.as_ref(),
-        ec,
-        &mut |rid, old| {
-            let mut new = old.to_vec();
-            for (i, e) in &plan.sets {
-                new[*i] = e.eval(old, &ctx)?.cast(&def.columns[*i].ty)?;
-            }
-            check_not_null(def, &new)?;
-            if wanted {
-                last.set(Some(new.clone()));
-            }
-            txn.update(&def.name, rid, new)
-        },
-        &mut |_| match last.take() {
-            Some(new) => out.add(&new),
-            None => Ok(()),
-        },
-    )
+    write_each(matches, plan.filter.as_ref(), ec, &mut |rid, old| {
+        let mut new = old.to_vec();
+        for (i, e) in &plan.sets {
+            new[*i] = e.eval(old, &ctx)?.cast(&def.columns[*i].ty)?;
+        }
+        check_not_null(def, &new)?;
+        out.write(new, |new| txn.update(&def.name, rid, new))
+    })
 }
 
 /// Runs a DELETE; returns the number of rows deleted, and adds each, as it was, to `out`.
@@ -807,11 +793,11 @@ pub(crate) fn run_delete(
 ) -> Result<u64> {
     let def = &plan.table;
     let matches = collect_matches(txn, def, &plan.access, plan.filter.as_ref(), ec)?;
-    write_each(
-        matches,
-        plan.filter.as_ref(),
-        ec,
-        &mut |rid, _| txn.delete(&def.name, rid),
-        &mut |old| out.add(old),
-    )
+    write_each(matches, plan.filter.as_ref(), ec, &mut |rid, old| {
+        let outcome = txn.delete(&def.name, rid)?;
+        if let WriteOutcome::Done = outcome {
+            out.add(old)?;
+        }
+        Ok(outcome)
+    })
 }
