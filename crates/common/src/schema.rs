@@ -11,6 +11,12 @@ pub struct ColumnDef {
     pub ty: DataType,
     /// NOT NULL constraint (always true for primary-key columns).
     pub not_null: bool,
+    /// `DEFAULT` expression, as SQL text: sqlparser's rendering of the expression as written,
+    /// checked to parse back to it (PostgreSQL keeps `pg_attrdef.adbin` and shows it with
+    /// `pg_get_expr`, with its implicit casts). It was bound and checked against the column's
+    /// type when the table was created, and is bound again when a statement that needs it is
+    /// planned. None: NULL.
+    pub default: Option<String>,
 }
 
 /// A table's definition as stored in the catalog.

@@ -199,6 +199,7 @@ pub(crate) fn columns() -> Vec<ColumnDef> {
         name: name.into(),
         ty,
         not_null: false,
+        default: None,
     })
     .collect()
 }

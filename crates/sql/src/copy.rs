@@ -9,6 +9,7 @@
 
 use crate::errors::undefined_table;
 use crate::exec::{check_cancel, check_not_null};
+use crate::expr::{Ctx, Expr};
 use crate::plan::CopyPlan;
 use crate::progress::{CopyProgress, Reporter};
 use crate::storage::Transaction;
@@ -22,6 +23,8 @@ pub(crate) struct CopyState {
     pub def: Arc<TableDef>,
     /// Column position of each field.
     pub targets: Vec<usize>,
+    /// The bound `DEFAULT` expressions of the other columns, by position (evaluated per row).
+    pub defaults: Vec<(usize, Expr)>,
     pub delimiter: u8,
     pub null: Vec<u8>,
     /// Unfinished last line.
@@ -48,7 +51,7 @@ impl CopyState {
     /// `autocommit`: the COPY commits when it ends.
     ///
     /// # Errors
-    /// 42P01 unknown table, 42703 unknown column.
+    /// 42P01 unknown table, 42703 unknown column; errors binding a column's `DEFAULT`.
     pub(crate) fn start(
         txn: &mut dyn Transaction,
         cp: &CopyPlan,
@@ -72,6 +75,7 @@ impl CopyState {
                 })
                 .collect::<Result<Vec<_>>>()?,
         };
+        let defaults = crate::planner::missing_defaults(&def, &targets)?;
         let progress = match progress {
             Some(p) => Some(p.copy_from(txn.table_oid(&cp.table)?.unwrap_or(0))),
             None => None,
@@ -79,6 +83,7 @@ impl CopyState {
         Ok(CopyState {
             def,
             targets,
+            defaults,
             delimiter: cp.delimiter,
             null: cp.null.as_bytes().to_vec(),
             partial: Vec::new(),
@@ -100,6 +105,7 @@ impl CopyState {
         txn: &mut dyn Transaction,
         mut data: &[u8],
         cancel: &AtomicBool,
+        ctx: &Ctx<'_>,
     ) -> Result<()> {
         if let Some(p) = &self.progress {
             p.received(data.len());
@@ -113,11 +119,11 @@ impl CopyState {
                 Some(p) => {
                     check_cancel(cancel)?;
                     if self.partial.is_empty() {
-                        self.line_done(txn, &data[..p])?;
+                        self.line_done(txn, &data[..p], ctx)?;
                     } else {
                         let mut line = std::mem::take(&mut self.partial);
                         line.extend_from_slice(&data[..p]);
-                        self.line_done(txn, &line)?;
+                        self.line_done(txn, &line, ctx)?;
                     }
                     data = &data[p + 1..];
                 }
@@ -130,15 +136,15 @@ impl CopyState {
     ///
     /// # Errors
     /// As [`CopyState::feed`].
-    pub(crate) fn finish(&mut self, txn: &mut dyn Transaction) -> Result<()> {
+    pub(crate) fn finish(&mut self, txn: &mut dyn Transaction, ctx: &Ctx<'_>) -> Result<()> {
         if !self.partial.is_empty() && !self.ended {
             let line = std::mem::take(&mut self.partial);
-            self.line_done(txn, &line)?;
+            self.line_done(txn, &line, ctx)?;
         }
         txn.finish_bulk()
     }
 
-    fn line_done(&mut self, txn: &mut dyn Transaction, line: &[u8]) -> Result<()> {
+    fn line_done(&mut self, txn: &mut dyn Transaction, line: &[u8], ctx: &Ctx<'_>) -> Result<()> {
         self.line += 1;
         let line = line.strip_suffix(b"\r").unwrap_or(line);
         if line == b"\\." {
@@ -153,11 +159,11 @@ impl CopyState {
             });
             e
         };
-        self.insert_line(txn, line)
+        self.insert_line(txn, line, ctx)
             .map_err(|e| context(e, self.line, &self.def.name))
     }
 
-    fn insert_line(&mut self, txn: &mut dyn Transaction, line: &[u8]) -> Result<()> {
+    fn insert_line(&mut self, txn: &mut dyn Transaction, line: &[u8], ctx: &Ctx<'_>) -> Result<()> {
         let def = &self.def;
         let mut row = vec![Value::Null; def.columns.len()];
         let mut fields = split_fields(line, self.delimiter);
@@ -176,6 +182,9 @@ impl CopyState {
         }
         if fields.next().is_some() {
             return Err(bad_copy("extra data after last expected column"));
+        }
+        for (i, e) in &self.defaults {
+            row[*i] = e.eval(&[], ctx)?.cast(&def.columns[*i].ty)?;
         }
         check_not_null(def, &row)?;
         txn.insert_bulk(&def.name, row)?;

@@ -147,6 +147,7 @@ fn col(name: &str, ty: DataType) -> ColumnDef {
         name: name.into(),
         ty,
         not_null: false,
+        default: None,
     }
 }
 

@@ -619,11 +619,24 @@ pub(crate) fn check_not_null(def: &TableDef, row: &[Value]) -> Result<()> {
     Ok(())
 }
 
-/// A full row from values for `targets` (assignment casts, NULL elsewhere, NOT NULL checked).
-pub(crate) fn build_row(def: &TableDef, targets: &[usize], vals: Vec<Value>) -> Result<Vec<Value>> {
+/// A full row from values for `targets` and the evaluated `defaults` (assignment casts, NULL
+/// elsewhere, NOT NULL checked).
+///
+/// # Errors
+/// Cast and evaluation errors, 23502.
+pub(crate) fn build_row(
+    def: &TableDef,
+    targets: &[usize],
+    vals: Vec<Value>,
+    defaults: &[(usize, Expr)],
+    ctx: &Ctx<'_>,
+) -> Result<Vec<Value>> {
     let mut row = vec![Value::Null; def.columns.len()];
     for (v, &i) in vals.into_iter().zip(targets) {
         row[i] = v.cast(&def.columns[i].ty)?;
+    }
+    for (i, e) in defaults {
+        row[*i] = e.eval(&[], ctx)?.cast(&def.columns[*i].ty)?;
     }
     check_not_null(def, &row)?;
     Ok(row)
@@ -649,9 +662,10 @@ pub(crate) fn run_insert(
                 for e in r {
                     vals.push(e.eval(&[], &ctx)?);
                 }
-                out.write(build_row(def, &plan.targets, vals)?, |row| {
-                    txn.insert(&def.name, row).map(|()| WriteOutcome::Done)
-                })?;
+                out.write(
+                    build_row(def, &plan.targets, vals, &plan.defaults, &ctx)?,
+                    |row| txn.insert(&def.name, row).map(|()| WriteOutcome::Done),
+                )?;
                 n += 1;
             }
         }
@@ -682,9 +696,10 @@ pub(crate) fn run_insert(
                     for e in &sel.outputs {
                         vals.push(e.eval(&row, &ctx)?);
                     }
-                    out.write(build_row(def, &plan.targets, vals)?, |row| {
-                        txn.insert_bulk(&def.name, row).map(|()| WriteOutcome::Done)
-                    })?;
+                    out.write(
+                        build_row(def, &plan.targets, vals, &plan.defaults, &ctx)?,
+                        |row| txn.insert_bulk(&def.name, row).map(|()| WriteOutcome::Done),
+                    )?;
                     n += 1;
                     Ok(ScanControl::Continue)
                 })?;
@@ -693,9 +708,10 @@ pub(crate) fn run_insert(
                 // its own rows.
                 for vals in run_select(txn, sel, ec)? {
                     ec.check_cancel()?;
-                    out.write(build_row(def, &plan.targets, vals)?, |row| {
-                        txn.insert_bulk(&def.name, row).map(|()| WriteOutcome::Done)
-                    })?;
+                    out.write(
+                        build_row(def, &plan.targets, vals, &plan.defaults, &ctx)?,
+                        |row| txn.insert_bulk(&def.name, row).map(|()| WriteOutcome::Done),
+                    )?;
                     n += 1;
                 }
             }

@@ -248,6 +248,9 @@ pub(crate) struct Returning {
 pub(crate) struct InsertPlan {
     pub table: Arc<TableDef>,
     pub targets: Vec<usize>,
+    /// The `DEFAULT` expressions of the columns not in `targets` that have one, by position;
+    /// evaluated for every row (each `nextval` or `now()` call is made per row).
+    pub defaults: Vec<(usize, Expr)>,
     pub source: InsertSource,
     pub returning: Option<Returning>,
 }

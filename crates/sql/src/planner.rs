@@ -607,10 +607,6 @@ impl Planner<'_> {
         if !explicit {
             targets = (0..def.columns.len()).collect();
         }
-        let source = ins
-            .source
-            .as_ref()
-            .ok_or_else(|| Error::unsupported("INSERT without VALUES or SELECT"))?;
         let width_check = |n: usize, targets: &mut Vec<usize>| -> Result<()> {
             if n > targets.len() {
                 return Err(Error::syntax(
@@ -627,47 +623,67 @@ impl Planner<'_> {
             }
             Ok(())
         };
-        let source = match source.body.as_ref() {
-            ast::SetExpr::Values(values)
-                if source.order_by.is_none() && source.limit_clause.is_none() =>
-            {
-                let n = values.rows.first().map(|r| r.content.len()).unwrap_or(0);
-                width_check(n, &mut targets)?;
-                let scope: Vec<ScopeCol> = Vec::new();
-                let mut b = self.binder(&scope, "VALUES");
-                let mut rows = Vec::with_capacity(values.rows.len());
-                for row in &values.rows {
-                    if row.content.len() != n {
-                        return Err(Error::syntax("VALUES lists must all be the same length"));
+        let source = match ins.source.as_deref() {
+            None if !explicit && ins.assignments.is_empty() => {
+                // DEFAULT VALUES: one row, every column its default.
+                targets.clear();
+                InsertSource::Values(vec![Vec::new()])
+            }
+            None => return Err(Error::unsupported("INSERT without VALUES or SELECT")),
+            Some(source) => match source.body.as_ref() {
+                ast::SetExpr::Values(values)
+                    if source.order_by.is_none() && source.limit_clause.is_none() =>
+                {
+                    let n = values.rows.first().map(|r| r.content.len()).unwrap_or(0);
+                    width_check(n, &mut targets)?;
+                    // The defaults of the positions where some row says DEFAULT.
+                    let mut keyword_defaults = Vec::with_capacity(n);
+                    for (k, &i) in targets.iter().enumerate() {
+                        let used = values
+                            .rows
+                            .iter()
+                            .any(|r| r.content.get(k).is_some_and(is_default_keyword));
+                        keyword_defaults.push(if used {
+                            column_default(&def.columns[i])?
+                        } else {
+                            None
+                        });
                     }
-                    let mut out = Vec::with_capacity(n);
-                    for (e, &col) in row.content.iter().zip(&targets) {
-                        let c = &def.columns[col];
-                        if let ast::Expr::Identifier(i) = e {
-                            if ident(i) == "default" && i.quote_style.is_none() {
-                                out.push(Expr::Const(Value::Null));
+                    let scope: Vec<ScopeCol> = Vec::new();
+                    let mut b = self.binder(&scope, "VALUES");
+                    let mut rows = Vec::with_capacity(values.rows.len());
+                    for row in &values.rows {
+                        if row.content.len() != n {
+                            return Err(Error::syntax("VALUES lists must all be the same length"));
+                        }
+                        let mut out = Vec::with_capacity(n);
+                        for (k, (e, &col)) in row.content.iter().zip(&targets).enumerate() {
+                            let c = &def.columns[col];
+                            if is_default_keyword(e) {
+                                let d = keyword_defaults.get(k).cloned().flatten();
+                                out.push(d.unwrap_or(Expr::Const(Value::Null)));
                                 continue;
                             }
+                            let (x, t) = b.bind(e)?;
+                            let (x, t) = b.coerce(x, t, &c.ty)?;
+                            check_assign(&t, c)?;
+                            out.push(x);
                         }
-                        let (x, t) = b.bind(e)?;
-                        let (x, t) = b.coerce(x, t, &c.ty)?;
-                        check_assign(&t, c)?;
-                        out.push(x);
+                        rows.push(out);
                     }
-                    rows.push(out);
+                    InsertSource::Values(rows)
                 }
-                InsertSource::Values(rows)
-            }
-            _ => {
-                let hints: Vec<DataType> =
-                    targets.iter().map(|&i| def.columns[i].ty.clone()).collect();
-                let sel = self.plan_query(source, Some(&hints))?;
-                width_check(sel.columns.len(), &mut targets)?;
-                for (c, &i) in sel.columns.iter().zip(&targets) {
-                    check_assign(&c.ty, &def.columns[i])?;
+                _ => {
+                    let hints: Vec<DataType> =
+                        targets.iter().map(|&i| def.columns[i].ty.clone()).collect();
+                    let sel = self.plan_query(source, Some(&hints))?;
+                    width_check(sel.columns.len(), &mut targets)?;
+                    for (c, &i) in sel.columns.iter().zip(&targets) {
+                        check_assign(&c.ty, &def.columns[i])?;
+                    }
+                    InsertSource::Select(Box::new(sel))
                 }
-                InsertSource::Select(Box::new(sel))
-            }
+            },
         };
         let returning = match &ins.returning {
             Some(items) => {
@@ -679,9 +695,11 @@ impl Planner<'_> {
             }
             None => None,
         };
+        let defaults = missing_defaults(&def, &targets)?;
         Ok(Plan::Insert(InsertPlan {
             table: def,
             targets,
+            defaults,
             source,
             returning,
         }))
@@ -797,6 +815,11 @@ impl Planner<'_> {
                     "aggregate functions are not allowed in UPDATE",
                 ));
             }
+            if is_default_keyword(&a.value) {
+                let d = column_default(&def.columns[i])?;
+                sets.push((i, d.unwrap_or(Expr::Const(Value::Null))));
+                continue;
+            }
             let (x, t) = b.bind(&a.value)?;
             let (x, t) = b.coerce(x, t, &def.columns[i].ty)?;
             check_assign(&t, &def.columns[i])?;
@@ -872,6 +895,117 @@ fn check_assign(from: &DataType, col: &ColumnDef) -> Result<()> {
     }
 }
 
+/// Binds a `DEFAULT` expression for `col` and coerces it to the column's type (PostgreSQL's
+/// `cookDefault`): no column references (0A000), aggregates (42803) or parameters (42P02), and
+/// a type that assigns to the column's (42804).
+fn bind_default(e: &ast::Expr, col: &ColumnDef) -> Result<Expr> {
+    let mut params = Vec::new();
+    let mut b = Binder {
+        cols: &[],
+        params: &mut params,
+        agg: None,
+        clause: "DEFAULT expressions",
+    };
+    if contains_agg(e) {
+        return Err(Error::user(
+            SqlState::GROUPING_ERROR,
+            "aggregate functions are not allowed in DEFAULT expressions",
+        ));
+    }
+    let (x, t) = b.bind(e).map_err(|err| {
+        // With no columns in scope, any column reference fails to resolve.
+        if err.sqlstate == SqlState::UNDEFINED_COLUMN || err.sqlstate == SqlState::UNDEFINED_TABLE {
+            Error::user(
+                SqlState::FEATURE_NOT_SUPPORTED,
+                "cannot use column reference in DEFAULT expression",
+            )
+        } else {
+            err
+        }
+    })?;
+    let (x, t) = b.coerce(x, t, &col.ty)?;
+    if !params.is_empty() {
+        return Err(Error::user(
+            SqlState::UNDEFINED_PARAMETER,
+            "there is no parameter $1",
+        ));
+    }
+    if !assignable(&t, &col.ty) {
+        return Err(mismatch(format!(
+            "column \"{}\" is of type {} but default expression is of type {}",
+            col.name,
+            col.ty.name(),
+            t.name()
+        )));
+    }
+    Ok(x)
+}
+
+/// The text a `DEFAULT` expression is kept as: sqlparser's rendering of it, which must parse
+/// back to the same expression (it does not always: `- -1` renders as `--1`, a comment).
+///
+/// # Errors
+/// 0A000 if the rendering does not parse back to `e`.
+fn default_text(e: &ast::Expr) -> Result<String> {
+    let text = e.to_string();
+    match parse_expr(&text) {
+        Some(back) if back == *e => Ok(text),
+        _ => Err(Error::unsupported(format!(
+            "this DEFAULT expression (it would be stored as {text})"
+        ))),
+    }
+}
+
+fn parse_expr(sql: &str) -> Option<ast::Expr> {
+    sqlparser::parser::Parser::new(&sqlparser::dialect::PostgreSqlDialect {})
+        .try_with_sql(sql)
+        .and_then(|mut p| {
+            let e = p.parse_expr()?;
+            p.expect_token(&sqlparser::tokenizer::Token::EOF)?;
+            Ok(e)
+        })
+        .ok()
+}
+
+/// The `DEFAULT` expression of `col`, bound (PostgreSQL's `build_column_default`); None if the
+/// column has none, so its default is NULL.
+///
+/// # Errors
+/// Corruption if the stored text no longer parses; binding errors if it no longer binds.
+pub(crate) fn column_default(col: &ColumnDef) -> Result<Option<Expr>> {
+    let Some(sql) = &col.default else {
+        return Ok(None);
+    };
+    let e = parse_expr(sql).ok_or_else(|| {
+        Error::corruption(format!(
+            "DEFAULT expression of column \"{}\" does not parse: {sql}",
+            col.name
+        ))
+    })?;
+    bind_default(&e, col).map(Some)
+}
+
+/// The bound defaults of `def`'s columns that `targets` leaves out and that have one.
+///
+/// # Errors
+/// As [`column_default`].
+pub(crate) fn missing_defaults(def: &TableDef, targets: &[usize]) -> Result<Vec<(usize, Expr)>> {
+    let mut out = Vec::new();
+    for (i, c) in def.columns.iter().enumerate() {
+        if !targets.contains(&i) {
+            if let Some(e) = column_default(c)? {
+                out.push((i, e));
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Whether `e` is the bare keyword `DEFAULT` (in a VALUES row or a SET clause).
+fn is_default_keyword(e: &ast::Expr) -> bool {
+    matches!(e, ast::Expr::Identifier(i) if i.quote_style.is_none() && ident(i) == "default")
+}
+
 fn index_columns(cols: &[ast::IndexColumn]) -> Result<Vec<String>> {
     cols.iter()
         .map(|c| match &c.column.expr {
@@ -905,6 +1039,7 @@ fn plan_create_table(ct: &ast::CreateTable) -> Result<Plan> {
             name: cname,
             ty: map_type(&c.data_type)?,
             not_null: false,
+            default: None,
         };
         for o in &c.options {
             match &o.option {
@@ -916,7 +1051,17 @@ fn plan_create_table(ct: &ast::CreateTable) -> Result<Plan> {
                     }
                     pk = Some(vec![columns.len()]);
                 }
-                ast::ColumnOption::Default(_) => return Err(Error::unsupported("column defaults")),
+                ast::ColumnOption::Default(e) => {
+                    if col.default.is_some() {
+                        return Err(Error::syntax(format!(
+                            "multiple default values specified for column \"{}\" of table \"{name}\"",
+                            col.name
+                        )));
+                    }
+                    // Checked now, as PostgreSQL's cookDefault does; stored as text.
+                    bind_default(e, &col)?;
+                    col.default = Some(default_text(e)?);
+                }
                 other => return Err(Error::unsupported(format!("column option {other}"))),
             }
         }

@@ -128,6 +128,7 @@ impl MemEngine {
             name: name.to_string(),
             ty,
             not_null: true,
+            default: None,
         };
         let columns = vec![
             col("oid", DataType::Int8),

@@ -3,13 +3,16 @@
 //!
 //! Catalog row (encode_row with these types):
 //! `name text, table_id int8, relfile int8, index_relfile int8 (0 = none), columns text,
-//! primary_key text, fillfactor int4, options text`.
+//! primary_key text, fillfactor int4, options text, defaults text`.
 //! `options` holds the storage parameters other than `fillfactor` that differ from their
 //! defaults, in the form of PostgreSQL's `reloptions` but normalised (`autovacuum_enabled=false`,
 //! where PostgreSQL keeps the value as written: `off`), comma
 //! separated; a row written before it existed has seven columns and reads as all defaults.
 //! `columns` is one line per column, `type<TAB>not_null(0|1)<TAB>name`; `primary_key` is the
-//! comma-separated column positions, empty if none.
+//! comma-separated column positions, empty if none. `defaults` holds the `DEFAULT` expression of
+//! each column that has one, as `position:length:sql` records one after another (`length` is
+//! the byte length of `sql`, which may hold any character); a row written before it existed
+//! has eight columns and reads as no defaults.
 //!
 //! [`CatalogCache`] holds the committed catalog in memory; it is rebuilt after every commit that
 //! changed the catalog. A transaction's own uncommitted DDL lives in its overlay (crate::txn).
@@ -57,6 +60,7 @@ fn catalog_types() -> Vec<DataType> {
         DataType::Text,
         DataType::Int4,
         DataType::Text,
+        DataType::Text,
     ]
 }
 
@@ -99,10 +103,39 @@ pub fn encode(info: &TableInfo) -> Vec<u8> {
         Value::Text(pk),
         Value::Int4(info.def.fillfactor as i32),
         Value::Text(reloptions(&info.def).join(",")),
+        Value::Text(encode_defaults(&info.def.columns)),
     ];
     let mut out = Vec::new();
     encode_row(&catalog_types(), &row, &mut out);
     out
+}
+
+/// The `defaults` column: `position:length:sql` for each column with a default.
+fn encode_defaults(columns: &[ColumnDef]) -> String {
+    let mut out = String::new();
+    for (i, c) in columns.iter().enumerate() {
+        if let Some(d) = &c.default {
+            out.push_str(&format!("{i}:{}:{d}", d.len()));
+        }
+    }
+    out
+}
+
+/// Parses the `defaults` column into `columns`; None if it is malformed.
+fn decode_defaults(mut s: &str, columns: &mut [ColumnDef]) -> Option<()> {
+    while !s.is_empty() {
+        let (pos, rest) = s.split_once(':')?;
+        let (len, rest) = rest.split_once(':')?;
+        let len: usize = len.parse().ok()?;
+        let sql = rest.get(..len)?;
+        let col = columns.get_mut(pos.parse::<usize>().ok()?)?;
+        if len == 0 || col.default.is_some() {
+            return None;
+        }
+        col.default = Some(sql.to_string());
+        s = &rest[len..];
+    }
+    Some(())
 }
 
 /// Decodes a catalog row.
@@ -123,7 +156,12 @@ pub fn decode(tid: Tid, bytes: &[u8]) -> Result<TableInfo> {
         let ty = DataType::from_catalog(parts.next().ok_or_else(bad)?).ok_or_else(bad)?;
         let not_null = parts.next().ok_or_else(bad)? == "1";
         let name = parts.next().ok_or_else(bad)?.to_string();
-        columns.push(ColumnDef { name, ty, not_null });
+        columns.push(ColumnDef {
+            name,
+            ty,
+            not_null,
+            default: None,
+        });
     }
     let pk_text = text(5)?;
     let primary_key = if pk_text.is_empty() {
@@ -141,6 +179,9 @@ pub fn decode(tid: Tid, bytes: &[u8]) -> Result<TableInfo> {
         .is_some_and(|k| k.iter().any(|&i| i >= columns.len()))
     {
         return Err(bad());
+    }
+    if let Value::Text(d) = &v[8] {
+        decode_defaults(d, &mut columns).ok_or_else(bad)?;
     }
     let index = int(3)?;
     let mut autovacuum_enabled = true;
@@ -263,6 +304,7 @@ mod tests {
                     name: "a".into(),
                     ty: DataType::Int4,
                     not_null: true,
+                    default: None,
                 }],
                 primary_key: Some(vec![0]),
                 fillfactor: 90,
@@ -286,7 +328,7 @@ mod tests {
         }
         // Seven columns, as written before `options` existed.
         let mut types = catalog_types();
-        types.pop();
+        types.truncate(7);
         let old = vec![
             Value::Text("t".into()),
             Value::Int8(16384),
@@ -304,7 +346,44 @@ mod tests {
         let mut odd = old.clone();
         odd.push(Value::Text("autovacuum_enabled=maybe".into()));
         let mut bytes = Vec::new();
-        encode_row(&catalog_types(), &odd, &mut bytes);
+        encode_row(&catalog_types()[..8], &odd, &mut bytes);
         assert!(decode(Tid::INVALID, &bytes).is_err());
+    }
+
+    #[test]
+    fn defaults_round_trip_whatever_their_text_holds_and_a_bad_record_is_corruption() {
+        let mut t = info(true);
+        let mut def = (*t.def).clone();
+        def.columns.push(ColumnDef {
+            name: "b".into(),
+            ty: DataType::Text,
+            not_null: false,
+            default: Some("'a:1:\nb' || 'é'".into()),
+        });
+        def.columns.push(ColumnDef {
+            name: "c".into(),
+            ty: DataType::Int4,
+            not_null: false,
+            default: None,
+        });
+        def.columns[0].default = Some("(1 + 2)".into());
+        t.def = Arc::new(def.clone());
+        let back = decode(Tid::INVALID, &encode(&t)).unwrap();
+        assert_eq!(*back.def, def);
+        // Eight columns, as written before `defaults` existed: no defaults.
+        let row = decode_row(&catalog_types(), &encode(&info(true))).unwrap();
+        let mut bytes = Vec::new();
+        encode_row(&catalog_types()[..8], &row[..8], &mut bytes);
+        assert_eq!(
+            decode(Tid::INVALID, &bytes).unwrap().def.columns[0].default,
+            None
+        );
+        for bad in ["0:9:1", "1:1:1", "x:1:1", "0:1", "0:0:", "0:1:10:1:2"] {
+            let mut row = row.clone();
+            row[8] = Value::Text(bad.into());
+            let mut bytes = Vec::new();
+            encode_row(&catalog_types(), &row, &mut bytes);
+            assert!(decode(Tid::INVALID, &bytes).is_err(), "{bad}");
+        }
     }
 }

@@ -155,11 +155,13 @@ fn scan_reads_on(
                 name: "id".into(),
                 ty: DataType::Int4,
                 not_null: true,
+                default: None,
             },
             ColumnDef {
                 name: "v".into(),
                 ty: DataType::Text,
                 not_null: true,
+                default: None,
             },
         ],
         primary_key: Some(vec![0]),

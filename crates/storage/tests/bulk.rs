@@ -59,11 +59,13 @@ fn table() -> TableDef {
                 name: "k".into(),
                 ty: DataType::Int4,
                 not_null: true,
+                default: None,
             },
             ColumnDef {
                 name: "v".into(),
                 ty: DataType::Text,
                 not_null: false,
+                default: None,
             },
         ],
         primary_key: None,

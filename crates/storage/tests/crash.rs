@@ -138,6 +138,7 @@ fn col(name: &str, ty: DataType) -> ColumnDef {
         name: name.into(),
         ty,
         not_null: true,
+        default: None,
     }
 }
 

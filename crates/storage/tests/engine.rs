@@ -41,16 +41,19 @@ fn accounts() -> TableDef {
                 name: "aid".into(),
                 ty: DataType::Int4,
                 not_null: true,
+                default: None,
             },
             ColumnDef {
                 name: "abalance".into(),
                 ty: DataType::Int4,
                 not_null: false,
+                default: None,
             },
             ColumnDef {
                 name: "filler".into(),
                 ty: DataType::Char(84),
                 not_null: false,
+                default: None,
             },
         ],
         primary_key: Some(vec![0]),
@@ -547,9 +550,9 @@ proptest! {
         t.create_table(TableDef {
             name: "kv".into(),
             columns: vec![
-                ColumnDef { name: "k".into(), ty: DataType::Int4, not_null: true },
-                ColumnDef { name: "v".into(), ty: DataType::Int4, not_null: false },
-                ColumnDef { name: "pad".into(), ty: DataType::Text, not_null: false },
+                ColumnDef { name: "k".into(), ty: DataType::Int4, not_null: true, default: None },
+                ColumnDef { name: "v".into(), ty: DataType::Int4, not_null: false, default: None },
+                ColumnDef { name: "pad".into(), ty: DataType::Text, not_null: false, default: None },
             ],
             primary_key: Some(vec![0]),
             fillfactor: 100,

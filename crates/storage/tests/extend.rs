@@ -290,11 +290,13 @@ fn a_bulk_load_extends_its_relation_once_per_batch() {
                     name: "id".into(),
                     ty: DataType::Int4,
                     not_null: true,
+                    default: None,
                 },
                 ColumnDef {
                     name: "v".into(),
                     ty: DataType::Text,
                     not_null: true,
+                    default: None,
                 },
             ],
             primary_key: None,

@@ -58,11 +58,13 @@ fn table(name: &str) -> TableDef {
                 name: "k".into(),
                 ty: DataType::Int4,
                 not_null: true,
+                default: None,
             },
             ColumnDef {
                 name: "v".into(),
                 ty: DataType::Text,
                 not_null: false,
+                default: None,
             },
         ],
         primary_key: Some(vec![0]),

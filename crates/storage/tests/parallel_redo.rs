@@ -55,6 +55,7 @@ fn table(name: &str) -> TableDef {
         name: name.into(),
         ty: DataType::Text,
         not_null: true,
+        default: None,
     };
     TableDef {
         name: name.into(),

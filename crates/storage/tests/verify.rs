@@ -35,11 +35,13 @@ fn database(rows: i32) -> (FaultVfs, PathBuf, PathBuf) {
                 name: "k".into(),
                 ty: DataType::Text,
                 not_null: true,
+                default: None,
             },
             ColumnDef {
                 name: "v".into(),
                 ty: DataType::Int4,
                 not_null: false,
+                default: None,
             },
         ],
         primary_key: Some(vec![0]),

@@ -32,6 +32,7 @@ pub use plan_cache::Prepared;
 use crate::copy::CopyState;
 use crate::env::Env;
 use crate::exec::{self, ExecCtx};
+use crate::expr::Ctx;
 use crate::literals;
 use crate::plan::{CopyPlan, Plan};
 use crate::planner::Planner;
@@ -143,6 +144,7 @@ impl Env for SessionEnv<'_> {
                     name: n.to_string(),
                     ty: ty.clone(),
                     not_null: false,
+                    default: None,
                 })
                 .collect();
             let rows = self
@@ -499,10 +501,22 @@ impl Session {
     /// # Errors
     /// 22P04 malformed lines, conversion errors, constraint violations.
     pub fn copy_data(&mut self, data: &[u8]) -> Result<()> {
+        let engine = self.engine.clone();
+        let env = SessionEnv {
+            engine: &*engine,
+            gucs: &self.gucs,
+            pid: self.pid,
+            progress: self.progress.as_ref(),
+        };
+        let ctx = Ctx {
+            params: &[],
+            now: self.blk.start(),
+            env: &env,
+        };
         let (Some(state), Some(txn)) = (self.copy.as_mut(), self.blk.txn()) else {
             return Ok(());
         };
-        if let Err(e) = state.feed(txn, data, &self.cancel) {
+        if let Err(e) = state.feed(txn, data, &self.cancel, &ctx) {
             let autocommit = state.autocommit;
             self.copy = None;
             let r = self.finish_statement(Err(e), autocommit).map(|_| ());
@@ -519,14 +533,27 @@ impl Session {
     /// As for [`Session::copy_data`] (for a last line without newline); 08P01 if no COPY is in
     /// progress.
     pub fn copy_done(&mut self) -> Result<Output> {
+        let now = self.blk.start();
         let (Some(mut state), Some(txn)) = (self.copy.take(), self.blk.txn()) else {
             return Err(Error::user(
                 SqlState::PROTOCOL_VIOLATION,
                 "COPY is not in progress",
             ));
         };
+        let engine = self.engine.clone();
+        let env = SessionEnv {
+            engine: &*engine,
+            gucs: &self.gucs,
+            pid: self.pid,
+            progress: self.progress.as_ref(),
+        };
+        let ctx = Ctx {
+            params: &[],
+            now,
+            env: &env,
+        };
         let r = state
-            .finish(txn)
+            .finish(txn, &ctx)
             .map(|_| command(format!("COPY {}", state.rows)));
         txn.end_statement();
         let r = self.finish_statement(r, state.autocommit);

@@ -12,11 +12,13 @@ fn system_views() {
                 name: "wal_records".into(),
                 ty: DataType::Int8,
                 not_null: true,
+                default: None,
             },
             ColumnDef {
                 name: "wal_bytes".into(),
                 ty: DataType::Int8,
                 not_null: true,
+                default: None,
             },
         ],
         vec![vec![Value::Int8(10), Value::Int8(2048)]],
