@@ -212,6 +212,7 @@ impl Engine for StorageEngine {
             } else {
                 st.autovacuum.settings().freeze_min_age
             },
+            ring: st.autovacuum.settings().buffer_usage_limit,
             ..Default::default()
         };
         for info in &infos {

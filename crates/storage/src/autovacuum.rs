@@ -85,6 +85,8 @@ pub struct AutovacuumSettings {
     pub log_min_duration: Option<Duration>,
     /// `vacuum_freeze_min_age`, xids, at most half of `autovacuum_freeze_max_age`.
     pub freeze_min_age: u64,
+    /// `vacuum_buffer_usage_limit`, in 8 kB frames: the ring a VACUUM's misses use (0: none).
+    pub buffer_usage_limit: usize,
     /// `autovacuum_freeze_max_age`, xids.
     pub freeze_max_age: u64,
 }
@@ -123,6 +125,8 @@ impl AutovacuumSettings {
             freeze_min_age: (s.int(&guc::VACUUM_FREEZE_MIN_AGE).max(0) as u64)
                 .min(s.int(&guc::AUTOVACUUM_FREEZE_MAX_AGE).max(0) as u64 / 2),
             freeze_max_age: s.int(&guc::AUTOVACUUM_FREEZE_MAX_AGE).max(0) as u64,
+            buffer_usage_limit: (s.int(&guc::VACUUM_BUFFER_USAGE_LIMIT).max(0) as usize)
+                / (walnut_common::BLCKSZ / 1024),
         }
     }
 }
@@ -433,6 +437,7 @@ fn vacuum_one(st: &Arc<Storage>, info: &TableInfo) -> Result<()> {
             auto: true,
             skip_locked: true,
             freeze_min_age: st.autovacuum.settings().freeze_min_age,
+            ring: st.autovacuum.settings().buffer_usage_limit,
         },
         &mut || delay_point(st, &mut pressure),
     );

@@ -117,6 +117,42 @@ pub struct BufferPool {
     prefetch_claimed: AtomicUsize,
 }
 
+/// A ring of frames for one thread's misses ([`BufferPool::use_ring`]).
+struct Ring {
+    /// The pool it belongs to (its address): its frame numbers mean nothing in another.
+    pool: usize,
+    /// Frame numbers, filled as the ring is first used; a slot's frame may have been taken by
+    /// anyone since, which is checked before it is reused.
+    frames: Vec<Option<usize>>,
+    /// The next slot to use.
+    next: usize,
+}
+
+thread_local! {
+    /// This thread's ring, while a bulk operation runs ([`BufferPool::use_ring`]).
+    static RING: std::cell::RefCell<Option<Ring>> = const { std::cell::RefCell::new(None) };
+    /// The address of the pool `RING` belongs to, 0 for none: one cheap load on a hit's path.
+    static RING_POOL: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+/// Installs a ring for the thread's misses in one pool; dropping it puts back the ring (or
+/// none) that was there before. It borrows the pool and stays on its thread.
+#[must_use = "the ring is used only while the guard lives"]
+pub struct RingGuard<'a> {
+    previous: Option<Ring>,
+    previous_pool: usize,
+    /// Borrows the pool, and is neither `Send` nor `Sync`.
+    _pool: std::marker::PhantomData<(&'a BufferPool, *const ())>,
+}
+
+impl Drop for RingGuard<'_> {
+    fn drop(&mut self) {
+        let previous = self.previous.take();
+        RING.with(|r| *r.borrow_mut() = previous);
+        RING_POOL.set(self.previous_pool);
+    }
+}
+
 /// A pinned page. Unpins on drop.
 pub struct Pinned<'a> {
     pool: &'a BufferPool,
@@ -310,7 +346,13 @@ impl BufferPool {
                     drop(map);
                     self.smgr.stats.add_hit();
                     crate::vacuum::charge_hit();
-                    if f.usage.load(Ordering::Relaxed) < USAGE_MAX {
+                    // A thread with a ring raises a count only from 0 (PostgreSQL's
+                    // `PinBuffer` with a strategy): its one pass makes no page hot, and a
+                    // page it meets twice stays reusable by its ring.
+                    let usage = f.usage.load(Ordering::Relaxed);
+                    if usage < USAGE_MAX
+                        && (usage == 0 || RING_POOL.get() != self as *const BufferPool as usize)
+                    {
                         f.usage.fetch_add(1, Ordering::Relaxed);
                     }
                     let pinned = Pinned {
@@ -329,7 +371,7 @@ impl BufferPool {
                     return Ok(pinned);
                 }
             }
-            let v = self.find_victim()?;
+            let v = self.victim()?;
             self.smgr
                 .stats
                 .buffers_alloc
@@ -488,6 +530,44 @@ impl BufferPool {
         Some(io)
     }
 
+    /// A frame for a miss of this thread: from its ring if a bulk operation of this pool
+    /// installed one ([`BufferPool::use_ring`]), else by clock sweep.
+    fn victim(&self) -> Result<usize> {
+        let me = self as *const BufferPool as usize;
+        let ring = RING.with(|r| r.borrow_mut().take());
+        match ring {
+            Some(mut ring) if ring.pool == me => {
+                let v = self.ring_victim(&mut ring);
+                RING.with(|r| *r.borrow_mut() = Some(ring));
+                v
+            }
+            other => {
+                RING.with(|r| *r.borrow_mut() = other);
+                self.find_victim()
+            }
+        }
+    }
+
+    /// The ring's next frame, if nobody else has pinned or used it since this thread did
+    /// (unpinned, usage count at most 1: PostgreSQL's `GetBufferFromRing`); else a frame by
+    /// clock sweep, which takes that slot of the ring (`AddBufferToRing`). A dirty ring frame
+    /// is written out first (obeying the WAL rule), by this thread.
+    fn ring_victim(&self, ring: &mut Ring) -> Result<usize> {
+        let slot = ring.next;
+        ring.next = (ring.next + 1) % ring.frames.len();
+        if let Some(i) = ring.frames[slot].filter(|&i| i < self.frames.len()) {
+            let f = &self.frames[i];
+            if f.pins.load(Ordering::Acquire) == 0 && f.usage.load(Ordering::Relaxed) <= 1 {
+                if let Some(v) = self.claim(i)? {
+                    return Ok(v);
+                }
+            }
+        }
+        let v = self.find_victim()?;
+        ring.frames[slot] = Some(v);
+        Ok(v)
+    }
+
     /// Finds a frame by clock sweep, writes it out if dirty, unmaps it, and returns it pinned
     /// once (pins == 1) and unmapped.
     fn find_victim(&self) -> Result<usize> {
@@ -502,56 +582,89 @@ impl BufferPool {
                 f.usage.fetch_sub(1, Ordering::Relaxed);
                 continue;
             }
-            let Some(tag) = BufTag::unpack(f.tag.load(Ordering::Acquire)) else {
-                if f.pins
-                    .compare_exchange(0, 1, Ordering::AcqRel, Ordering::Relaxed)
-                    .is_ok()
-                {
-                    if f.tag.load(Ordering::Acquire) == NO_TAG {
-                        return Ok(i);
-                    }
-                    f.pins.fetch_sub(1, Ordering::AcqRel);
-                }
-                continue;
-            };
-            {
-                let map = self.shard(tag).lock();
-                if map.get(&tag) != Some(&i)
-                    || f.pins
-                        .compare_exchange(0, 1, Ordering::AcqRel, Ordering::Relaxed)
-                        .is_err()
-                {
-                    continue;
-                }
+            if let Some(v) = self.claim(i)? {
+                return Ok(v);
             }
-            if f.dirty.load(Ordering::Acquire) {
-                match self.write_frame(i, tag) {
-                    Ok(true) => writeback::backend_wrote(&self.smgr, tag),
-                    Ok(false) => {}
-                    Err(e) => {
-                        f.pins.fetch_sub(1, Ordering::AcqRel);
-                        return Err(e);
-                    }
-                }
-            }
-            let mut map = self.shard(tag).lock();
-            if f.dirty.load(Ordering::Acquire) || f.pins.load(Ordering::Acquire) != 1 {
-                drop(map);
-                f.pins.fetch_sub(1, Ordering::AcqRel);
-                continue;
-            }
-            map.remove(&tag);
-            f.tag.store(NO_TAG, Ordering::Release);
-            f.valid.store(false, Ordering::Release);
-            drop(map);
-            self.smgr.stats.add(IoOp::Eviction, 1, 0);
-            return Ok(i);
         }
         Err(Error::new(
             ErrorKind::Resource,
             SqlState::CONFIGURATION_LIMIT_EXCEEDED,
             "no unpinned buffers available",
         ))
+    }
+
+    /// Claims unpinned frame `i` as a victim: pins it (0 -> 1 under its shard's lock), writes
+    /// it out if dirty, and unmaps it. `None` if it was pinned, remapped or dirtied meanwhile.
+    ///
+    /// # Errors
+    /// The write-out's (the frame is left as it was).
+    fn claim(&self, i: usize) -> Result<Option<usize>> {
+        let f = &self.frames[i];
+        let Some(tag) = BufTag::unpack(f.tag.load(Ordering::Acquire)) else {
+            if f.pins
+                .compare_exchange(0, 1, Ordering::AcqRel, Ordering::Relaxed)
+                .is_ok()
+            {
+                if f.tag.load(Ordering::Acquire) == NO_TAG {
+                    return Ok(Some(i));
+                }
+                f.pins.fetch_sub(1, Ordering::AcqRel);
+            }
+            return Ok(None);
+        };
+        {
+            let map = self.shard(tag).lock();
+            if map.get(&tag) != Some(&i)
+                || f.pins
+                    .compare_exchange(0, 1, Ordering::AcqRel, Ordering::Relaxed)
+                    .is_err()
+            {
+                return Ok(None);
+            }
+        }
+        if f.dirty.load(Ordering::Acquire) {
+            match self.write_frame(i, tag) {
+                Ok(true) => writeback::backend_wrote(&self.smgr, tag),
+                Ok(false) => {}
+                Err(e) => {
+                    f.pins.fetch_sub(1, Ordering::AcqRel);
+                    return Err(e);
+                }
+            }
+        }
+        let mut map = self.shard(tag).lock();
+        if f.dirty.load(Ordering::Acquire) || f.pins.load(Ordering::Acquire) != 1 {
+            drop(map);
+            f.pins.fetch_sub(1, Ordering::AcqRel);
+            return Ok(None);
+        }
+        map.remove(&tag);
+        f.tag.store(NO_TAG, Ordering::Release);
+        f.valid.store(false, Ordering::Release);
+        drop(map);
+        self.smgr.stats.add(IoOp::Eviction, 1, 0);
+        Ok(Some(i))
+    }
+
+    /// Makes this thread's misses in this pool take their frames from a ring of `frames`
+    /// frames (at least 16, at most an eighth of the pool) until the guard is dropped, so that
+    /// one pass of a bulk operation over a large relation reuses a few frames instead of
+    /// pushing every other page out of the pool. Pages already in the pool are used where
+    /// they are. This is PostgreSQL's buffer access strategy (`freelist.c`,
+    /// `GetAccessStrategyWithSize`), which VACUUM uses with `vacuum_buffer_usage_limit`.
+    pub fn use_ring(&self, frames: usize) -> RingGuard<'_> {
+        let me = self as *const BufferPool as usize;
+        let n = frames.max(16).min((self.frames.len() / 8).max(1));
+        let ring = Ring {
+            pool: me,
+            frames: vec![None; n],
+            next: 0,
+        };
+        RingGuard {
+            previous: RING.with(|r| r.borrow_mut().replace(ring)),
+            previous_pool: RING_POOL.replace(me),
+            _pool: std::marker::PhantomData,
+        }
     }
 
     /// Writes frame `i` (pinned by the caller) out, obeying the WAL rule. One write-out of a

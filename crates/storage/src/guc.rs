@@ -283,6 +283,7 @@ pub static GUCS: &[&GucDef] = &[
     &VACUUM_COST_PAGE_MISS,
     &VACUUM_COST_PAGE_DIRTY,
     &LOG_AUTOVACUUM_MIN_DURATION,
+    &VACUUM_BUFFER_USAGE_LIMIT,
     &VACUUM_FREEZE_MIN_AGE,
     &AUTOVACUUM_FREEZE_MAX_AGE,
 ];
@@ -872,3 +873,33 @@ pub static LOG_AUTOVACUUM_MIN_DURATION: GucDef = GucDef {
         "Sets the minimum execution time above which vacuum actions by autovacuum will be logged.",
     check: None,
 };
+
+/// `vacuum_buffer_usage_limit`, kB: the ring of buffer-pool frames a VACUUM (or autovacuum)
+/// reads its misses into, so that it does not push the rest of the pool out
+/// ([`crate::bufpool::BufferPool::use_ring`]); 0 uses the whole pool, as without a ring.
+/// PostgreSQL 17's default and range (0, or 128 kB to 16 GB; at most an eighth of
+/// `shared_buffers` is used). walnut reads it server-wide (PostgreSQL lets each session set it).
+pub static VACUUM_BUFFER_USAGE_LIMIT: GucDef = GucDef {
+    name: "vacuum_buffer_usage_limit",
+    kind: int(0, 16 * 1024 * 1024, Unit::Kb),
+    default: "2MB",
+    context: Context::Sighup,
+    category: "Resource Usage / Memory",
+    description: "Sets the buffer pool size for VACUUM, ANALYZE, and autovacuum.",
+    check: Some(check_vacuum_buffer_usage_limit),
+};
+
+fn check_vacuum_buffer_usage_limit(v: Val) -> Result<Val> {
+    if let Val::Int(n) = v {
+        if n != 0 && n < 128 {
+            return Err(Error::user(
+                SqlState::INVALID_PARAMETER_VALUE,
+                format!("invalid value for parameter \"vacuum_buffer_usage_limit\": {n}"),
+            )
+            .with_detail(
+                "\"vacuum_buffer_usage_limit\" must be 0 or between 128 kB and 16777216 kB.",
+            ));
+        }
+    }
+    Ok(v)
+}

@@ -107,6 +107,9 @@ pub struct VacuumParams {
     /// Xids at least this much older than the oldest running one are frozen
     /// (`vacuum_freeze_min_age`; 0 for `VACUUM FREEZE`).
     pub freeze_min_age: u64,
+    /// Frames of the ring its misses are read into (`vacuum_buffer_usage_limit`; 0: none, the
+    /// whole pool).
+    pub ring: usize,
 }
 
 impl Default for VacuumParams {
@@ -115,6 +118,7 @@ impl Default for VacuumParams {
             auto: false,
             skip_locked: false,
             freeze_min_age: DEFAULT_FREEZE_MIN_AGE,
+            ring: 2 * 1024 * 1024 / walnut_common::BLCKSZ,
         }
     }
 }
@@ -293,6 +297,8 @@ pub fn vacuum_table_with(
         Ok(())
     };
     let started = std::time::Instant::now();
+    // Misses go to a ring, so one pass over a large table leaves the pool's other pages be.
+    let _ring = (params.ring > 0).then(|| st.pool.use_ring(params.ring));
     // Every xid below the oldest running one has ended; a version written after its page was
     // scanned names a running xid or a later one.
     let running = st.xact.oldest_running();
