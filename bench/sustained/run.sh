@@ -27,7 +27,9 @@
 # pgbench_history beside the total.
 #
 # Writes to OUT (default bench/sustained/results/DATE-TIME): samples.tsv (server, second, data MB,
-# pg_xact kB, tps over the interval ending there), relations.tsv, summary.tsv, table.md,
+# pg_xact kB, tps over the interval ending there), steal.tsv (server, second, the share of CPU
+# time the hypervisor took from this machine over the interval, from /proc/stat: a tps fall
+# that comes with a rise in steal is the machine's, not the server's), relations.tsv, summary.tsv, table.md,
 # chart.svg (if cargo can build bench/sustained/chart), SERVER.pgbench.txt, SERVER.init.txt,
 # server logs. --add DIR writes into the OUT of an earlier run instead, keeping its other
 # server's series (e.g. --only walnut --add DIR after a --only pg run, or to run walnut again
@@ -58,10 +60,11 @@ out=${out:-$here/results/$(date +%Y%m%d-%H%M%S)}
 mkdir -p "$out"; out=$(cd "$out" && pwd)
 work=$(mktemp -d /var/tmp/walnut-sustained.XXXXXX); chmod 755 "$work"   # pgref must reach pg/
 pport=5470; wport=5471
-pg_up=""; wpid=""; sampler=""
+pg_up=""; wpid=""; sampler=""; stealer=""
 
 cleanup() {
   if [ -n "$sampler" ]; then kill "$sampler" 2>/dev/null || true; fi
+  if [ -n "$stealer" ]; then kill "$stealer" 2>/dev/null || true; fi
   if [ -n "$wpid" ]; then kill -TERM "$wpid" 2>/dev/null || true; wait "$wpid" 2>/dev/null || true; fi
   if [ -n "$pg_up" ]; then "$shared/bench/postgres18.sh" stop "$work/pg" >/dev/null 2>&1 || true; fi
   if [ -f "$work/pg/server.log" ]; then cp "$work/pg/server.log" "$out/pg18.server.log"; fi
@@ -82,10 +85,14 @@ relations() {
     >>"$out/relations.tsv"
 }
 kb() { du -sk "$1" 2>/dev/null | awk '{print $1}'; }
+# cpu_ticks: "steal total" from /proc/stat's cpu line (all CPUs, in clock ticks; guest time is
+# already in user time, so the total stops at steal).
+cpu_ticks() { awk '/^cpu / { t = 0; for (i = 2; i <= 9; i++) t += $i; print $9, t; exit }' /proc/stat; }
 
 if [ -n "$add" ] && [ -f "$out/summary.tsv" ]; then
   # Keep the earlier run's rows, less those of the servers about to run again.
-  for f in samples relations summary; do
+  for f in samples relations summary steal; do
+    [ -f "$out/$f.tsv" ] || continue
     awk -F'\t' -v only="$only" 'NR == 1 || !(only == "both" || (only == "pg" ? $1 == "pg18" : $1 == "walnut"))' \
       "$out/$f.tsv" >"$out/$f.tsv.new" && mv "$out/$f.tsv.new" "$out/$f.tsv"
   done
@@ -94,6 +101,8 @@ else
   printf 'server\twhen\trelation\tmb\n' >"$out/relations.tsv"
   printf 'server\tload_mb\tend_mb\tmax_mb\tlast_window_growth_pct\ttransactions\tgrowth_mb_per_million\ttps_first\ttps_last\tend_xact_kb\tmean_tps\n' >"$out/summary.tsv"
 fi
+
+[ -f "$out/steal.tsv" ] || printf 'server\tsecond\tsteal_pct\n' >"$out/steal.tsv"
 
 run_one() { # SERVER PORT DATADIR
   local server=$1 port=$2 dir=$3 t0 i
@@ -107,9 +116,18 @@ run_one() { # SERVER PORT DATADIR
       printf '%s\t%d\t%s\t%s\n' "$server" $(( $(date +%s) - t0 )) "$(mb "$dir/base")" "$(kb "$dir/pg_xact")"
     done ) >>"$work/sizes.$server" &
   sampler=$!
+  ( read -r s0 t0c < <(cpu_ticks)
+    while sleep "$sample"; do
+      read -r s1 t1c < <(cpu_ticks)
+      awk -v srv="$server" -v t=$(( $(date +%s) - t0 )) -v ds=$((s1 - s0)) -v dt=$((t1c - t0c)) \
+        'BEGIN { printf "%s\t%d\t%.1f\n", srv, t, (dt > 0 ? 100 * ds / dt : 0) }'
+      s0=$s1; t0c=$t1c
+    done ) >>"$out/steal.tsv" &
+  stealer=$!
   "$PGBENCH" -h 127.0.0.1 -p "$port" -U postgres -M prepared -c "$clients" -j "$threads" \
     -T "$seconds" -P "$sample" postgres >"$out/$server.pgbench.txt" 2>&1 || true
   kill "$sampler" 2>/dev/null || true; wait "$sampler" 2>/dev/null || true; sampler=""
+  kill "$stealer" 2>/dev/null || true; wait "$stealer" 2>/dev/null || true; stealer=""
   printf '%s\t%d\t%s\t%s\n' "$server" "$seconds" "$(mb "$dir/base")" "$(kb "$dir/pg_xact")" >>"$work/sizes.$server"
   relations "$server" "$port" end
   # tps per interval from pgbench's progress lines, matched to the nearest size sample.
@@ -189,6 +207,21 @@ awk -F'\t' '
       (tot[s, "load"] > 0 ? tot[s, "end"] / tot[s, "load"] : 0),
       (tx[s] > 0 ? (tot[s, "end"] - tot[s, "load"]) / (tx[s] / 1e6) : 0), v[s, "end", "pgbench_history"]
   }' "$out/summary.tsv" "$out/relations.tsv" >>"$out/table.md"
+# CPU steal over the same first and last windows as tps.
+awk -F'\t' -v n="$seconds" -v sample="$sample" '
+  FNR == 1 { next }
+  { edge = (n >= 1800 ? 300 : n / 6); if (edge < sample) edge = sample
+    if ($2 <= edge) { f[$1] += $3; fn[$1]++ } if ($2 > n - edge) { l[$1] += $3; ln[$1]++ }
+    if (!($1 in seen)) { seen[$1] = 1; order[++k] = $1 } }
+  END {
+    if (k == 0) exit
+    print ""
+    print "CPU steal (time the hypervisor took from this machine), mean over the same windows:"
+    print ""
+    for (i = 1; i <= k; i++) { s = order[i]
+      printf "- %s: first window %s, last window %s\n", s, (fn[s] ? sprintf("%.1f %%", f[s] / fn[s]) : "no sample"),
+        (ln[s] ? sprintf("%.1f %%", l[s] / ln[s]) : "no sample") }
+  }' "$out/steal.tsv" >>"$out/table.md"
 
 if command -v cargo >/dev/null && cargo build -q --release --manifest-path "$here/chart/Cargo.toml" 2>"$out/chart.build.txt"; then
   "$here/chart/target/release/sustained-chart" "$out" "pgbench tpcb-like, -c $clients, scale $scale, defaults: data size and tps" || true
