@@ -118,9 +118,8 @@ pub struct BufferPool {
 }
 
 /// A ring of frames for one thread's misses ([`BufferPool::use_ring`]).
+/// The pool it belongs to is in `RING_POOL`: its frame numbers mean nothing in another.
 struct Ring {
-    /// The pool it belongs to (its address): its frame numbers mean nothing in another.
-    pool: usize,
     /// Frame numbers, filled as the ring is first used; a slot's frame may have been taken by
     /// anyone since, which is checked before it is reused.
     frames: Vec<Option<usize>>,
@@ -533,18 +532,17 @@ impl BufferPool {
     /// A frame for a miss of this thread: from its ring if a bulk operation of this pool
     /// installed one ([`BufferPool::use_ring`]), else by clock sweep.
     fn victim(&self) -> Result<usize> {
-        let me = self as *const BufferPool as usize;
+        if RING_POOL.get() != self as *const BufferPool as usize {
+            return self.find_victim();
+        }
         let ring = RING.with(|r| r.borrow_mut().take());
         match ring {
-            Some(mut ring) if ring.pool == me => {
+            Some(mut ring) => {
                 let v = self.ring_victim(&mut ring);
                 RING.with(|r| *r.borrow_mut() = Some(ring));
                 v
             }
-            other => {
-                RING.with(|r| *r.borrow_mut() = other);
-                self.find_victim()
-            }
+            None => self.find_victim(),
         }
     }
 
@@ -656,7 +654,6 @@ impl BufferPool {
         let me = self as *const BufferPool as usize;
         let n = frames.max(16).min((self.frames.len() / 8).max(1));
         let ring = Ring {
-            pool: me,
             frames: vec![None; n],
             next: 0,
         };

@@ -135,6 +135,20 @@ struct SessionEnv<'a> {
     progress: Option<&'a Reporter>,
 }
 
+/// The [`SessionEnv`] of session `$s` over `$engine` (a clone of its `Arc<dyn Engine>`). A
+/// macro, not a method, so that it borrows only the fields it names and the session's
+/// transaction and COPY state can be borrowed mutably beside it.
+macro_rules! session_env {
+    ($s:ident, $engine:ident) => {
+        SessionEnv {
+            engine: &*$engine,
+            gucs: &$s.gucs,
+            pid: $s.pid,
+            progress: $s.progress.as_ref(),
+        }
+    };
+}
+
 impl Env for SessionEnv<'_> {
     fn view(&self, name: &str) -> Option<(Vec<ColumnDef>, Vec<Vec<Value>>)> {
         if name == "pg_settings" {
@@ -446,12 +460,7 @@ impl Session {
         params: Vec<Option<DataType>>,
     ) -> Result<(Plan, Vec<Option<DataType>>)> {
         let engine = self.engine.clone();
-        let env = SessionEnv {
-            engine: &*engine,
-            gucs: &self.gucs,
-            pid: self.pid,
-            progress: self.progress.as_ref(),
-        };
+        let env = session_env!(self, engine);
         let mut temp;
         let txn: &mut dyn Transaction = match self.blk.txn() {
             Some(t) => t,
@@ -502,12 +511,7 @@ impl Session {
     /// 22P04 malformed lines, conversion errors, constraint violations.
     pub fn copy_data(&mut self, data: &[u8]) -> Result<()> {
         let engine = self.engine.clone();
-        let env = SessionEnv {
-            engine: &*engine,
-            gucs: &self.gucs,
-            pid: self.pid,
-            progress: self.progress.as_ref(),
-        };
+        let env = session_env!(self, engine);
         let ctx = Ctx {
             params: &[],
             now: self.blk.start(),
@@ -541,12 +545,7 @@ impl Session {
             ));
         };
         let engine = self.engine.clone();
-        let env = SessionEnv {
-            engine: &*engine,
-            gucs: &self.gucs,
-            pid: self.pid,
-            progress: self.progress.as_ref(),
-        };
+        let env = session_env!(self, engine);
         let ctx = Ctx {
             params: &[],
             now,
@@ -899,12 +898,7 @@ impl Session {
         params: &[Value],
     ) -> Result<Output> {
         let engine = self.engine.clone();
-        let env = SessionEnv {
-            engine: &*engine,
-            gucs: &self.gucs,
-            pid: self.pid,
-            progress: self.progress.as_ref(),
-        };
+        let env = session_env!(self, engine);
         let planned;
         let plan: &Plan = match work {
             Work::Ast(stmt) => {
