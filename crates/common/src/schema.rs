@@ -33,6 +33,19 @@ pub struct TableDef {
     /// `autovacuum_enabled` storage parameter: false keeps autovacuum from vacuuming the table
     /// for its dead rows (a VACUUM to freeze its old xids still runs, as in PostgreSQL).
     pub autovacuum_enabled: bool,
+    /// CHECK constraints, sorted by name (the order PostgreSQL checks them in).
+    pub checks: Vec<CheckDef>,
+}
+
+/// A CHECK constraint (PostgreSQL's `pg_constraint` row with `contype = 'c'`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct CheckDef {
+    /// Constraint name, unique among the table's constraints.
+    pub name: String,
+    /// The boolean expression over the table's columns, as SQL text (sqlparser's rendering,
+    /// checked to parse back to the expression written), bound again when a statement that
+    /// writes the table is planned. A row passes unless it evaluates to false (NULL passes).
+    pub expr: String,
 }
 
 impl TableDef {

@@ -8,7 +8,7 @@
 //! counted as each chunk arrives, rows as each is inserted; the row goes with the state.
 
 use crate::errors::undefined_table;
-use crate::exec::{check_cancel, check_not_null};
+use crate::exec::{check_cancel, complete_row};
 use crate::expr::{Ctx, Expr};
 use crate::plan::CopyPlan;
 use crate::progress::{CopyProgress, Reporter};
@@ -25,6 +25,8 @@ pub(crate) struct CopyState {
     pub targets: Vec<usize>,
     /// The bound `DEFAULT` expressions of the other columns, by position (evaluated per row).
     pub defaults: Vec<(usize, Expr)>,
+    /// The table's CHECK constraints, bound, in name order.
+    pub checks: Vec<(String, Expr)>,
     pub delimiter: u8,
     pub null: Vec<u8>,
     /// Unfinished last line.
@@ -76,6 +78,7 @@ impl CopyState {
                 .collect::<Result<Vec<_>>>()?,
         };
         let defaults = crate::planner::missing_defaults(&def, &targets)?;
+        let checks = crate::planner::table_checks(&def)?;
         let progress = match progress {
             Some(p) => Some(p.copy_from(txn.table_oid(&cp.table)?.unwrap_or(0))),
             None => None,
@@ -84,6 +87,7 @@ impl CopyState {
             def,
             targets,
             defaults,
+            checks,
             delimiter: cp.delimiter,
             null: cp.null.as_bytes().to_vec(),
             partial: Vec::new(),
@@ -183,10 +187,7 @@ impl CopyState {
         if fields.next().is_some() {
             return Err(bad_copy("extra data after last expected column"));
         }
-        for (i, e) in &self.defaults {
-            row[*i] = e.eval(&[], ctx)?.cast(&def.columns[*i].ty)?;
-        }
-        check_not_null(def, &row)?;
+        complete_row(def, &mut row, &self.defaults, &self.checks, ctx)?;
         txn.insert_bulk(&def.name, row)?;
         self.rows += 1;
         if let Some(p) = &self.progress {

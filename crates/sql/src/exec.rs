@@ -594,11 +594,16 @@ pub(crate) fn run_select(
     })
 }
 
-fn not_null_violation(def: &TableDef, col: usize, row: &[Value]) -> Error {
+/// The DETAIL of a constraint violation: `Failing row contains (...)`.
+fn failing_row(row: &[Value]) -> String {
     let shown: Vec<String> = row
         .iter()
         .map(|v| v.to_text().unwrap_or_else(|| "null".into()))
         .collect();
+    format!("Failing row contains ({}).", shown.join(", "))
+}
+
+fn not_null_violation(def: &TableDef, col: usize, row: &[Value]) -> Error {
     Error::user(
         SqlState::NOT_NULL_VIOLATION,
         format!(
@@ -606,7 +611,33 @@ fn not_null_violation(def: &TableDef, col: usize, row: &[Value]) -> Error {
             def.columns[col].name, def.name
         ),
     )
-    .with_detail(format!("Failing row contains ({}).", shown.join(", ")))
+    .with_detail(failing_row(row))
+}
+
+/// Checks a complete row against `checks` (bound CHECK constraints, in name order; PostgreSQL's
+/// `ExecRelCheck`): the first that evaluates to false fails the row with 23514; NULL passes.
+///
+/// # Errors
+/// 23514; evaluation errors.
+pub(crate) fn check_constraints(
+    def: &TableDef,
+    checks: &[(String, Expr)],
+    row: &[Value],
+    ctx: &Ctx<'_>,
+) -> Result<()> {
+    for (name, e) in checks {
+        if e.eval(row, ctx)? == Value::Bool(false) {
+            return Err(Error::user(
+                SqlState::CHECK_VIOLATION,
+                format!(
+                    "new row for relation \"{}\" violates check constraint \"{name}\"",
+                    def.name
+                ),
+            )
+            .with_detail(failing_row(row)));
+        }
+    }
+    Ok(())
 }
 
 /// Checks NOT NULL constraints of a complete row.
@@ -619,33 +650,46 @@ pub(crate) fn check_not_null(def: &TableDef, row: &[Value]) -> Result<()> {
     Ok(())
 }
 
-/// A full row from values for `targets` and the evaluated `defaults` (assignment casts, NULL
-/// elsewhere, NOT NULL checked).
+/// The full row an INSERT writes from `vals`, one per target column: assignment casts, the
+/// defaults of the other columns (NULL where there is none), then NOT NULL and the CHECK
+/// constraints checked.
 ///
 /// # Errors
-/// Cast and evaluation errors, 23502.
-pub(crate) fn build_row(
-    def: &TableDef,
-    targets: &[usize],
-    vals: Vec<Value>,
-    defaults: &[(usize, Expr)],
-    ctx: &Ctx<'_>,
-) -> Result<Vec<Value>> {
+/// Cast and evaluation errors, 23502, 23514.
+pub(crate) fn build_row(plan: &InsertPlan, vals: Vec<Value>, ctx: &Ctx<'_>) -> Result<Vec<Value>> {
+    let def = &plan.table;
     let mut row = vec![Value::Null; def.columns.len()];
-    for (v, &i) in vals.into_iter().zip(targets) {
+    for (v, &i) in vals.into_iter().zip(&plan.targets) {
         row[i] = v.cast(&def.columns[i].ty)?;
     }
+    complete_row(def, &mut row, &plan.defaults, &plan.checks, ctx)?;
+    Ok(row)
+}
+
+/// Completes a new row whose given columns are filled: evaluates `defaults` (by position,
+/// assignment cast) into the others, then checks NOT NULL and the CHECK constraints. Shared by
+/// INSERT and COPY FROM.
+///
+/// # Errors
+/// Cast and evaluation errors, 23502, 23514.
+pub(crate) fn complete_row(
+    def: &TableDef,
+    row: &mut [Value],
+    defaults: &[(usize, Expr)],
+    checks: &[(String, Expr)],
+    ctx: &Ctx<'_>,
+) -> Result<()> {
     for (i, e) in defaults {
         row[*i] = e.eval(&[], ctx)?.cast(&def.columns[*i].ty)?;
     }
-    check_not_null(def, &row)?;
-    Ok(row)
+    check_not_null(def, row)?;
+    check_constraints(def, checks, row, ctx)
 }
 
 /// Runs an INSERT; returns the number of rows inserted, and adds each to `out`.
 ///
 /// # Errors
-/// 23502, 23505, cast errors, storage errors.
+/// 23502, 23505, 23514, cast errors, storage errors.
 pub(crate) fn run_insert(
     txn: &mut dyn Transaction,
     plan: &InsertPlan,
@@ -662,10 +706,9 @@ pub(crate) fn run_insert(
                 for e in r {
                     vals.push(e.eval(&[], &ctx)?);
                 }
-                out.write(
-                    build_row(def, &plan.targets, vals, &plan.defaults, &ctx)?,
-                    |row| txn.insert(&def.name, row).map(|()| WriteOutcome::Done),
-                )?;
+                out.write(build_row(plan, vals, &ctx)?, |row| {
+                    txn.insert(&def.name, row).map(|()| WriteOutcome::Done)
+                })?;
                 n += 1;
             }
         }
@@ -696,10 +739,9 @@ pub(crate) fn run_insert(
                     for e in &sel.outputs {
                         vals.push(e.eval(&row, &ctx)?);
                     }
-                    out.write(
-                        build_row(def, &plan.targets, vals, &plan.defaults, &ctx)?,
-                        |row| txn.insert_bulk(&def.name, row).map(|()| WriteOutcome::Done),
-                    )?;
+                    out.write(build_row(plan, vals, &ctx)?, |row| {
+                        txn.insert_bulk(&def.name, row).map(|()| WriteOutcome::Done)
+                    })?;
                     n += 1;
                     Ok(ScanControl::Continue)
                 })?;
@@ -708,10 +750,9 @@ pub(crate) fn run_insert(
                 // its own rows.
                 for vals in run_select(txn, sel, ec)? {
                     ec.check_cancel()?;
-                    out.write(
-                        build_row(def, &plan.targets, vals, &plan.defaults, &ctx)?,
-                        |row| txn.insert_bulk(&def.name, row).map(|()| WriteOutcome::Done),
-                    )?;
+                    out.write(build_row(plan, vals, &ctx)?, |row| {
+                        txn.insert_bulk(&def.name, row).map(|()| WriteOutcome::Done)
+                    })?;
                     n += 1;
                 }
             }
@@ -777,7 +818,7 @@ fn write_each(
 /// `out`.
 ///
 /// # Errors
-/// 23502, cast and evaluation errors, storage errors (40P01, 57014).
+/// 23502, 23514, cast and evaluation errors, storage errors (40P01, 57014).
 pub(crate) fn run_update(
     txn: &mut dyn Transaction,
     plan: &UpdatePlan,
@@ -793,6 +834,7 @@ pub(crate) fn run_update(
             new[*i] = e.eval(old, &ctx)?.cast(&def.columns[*i].ty)?;
         }
         check_not_null(def, &new)?;
+        check_constraints(def, &plan.checks, &new, &ctx)?;
         out.write(new, |new| txn.update(&def.name, rid, new))
     })
 }

@@ -251,6 +251,8 @@ pub(crate) struct InsertPlan {
     /// The `DEFAULT` expressions of the columns not in `targets` that have one, by position;
     /// evaluated for every row (each `nextval` or `now()` call is made per row).
     pub defaults: Vec<(usize, Expr)>,
+    /// The table's CHECK constraints, bound over its row, in name order.
+    pub checks: Vec<(String, Expr)>,
     pub source: InsertSource,
     pub returning: Option<Returning>,
 }
@@ -269,6 +271,8 @@ pub(crate) struct UpdatePlan {
     pub access: Access,
     pub filter: Option<Expr>,
     pub sets: Vec<(usize, Expr)>,
+    /// The table's CHECK constraints, bound over its row, in name order.
+    pub checks: Vec<(String, Expr)>,
     pub returning: Option<Returning>,
 }
 

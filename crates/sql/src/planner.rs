@@ -17,8 +17,9 @@ use crate::plan::*;
 use crate::storage::Transaction;
 use crate::types::ColumnDesc;
 use sqlparser::ast;
+use sqlparser::ast::Spanned;
 use std::sync::Arc;
-use walnut_common::{ColumnDef, DataType, Error, Result, SqlState, TableDef, Value};
+use walnut_common::{CheckDef, ColumnDef, DataType, Error, Result, SqlState, TableDef, Value};
 
 fn conjuncts(e: &Expr, out: &mut Vec<Expr>) {
     if let Expr::And(a, b) = e {
@@ -242,6 +243,7 @@ impl Planner<'_> {
                 primary_key: None,
                 fillfactor: 100,
                 autovacuum_enabled: true,
+                checks: Vec::new(),
             };
             return Ok((Source::View(tname), Self::table_scope(&def, &qual)));
         }
@@ -696,10 +698,12 @@ impl Planner<'_> {
             None => None,
         };
         let defaults = missing_defaults(&def, &targets)?;
+        let checks = table_checks(&def)?;
         Ok(Plan::Insert(InsertPlan {
             table: def,
             targets,
             defaults,
+            checks,
             source,
             returning,
         }))
@@ -835,11 +839,13 @@ impl Planner<'_> {
             Some(items) => Some(self.plan_returning(items, &scope)?),
             None => None,
         };
+        let checks = table_checks(&def)?;
         Ok(Plan::Update(UpdatePlan {
             table: def,
             access,
             filter,
             sets,
+            checks,
             returning,
         }))
     }
@@ -941,19 +947,154 @@ fn bind_default(e: &ast::Expr, col: &ColumnDef) -> Result<Expr> {
     Ok(x)
 }
 
-/// The text a `DEFAULT` expression is kept as: sqlparser's rendering of it, which must parse
-/// back to the same expression (it does not always: `- -1` renders as `--1`, a comment).
+/// The text a `DEFAULT` or `CHECK` expression is kept as: sqlparser's rendering of it, which
+/// must parse back to the same expression (it does not always: `- -1` renders as `--1`, a
+/// comment).
 ///
 /// # Errors
 /// 0A000 if the rendering does not parse back to `e`.
-fn default_text(e: &ast::Expr) -> Result<String> {
+fn expr_text(e: &ast::Expr) -> Result<String> {
     let text = e.to_string();
     match parse_expr(&text) {
         Some(back) if back == *e => Ok(text),
         _ => Err(Error::unsupported(format!(
-            "this DEFAULT expression (it would be stored as {text})"
+            "this expression in a table definition (it would be stored as {text})"
         ))),
     }
+}
+
+/// Binds a CHECK constraint's expression over the table's row `scope` (PostgreSQL's
+/// `cookConstraint`): no aggregates (42803) or parameters (42P02), and boolean (42804).
+fn bind_check(e: &ast::Expr, scope: &[ScopeCol]) -> Result<Expr> {
+    if contains_agg(e) {
+        return Err(Error::user(
+            SqlState::GROUPING_ERROR,
+            "aggregate functions are not allowed in check constraints",
+        ));
+    }
+    let mut params = Vec::new();
+    let mut b = Binder {
+        cols: scope,
+        params: &mut params,
+        agg: None,
+        clause: "check constraints",
+    };
+    let (x, t) = b.bind(e)?;
+    let (x, t) = b.coerce(x, t, &DataType::Bool)?;
+    if !params.is_empty() {
+        return Err(Error::user(
+            SqlState::UNDEFINED_PARAMETER,
+            "there is no parameter $1",
+        ));
+    }
+    if t != DataType::Bool {
+        return Err(mismatch(format!(
+            "argument of CHECK must be type boolean, not type {}",
+            t.name()
+        )));
+    }
+    Ok(x)
+}
+
+/// The columns of `columns` that `e` names, sorted, each once.
+fn referenced_columns(e: &ast::Expr, columns: &[ColumnDef]) -> Vec<String> {
+    let mut out = Vec::new();
+    let _ = ast::visit_expressions(e, |x| {
+        let name = match x {
+            ast::Expr::Identifier(i) => Some(ident(i)),
+            ast::Expr::CompoundIdentifier(parts) => parts.last().map(ident),
+            _ => None,
+        };
+        if let Some(n) = name.filter(|n| columns.iter().any(|c| &c.name == n)) {
+            out.push(n);
+        }
+        std::ops::ControlFlow::<()>::Continue(())
+    });
+    out.sort();
+    out.dedup();
+    out
+}
+
+/// The CHECK constraints of a new table `table`, from (name if given, expression) in the
+/// order written (column and table constraints interleaved, as PostgreSQL names them): each bound over the table's columns and checked, named, and sorted by name.
+/// An unnamed one is `table_col_check` if it names one column and `table_check` otherwise,
+/// with 1, 2 ... appended while that is taken (PostgreSQL's `ChooseConstraintName`, within the
+/// table).
+///
+/// # Errors
+/// As [`bind_check`]; 42710 for a name given twice.
+fn plan_checks(
+    table: &str,
+    columns: &[ColumnDef],
+    raw: &[(Option<String>, ast::Expr)],
+) -> Result<Vec<CheckDef>> {
+    let scope: Vec<ScopeCol> = columns
+        .iter()
+        .map(|c| ScopeCol {
+            qual: Some(table.to_string()),
+            name: c.name.clone(),
+            ty: c.ty.clone(),
+        })
+        .collect();
+    // One pass in the order written, as AddRelationNewConstraints makes: a name given is
+    // checked against every name before it, given or chosen.
+    let mut taken: Vec<String> = Vec::new();
+    let mut out = Vec::with_capacity(raw.len());
+    for (name, e) in raw {
+        bind_check(e, &scope)?;
+        let name = match name {
+            Some(n) if taken.contains(n) => {
+                return Err(Error::user(
+                    SqlState::DUPLICATE_OBJECT,
+                    format!("check constraint \"{n}\" already exists"),
+                ))
+            }
+            Some(n) => {
+                taken.push(n.clone());
+                n.clone()
+            }
+            None => {
+                let base = match referenced_columns(e, columns).as_slice() {
+                    [one] => format!("{table}_{one}_check"),
+                    _ => format!("{table}_check"),
+                };
+                let mut n = base.clone();
+                let mut k = 0;
+                while taken.contains(&n) {
+                    k += 1;
+                    n = format!("{base}{k}");
+                }
+                taken.push(n.clone());
+                n
+            }
+        };
+        out.push(CheckDef {
+            name,
+            expr: expr_text(e)?,
+        });
+    }
+    out.sort_by(|a, b| a.name.cmp(&b.name));
+    Ok(out)
+}
+
+/// The CHECK constraints of `def`, bound over its row, in name order.
+///
+/// # Errors
+/// Corruption if a stored expression no longer parses; binding errors if it no longer binds.
+pub(crate) fn table_checks(def: &TableDef) -> Result<Vec<(String, Expr)>> {
+    let scope = Planner::table_scope(def, &def.name);
+    def.checks
+        .iter()
+        .map(|c| {
+            let e = parse_expr(&c.expr).ok_or_else(|| {
+                Error::corruption(format!(
+                    "check constraint \"{}\" does not parse: {}",
+                    c.name, c.expr
+                ))
+            })?;
+            Ok((c.name.clone(), bind_check(&e, &scope)?))
+        })
+        .collect()
 }
 
 fn parse_expr(sql: &str) -> Option<ast::Expr> {
@@ -1006,6 +1147,11 @@ fn is_default_keyword(e: &ast::Expr) -> bool {
     matches!(e, ast::Expr::Identifier(i) if i.quote_style.is_none() && ident(i) == "default")
 }
 
+/// `NOT ENFORCED` (PostgreSQL 18) is not supported: 0A000.
+fn reject_not_enforced(ck: &ast::CheckConstraint) -> Result<()> {
+    expect_no(ck.enforced == Some(false), "NOT ENFORCED check constraints")
+}
+
 fn index_columns(cols: &[ast::IndexColumn]) -> Result<Vec<String>> {
     cols.iter()
         .map(|c| match &c.column.expr {
@@ -1015,12 +1161,22 @@ fn index_columns(cols: &[ast::IndexColumn]) -> Result<Vec<String>> {
         .collect()
 }
 
+/// A name that goes into the catalog: `""` is 42601, as PostgreSQL's scanner refuses it
+/// (the catalog's records cannot hold an empty name).
+fn nonempty(name: String) -> Result<String> {
+    if name.is_empty() {
+        return Err(Error::syntax("zero-length delimited identifier"));
+    }
+    Ok(name)
+}
+
 fn plan_create_table(ct: &ast::CreateTable) -> Result<Plan> {
     expect_no(ct.query.is_some(), "CREATE TABLE AS")?;
     expect_no(ct.like.is_some(), "CREATE TABLE LIKE")?;
-    let name = table_name(&ct.name)?;
+    let name = nonempty(table_name(&ct.name)?)?;
     let mut columns: Vec<ColumnDef> = Vec::new();
     let mut pk: Option<Vec<usize>> = None;
+    let mut raw_checks: Vec<(Option<String>, ast::Expr)> = Vec::new();
     let multiple_pk = || {
         Error::user(
             SqlState::INVALID_TABLE_DEFINITION,
@@ -1028,7 +1184,7 @@ fn plan_create_table(ct: &ast::CreateTable) -> Result<Plan> {
         )
     };
     for c in &ct.columns {
-        let cname = ident(&c.name);
+        let cname = nonempty(ident(&c.name))?;
         if columns.iter().any(|x| x.name == cname) {
             return Err(Error::user(
                 SqlState::DUPLICATE_COLUMN,
@@ -1051,6 +1207,11 @@ fn plan_create_table(ct: &ast::CreateTable) -> Result<Plan> {
                     }
                     pk = Some(vec![columns.len()]);
                 }
+                ast::ColumnOption::Check(ck) => {
+                    reject_not_enforced(ck)?;
+                    let name = o.name.as_ref().or(ck.name.as_ref()).map(ident);
+                    raw_checks.push((name.map(nonempty).transpose()?, (*ck.expr).clone()));
+                }
                 ast::ColumnOption::Default(e) => {
                     if col.default.is_some() {
                         return Err(Error::syntax(format!(
@@ -1060,7 +1221,7 @@ fn plan_create_table(ct: &ast::CreateTable) -> Result<Plan> {
                     }
                     // Checked now, as PostgreSQL's cookDefault does; stored as text.
                     bind_default(e, &col)?;
-                    col.default = Some(default_text(e)?);
+                    col.default = Some(expr_text(e)?);
                 }
                 other => return Err(Error::unsupported(format!("column option {other}"))),
             }
@@ -1087,6 +1248,11 @@ fn plan_create_table(ct: &ast::CreateTable) -> Result<Plan> {
                     idx.push(i);
                 }
                 pk = Some(idx);
+            }
+            ast::TableConstraint::Check(ck) => {
+                reject_not_enforced(ck)?;
+                let name = ck.name.as_ref().map(ident).map(nonempty).transpose()?;
+                raw_checks.push((name, (*ck.expr).clone()));
             }
             other => return Err(Error::unsupported(format!("table constraint {other}"))),
         }
@@ -1154,12 +1320,22 @@ fn plan_create_table(ct: &ast::CreateTable) -> Result<Plan> {
             _ => return Err(Error::unsupported("this table option")),
         }
     }
+    // sqlparser keeps column and table constraints apart; their positions in the text give
+    // back the order they were written in, which decides the names of unnamed ones.
+    if raw_checks.iter().all(|(_, e)| e.span().start.line > 0) {
+        raw_checks.sort_by_key(|(_, e)| {
+            let at = e.span().start;
+            (at.line, at.column)
+        });
+    }
+    let checks = plan_checks(&name, &columns, &raw_checks)?;
     let def = TableDef {
         name,
         columns,
         primary_key: pk,
         fillfactor,
         autovacuum_enabled,
+        checks,
     };
     Ok(Plan::CreateTable {
         def,

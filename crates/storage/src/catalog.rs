@@ -3,7 +3,7 @@
 //!
 //! Catalog row (encode_row with these types):
 //! `name text, table_id int8, relfile int8, index_relfile int8 (0 = none), columns text,
-//! primary_key text, fillfactor int4, options text, defaults text`.
+//! primary_key text, fillfactor int4, options text, defaults text, checks text`.
 //! `options` holds the storage parameters other than `fillfactor` that differ from their
 //! defaults, in the form of PostgreSQL's `reloptions` but normalised (`autovacuum_enabled=false`,
 //! where PostgreSQL keeps the value as written: `off`), comma
@@ -12,7 +12,8 @@
 //! comma-separated column positions, empty if none. `defaults` holds the `DEFAULT` expression of
 //! each column that has one, as `position:length:sql` records one after another (`length` is
 //! the byte length of `sql`, which may hold any character); a row written before it existed
-//! has eight columns and reads as no defaults.
+//! has eight columns and reads as no defaults. `checks` holds the CHECK constraints as
+//! `length:name` `length:sql` pairs one after another, in name order; a row without it has none.
 //!
 //! [`CatalogCache`] holds the committed catalog in memory; it is rebuilt after every commit that
 //! changed the catalog. A transaction's own uncommitted DDL lives in its overlay (crate::txn).
@@ -25,7 +26,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use walnut_common::value::{decode_row, encode_row};
 use walnut_common::{
-    BlockNumber, ColumnDef, DataType, Error, RelFileId, Result, TableDef, Tid, Value, Xid,
+    BlockNumber, CheckDef, ColumnDef, DataType, Error, RelFileId, Result, TableDef, Tid, Value, Xid,
 };
 
 /// A table as the engine knows it.
@@ -59,6 +60,7 @@ fn catalog_types() -> Vec<DataType> {
         DataType::Text,
         DataType::Text,
         DataType::Int4,
+        DataType::Text,
         DataType::Text,
         DataType::Text,
     ]
@@ -104,6 +106,7 @@ pub fn encode(info: &TableInfo) -> Vec<u8> {
         Value::Int4(info.def.fillfactor as i32),
         Value::Text(reloptions(&info.def).join(",")),
         Value::Text(encode_defaults(&info.def.columns)),
+        Value::Text(encode_checks(&info.def.checks)),
     ];
     let mut out = Vec::new();
     encode_row(&catalog_types(), &row, &mut out);
@@ -119,6 +122,36 @@ fn encode_defaults(columns: &[ColumnDef]) -> String {
         }
     }
     out
+}
+
+/// The `checks` column: `length:name` `length:sql` for each CHECK constraint.
+fn encode_checks(checks: &[CheckDef]) -> String {
+    let mut out = String::new();
+    for c in checks {
+        for s in [&c.name, &c.expr] {
+            out.push_str(&format!("{}:{s}", s.len()));
+        }
+    }
+    out
+}
+
+/// Parses the `checks` column; None if it is malformed.
+fn decode_checks(mut s: &str) -> Option<Vec<CheckDef>> {
+    /// The next `length:text` of `s` (text not empty), and what follows it.
+    fn next(s: &str) -> Option<(String, &str)> {
+        let (len, rest) = s.split_once(':')?;
+        let len: usize = len.parse().ok()?;
+        let v = rest.get(..len)?;
+        (!v.is_empty()).then(|| (v.to_string(), &rest[len..]))
+    }
+    let mut out = Vec::new();
+    while !s.is_empty() {
+        let (name, rest) = next(s)?;
+        let (expr, rest) = next(rest)?;
+        s = rest;
+        out.push(CheckDef { name, expr });
+    }
+    Some(out)
 }
 
 /// Parses the `defaults` column into `columns`; None if it is malformed.
@@ -183,6 +216,10 @@ pub fn decode(tid: Tid, bytes: &[u8]) -> Result<TableInfo> {
     if let Value::Text(d) = &v[8] {
         decode_defaults(d, &mut columns).ok_or_else(bad)?;
     }
+    let checks = match &v[9] {
+        Value::Text(c) => decode_checks(c).ok_or_else(bad)?,
+        _ => Vec::new(),
+    };
     let index = int(3)?;
     let mut autovacuum_enabled = true;
     if let Value::Text(options) = &v[7] {
@@ -201,6 +238,7 @@ pub fn decode(tid: Tid, bytes: &[u8]) -> Result<TableInfo> {
             primary_key,
             fillfactor: int(6)? as u8,
             autovacuum_enabled,
+            checks,
         }),
         table_id: int(1)? as u64,
         relfile: RelFileId(int(2)? as u32),
@@ -309,6 +347,7 @@ mod tests {
                 primary_key: Some(vec![0]),
                 fillfactor: 90,
                 autovacuum_enabled,
+                checks: Vec::new(),
             }),
             table_id: 16384,
             relfile: RelFileId(16390),
@@ -367,17 +406,33 @@ mod tests {
             default: None,
         });
         def.columns[0].default = Some("(1 + 2)".into());
+        def.checks = vec![
+            CheckDef {
+                name: "t_a_check".into(),
+                expr: "a > 0".into(),
+            },
+            CheckDef {
+                name: "odd: name".into(),
+                expr: "b <> '1:2:x'".into(),
+            },
+        ];
         t.def = Arc::new(def.clone());
         let back = decode(Tid::INVALID, &encode(&t)).unwrap();
         assert_eq!(*back.def, def);
-        // Eight columns, as written before `defaults` existed: no defaults.
+        // Eight columns, as written before `defaults` existed: no defaults, no checks.
         let row = decode_row(&catalog_types(), &encode(&info(true))).unwrap();
         let mut bytes = Vec::new();
         encode_row(&catalog_types()[..8], &row[..8], &mut bytes);
-        assert_eq!(
-            decode(Tid::INVALID, &bytes).unwrap().def.columns[0].default,
-            None
-        );
+        let old = decode(Tid::INVALID, &bytes).unwrap();
+        assert_eq!(old.def.columns[0].default, None);
+        assert!(old.def.checks.is_empty());
+        for bad in ["3:abc", "3:abc0:", "1:a1:", "9:x"] {
+            let mut row = row.clone();
+            row[9] = Value::Text(bad.into());
+            let mut bytes = Vec::new();
+            encode_row(&catalog_types(), &row, &mut bytes);
+            assert!(decode(Tid::INVALID, &bytes).is_err(), "{bad}");
+        }
         for bad in ["0:9:1", "1:1:1", "x:1:1", "0:1", "0:0:", "0:1:10:1:2"] {
             let mut row = row.clone();
             row[8] = Value::Text(bad.into());

@@ -167,6 +167,7 @@ fn scan_reads_on(
         primary_key: Some(vec![0]),
         fillfactor: 100,
         autovacuum_enabled: true,
+        checks: Vec::new(),
     })
     .unwrap();
     let info = t.table("t").unwrap();

@@ -71,6 +71,7 @@ fn table() -> TableDef {
         primary_key: None,
         fillfactor: 100,
         autovacuum_enabled: true,
+        checks: Vec::new(),
     }
 }
 

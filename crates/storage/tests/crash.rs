@@ -169,6 +169,7 @@ fn setup(st: &Arc<Storage>) {
         primary_key: Some(vec![0]),
         fillfactor: 100,
         autovacuum_enabled: true,
+        checks: Vec::new(),
     })
     .unwrap();
     t.create_table(TableDef {
@@ -182,6 +183,7 @@ fn setup(st: &Arc<Storage>) {
         primary_key: Some(vec![0]),
         fillfactor: 100,
         autovacuum_enabled: true,
+        checks: Vec::new(),
     })
     .unwrap();
     t.create_table(TableDef {
@@ -190,6 +192,7 @@ fn setup(st: &Arc<Storage>) {
         primary_key: Some(vec![0]),
         fillfactor: 100,
         autovacuum_enabled: true,
+        checks: Vec::new(),
     })
     .unwrap();
     t.create_table(TableDef {
@@ -198,6 +201,7 @@ fn setup(st: &Arc<Storage>) {
         primary_key: Some(vec![0]),
         fillfactor: 100,
         autovacuum_enabled: true,
+        checks: Vec::new(),
     })
     .unwrap();
     commit(t).unwrap();
@@ -1223,6 +1227,7 @@ fn a_power_loss_after_recovering_from_a_process_kill_keeps_what_the_dead_run_wro
             primary_key: Some(vec![0]),
             fillfactor: 100,
             autovacuum_enabled: true,
+            checks: Vec::new(),
         })
         .unwrap();
     }
@@ -1296,6 +1301,7 @@ fn torn_direct_image(full_page_writes: bool, sector: usize, seed: u64) -> (Fault
         primary_key: Some(vec![0]),
         fillfactor: 100,
         autovacuum_enabled: true,
+        checks: Vec::new(),
     })
     .unwrap();
     commit(t).unwrap();

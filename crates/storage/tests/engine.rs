@@ -59,6 +59,7 @@ fn accounts() -> TableDef {
         primary_key: Some(vec![0]),
         fillfactor: 100,
         autovacuum_enabled: true,
+        checks: Vec::new(),
     }
 }
 
@@ -557,6 +558,7 @@ proptest! {
             primary_key: Some(vec![0]),
             fillfactor: 100,
 autovacuum_enabled: true,
+checks: Vec::new(),
         })
         .unwrap();
         commit(t);

@@ -302,6 +302,7 @@ fn a_bulk_load_extends_its_relation_once_per_batch() {
             primary_key: None,
             fillfactor: 100,
             autovacuum_enabled: true,
+            checks: Vec::new(),
         })
         .unwrap();
         t.commit(&CommitOpts::new(SessionId::next())).unwrap();

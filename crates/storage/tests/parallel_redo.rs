@@ -63,6 +63,7 @@ fn table(name: &str) -> TableDef {
         primary_key: Some(vec![0]),
         fillfactor: 100,
         autovacuum_enabled: true,
+        checks: Vec::new(),
     }
 }
 

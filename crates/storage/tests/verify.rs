@@ -47,6 +47,7 @@ fn database(rows: i32) -> (FaultVfs, PathBuf, PathBuf) {
         primary_key: Some(vec![0]),
         fillfactor: 100,
         autovacuum_enabled: true,
+        checks: Vec::new(),
     })
     .unwrap();
     let info = t.table("t").unwrap();
