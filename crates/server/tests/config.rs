@@ -59,7 +59,8 @@ fn show_and_pg_settings_report_the_values_in_effect() {
     assert!(error(&s, "set fsync = off").contains("cannot be changed now"));
     assert!(error(&s, "alter system set fsync = off").contains("not supported"));
     assert!(error(&s, "set work_mem = '64MB'").contains("unrecognized configuration parameter"));
-    assert!(error(&s, "set transaction_isolation = 'serializable'").contains("READ COMMITTED"));
+    assert!(error(&s, "set transaction_isolation = 'serializable'")
+        .contains("serializable snapshot isolation"));
 }
 
 #[test]

@@ -636,6 +636,16 @@ fn outcome(w: RowWrite) -> WriteOutcome {
 }
 
 impl Transaction for TxnAdapter {
+    fn set_isolation(&mut self, level: crate::storage::Isolation) -> Result<()> {
+        self.t().set_isolation(level)
+    }
+
+    fn isolation(&self) -> crate::storage::Isolation {
+        self.txn
+            .as_ref()
+            .map_or(crate::storage::Isolation::ReadCommitted, |t| t.isolation())
+    }
+
     fn new_statement(&mut self) {
         self.bulk_table = None;
         self.t().new_statement();

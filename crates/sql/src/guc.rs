@@ -13,12 +13,14 @@
 //! | `client_min_messages` | notices below the level are not sent |
 //! | `DateStyle` | `ISO` output only; the field order is kept and reported |
 //! | `IntervalStyle` | kept and reported; walnut has no `interval` type |
-//! | `default_transaction_isolation`, `transaction_isolation` | `read committed` (and `read uncommitted`, which PostgreSQL runs as read committed) |
+//! | `default_transaction_isolation`, `transaction_isolation` | `read committed` (and `read uncommitted`, which PostgreSQL runs as read committed) and `repeatable read`; `serializable` is 0A000 |
+//! | `default_transaction_read_only`, `transaction_read_only` | honoured: a READ ONLY transaction's writes fail with 25006 |
 //! | `extra_float_digits` | 1 to 3: walnut prints floats in their shortest exact form, as PostgreSQL does for values above 0 |
 //! | `search_path` | kept and reported; names resolve in `public`, then `pg_catalog` |
 //! | `standard_conforming_strings` | `on` only |
 //! | `statement_timeout` | enforced |
 
+use crate::storage::Isolation;
 use std::sync::{Arc, OnceLock};
 use walnut_common::guc::{int, Context, GucDef, Kind, Registry, Unit, Val, INT_MAX};
 use walnut_common::{Error, Result, SqlState};
@@ -135,18 +137,29 @@ const ISOLATION_LEVELS: &[&str] = &[
     "read uncommitted",
 ];
 
-fn read_committed_only(v: Val) -> Result<Val> {
+/// The level an isolation name gives: READ UNCOMMITTED runs as READ COMMITTED, as in
+/// PostgreSQL; SERIALIZABLE never gets here ([`no_serializable`]).
+pub(crate) fn isolation(name: &str) -> Isolation {
+    if name == "repeatable read" {
+        Isolation::RepeatableRead
+    } else {
+        Isolation::ReadCommitted
+    }
+}
+
+fn no_serializable(v: Val) -> Result<Val> {
     match text(&v) {
-        "serializable" | "repeatable read" => Err(unsupported(
+        "serializable" => Err(unsupported(
             "transaction isolation",
             text(&v),
-            "walnut runs every transaction at READ COMMITTED",
+            "walnut has no serializable snapshot isolation yet (use REPEATABLE READ)",
         )),
         _ => Ok(v),
     }
 }
 
-/// `default_transaction_isolation`: read committed.
+/// `default_transaction_isolation`: read committed (repeatable read allowed; serializable is
+/// 0A000).
 pub static DEFAULT_TRANSACTION_ISOLATION: GucDef = GucDef {
     name: "default_transaction_isolation",
     kind: Kind::Enum(ISOLATION_LEVELS),
@@ -154,10 +167,12 @@ pub static DEFAULT_TRANSACTION_ISOLATION: GucDef = GucDef {
     context: Context::User,
     category: CLIENT,
     description: "Sets the transaction isolation level of each new transaction.",
-    check: Some(read_committed_only),
+    check: Some(no_serializable),
 };
 
-/// `transaction_isolation`: read committed.
+/// `transaction_isolation`: the open transaction's level. `SET` of it is `SET TRANSACTION
+/// ISOLATION LEVEL` and `SHOW` reads the transaction (the session, `Session::do_set`), so the
+/// stored value is never read.
 pub static TRANSACTION_ISOLATION: GucDef = GucDef {
     name: "transaction_isolation",
     kind: Kind::Enum(ISOLATION_LEVELS),
@@ -165,7 +180,31 @@ pub static TRANSACTION_ISOLATION: GucDef = GucDef {
     context: Context::User,
     category: CLIENT,
     description: "Sets the current transaction's isolation level.",
-    check: Some(read_committed_only),
+    check: Some(no_serializable),
+};
+
+/// `default_transaction_read_only`: off.
+pub static DEFAULT_TRANSACTION_READ_ONLY: GucDef = GucDef {
+    name: "default_transaction_read_only",
+    kind: Kind::Bool,
+    default: "off",
+    context: Context::User,
+    category: CLIENT,
+    description: "Sets the default read-only status of new transactions.",
+    check: None,
+};
+
+/// `transaction_read_only`: the open transaction's READ ONLY mode. As for
+/// `transaction_isolation`, `SET` of it is `SET TRANSACTION READ ONLY | READ WRITE` and `SHOW`
+/// reads the transaction.
+pub static TRANSACTION_READ_ONLY: GucDef = GucDef {
+    name: "transaction_read_only",
+    kind: Kind::Bool,
+    default: "off",
+    context: Context::User,
+    category: CLIENT,
+    description: "Sets the current transaction's read-only status.",
+    check: None,
 };
 
 /// `extra_float_digits`: 1 to 3, the shortest exact output.
@@ -315,6 +354,7 @@ pub static GUCS: &[&GucDef] = &[
     &CLIENT_MIN_MESSAGES,
     &DATESTYLE,
     &DEFAULT_TRANSACTION_ISOLATION,
+    &DEFAULT_TRANSACTION_READ_ONLY,
     &EXTRA_FLOAT_DIGITS,
     &INTEGER_DATETIMES,
     &INTERVALSTYLE,
@@ -328,6 +368,7 @@ pub static GUCS: &[&GucDef] = &[
     &STATEMENT_TIMEOUT,
     &TIMEZONE,
     &TRANSACTION_ISOLATION,
+    &TRANSACTION_READ_ONLY,
 ];
 
 /// The parameters reported to the client with ParameterStatus at start-up, as PostgreSQL's

@@ -8,9 +8,20 @@
 //! fast-path plans, and the session hands the others to that engine.
 
 use crate::expr::Expr;
+use crate::storage::Isolation;
 use crate::types::ColumnDesc;
 use std::sync::Arc;
 use walnut_common::{DataType, TableDef};
+
+/// The transaction modes a `BEGIN`, `START TRANSACTION` or `SET TRANSACTION` names (`None`:
+/// not named).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct TxnModes {
+    /// `ISOLATION LEVEL ...`.
+    pub isolation: Option<Isolation>,
+    /// `READ ONLY` (true) or `READ WRITE` (false).
+    pub read_only: Option<bool>,
+}
 
 /// A planned statement.
 #[derive(Debug)]
@@ -34,7 +45,10 @@ pub(crate) enum Plan {
         table: String,
         columns: Vec<String>,
     },
-    Begin,
+    /// `BEGIN` / `START TRANSACTION`, with the modes it names.
+    Begin {
+        modes: TxnModes,
+    },
     Commit,
     Rollback,
     /// `SET [LOCAL] name = value`; `value: None` is DEFAULT.
@@ -43,8 +57,11 @@ pub(crate) enum Plan {
         value: Option<String>,
         local: bool,
     },
-    /// A SET that changes nothing walnut tracks (`SET TRANSACTION ...`).
-    SetNoop,
+    /// `SET TRANSACTION [ISOLATION LEVEL ...] [READ ONLY | READ WRITE]`, or `SET
+    /// transaction_isolation` / `transaction_read_only`: the modes named.
+    SetTransaction {
+        modes: TxnModes,
+    },
     /// `RESET name` / `RESET ALL` (None).
     Reset {
         name: Option<String>,

@@ -149,7 +149,27 @@ impl Planner<'_> {
                     _ => Err(Error::unsupported("this form of ALTER TABLE")),
                 }
             }
-            S::StartTransaction { .. } => Ok(Plan::Begin),
+            S::StartTransaction { modes, .. } => {
+                let mut out = crate::plan::TxnModes::default();
+                for m in modes {
+                    if let ast::TransactionMode::AccessMode(a) = m {
+                        out.read_only = Some(*a == ast::TransactionAccessMode::ReadOnly);
+                    }
+                    if let ast::TransactionMode::IsolationLevel(l) = m {
+                        out.isolation = Some(match l {
+                            ast::TransactionIsolationLevel::RepeatableRead => {
+                                crate::storage::Isolation::RepeatableRead
+                            }
+                            ast::TransactionIsolationLevel::ReadCommitted
+                            | ast::TransactionIsolationLevel::ReadUncommitted => {
+                                crate::storage::Isolation::ReadCommitted
+                            }
+                            _ => return Err(Error::unsupported(format!("isolation level {l}"))),
+                        });
+                    }
+                }
+                Ok(Plan::Begin { modes: out })
+            }
             S::Commit { .. } => Ok(Plan::Commit),
             S::Rollback {
                 savepoint: None, ..

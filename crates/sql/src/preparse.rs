@@ -3,7 +3,8 @@
 //! SET/RESET/SHOW) plus the transaction-control commands, which are hot in pgbench's simple mode
 //! and cheap to recognize by hand.
 
-use crate::plan::{CopyPlan, Plan};
+use crate::plan::{CopyPlan, Plan, TxnModes};
+use crate::storage::Isolation;
 use walnut_common::{Error, Result};
 
 /// Splits `sql` at top-level semicolons (outside quotes, comments and dollar quotes). Returns the
@@ -264,8 +265,9 @@ pub(crate) fn preparse(stmt: &str) -> Result<Option<Plan>> {
                     t.iter().skip(1).find(|x| !matches!(x, Tok::Word(_))),
                 ));
             }
-            check_isolation(&t[1..])?;
-            Plan::Begin
+            Plan::Begin {
+                modes: txn_modes(&t[1..])?,
+            }
         }
         "commit" | "end" => {
             if t.iter().any(|x| matches!(x, Tok::Word(w) if w == "chain")) {
@@ -330,31 +332,69 @@ pub(crate) fn preparse(stmt: &str) -> Result<Option<Plan>> {
     }))
 }
 
-/// Refuses a transaction mode list (BEGIN, START TRANSACTION, SET TRANSACTION) that asks for
-/// an isolation level walnut does not have, as `SET transaction_isolation` does: running the
-/// transaction at READ COMMITTED instead would give it a new snapshot per statement where it
-/// expects one for the whole transaction.
+/// The modes a transaction mode list (BEGIN, START TRANSACTION, SET TRANSACTION) names:
+/// `ISOLATION LEVEL ...`, `READ ONLY`, `READ WRITE` (the last of each wins; `[NOT] DEFERRABLE`
+/// changes nothing outside SERIALIZABLE). SERIALIZABLE is refused rather than run at a weaker
+/// level: an application that asks for it relies on it.
 ///
 /// # Errors
-/// 0A000 for ISOLATION LEVEL REPEATABLE READ or SERIALIZABLE.
-fn check_isolation(modes: &[Tok]) -> Result<()> {
-    for (k, tok) in modes.iter().enumerate() {
-        let level = match tok {
-            Tok::Word(w) if w == "serializable" => "serializable",
-            Tok::Word(w) if w == "repeatable" && is_word(modes.get(k + 1), "read") => {
-                "repeatable read"
-            }
-            _ => continue,
-        };
-        return Err(Error::user(
-            walnut_common::SqlState::FEATURE_NOT_SUPPORTED,
-            format!(
-                "transaction isolation = {level} is not supported: walnut runs every \
-                 transaction at READ COMMITTED"
-            ),
-        ));
+/// 0A000 for SERIALIZABLE and `SET TRANSACTION SNAPSHOT`; 42601 for a level that is not one
+/// and for a word that is no part of a mode.
+fn txn_modes(modes: &[Tok]) -> Result<TxnModes> {
+    const WORDS: &[&str] = &[
+        "isolation",
+        "level",
+        "read",
+        "only",
+        "write",
+        "committed",
+        "uncommitted",
+        "repeatable",
+        "serializable",
+        "not",
+        "deferrable",
+        // BEGIN's and START's own noise words.
+        "transaction",
+        "work",
+    ];
+    if is_word(modes.first(), "snapshot") {
+        return Err(Error::unsupported("SET TRANSACTION SNAPSHOT"));
     }
-    Ok(())
+    if let Some(bad) = modes.iter().find(|t| match t {
+        Tok::Word(w) => !WORDS.contains(&w.as_str()),
+        Tok::Punct(',') => false,
+        _ => true,
+    }) {
+        return Err(syntax_near(Some(bad)));
+    }
+    let mut out = TxnModes::default();
+    let word = |i: usize| match modes.get(i) {
+        Some(Tok::Word(w)) => w.as_str(),
+        _ => "",
+    };
+    for k in 0..modes.len() {
+        match (word(k), word(k + 1)) {
+            ("read", "only") => out.read_only = Some(true),
+            ("read", "write") => out.read_only = Some(false),
+            _ => {}
+        }
+        if !(word(k) == "isolation" && word(k + 1) == "level") {
+            continue;
+        }
+        out.isolation = Some(match (word(k + 2), word(k + 3)) {
+            ("serializable", _) => {
+                return Err(Error::user(
+                    walnut_common::SqlState::FEATURE_NOT_SUPPORTED,
+                    "transaction isolation = serializable is not supported: walnut has no \
+                     serializable snapshot isolation yet (use REPEATABLE READ)",
+                ))
+            }
+            ("repeatable", "read") => Isolation::RepeatableRead,
+            ("read", "committed" | "uncommitted") => Isolation::ReadCommitted,
+            _ => return Err(syntax_near(modes.get(k + 2))),
+        });
+    }
+    Ok(out)
 }
 
 /// `VACUUM [ ( option [ value ] [, ...] ) ] [ FULL ] [ FREEZE ] [ VERBOSE ] [ ANALYZE ]
@@ -508,6 +548,26 @@ fn parse_set(t: &[Tok]) -> Result<Plan> {
         Some(Tok::Word(w))
             if w == "session" && matches!(t.get(i + 1), Some(Tok::Word(n)) if n != "to") =>
         {
+            // `SET SESSION CHARACTERISTICS AS TRANSACTION modes` (pgjdbc's
+            // setTransactionIsolation) sets default_transaction_isolation.
+            if is_word(t.get(i + 1), "characteristics")
+                && is_word(t.get(i + 2), "as")
+                && is_word(t.get(i + 3), "transaction")
+            {
+                return Ok(Plan::Set {
+                    name: "default_transaction_isolation".into(),
+                    value: match txn_modes(&t[i + 4..])?.isolation {
+                        Some(Isolation::RepeatableRead) => Some("repeatable read".into()),
+                        Some(Isolation::ReadCommitted) => Some("read committed".into()),
+                        None => {
+                            return Err(Error::unsupported(
+                                "SET SESSION CHARACTERISTICS other than ISOLATION LEVEL",
+                            ))
+                        }
+                    },
+                    local: false,
+                });
+            }
             if is_word(t.get(i + 1), "authorization") || is_word(t.get(i + 1), "characteristics") {
                 return Err(Error::unsupported(
                     "SET SESSION AUTHORIZATION/CHARACTERISTICS",
@@ -521,8 +581,9 @@ fn parse_set(t: &[Tok]) -> Result<Plan> {
         Some(Tok::Word(w))
             if w == "transaction" && !matches!(t.get(i + 1), Some(Tok::Punct('='))) =>
         {
-            check_isolation(&t[i + 1..])?;
-            return Ok(Plan::SetNoop);
+            return Ok(Plan::SetTransaction {
+                modes: txn_modes(&t[i + 1..])?,
+            });
         }
         Some(Tok::Word(w)) if w == "time" && is_word(t.get(i + 1), "zone") => {
             i += 1;
@@ -851,7 +912,27 @@ mod tests {
         );
         assert_eq!(
             p("SET TRANSACTION ISOLATION LEVEL READ COMMITTED"),
-            "SetNoop"
+            "SetTransaction { modes: TxnModes { isolation: Some(ReadCommitted), read_only: None } }"
+        );
+        assert_eq!(
+            p("set transaction read write, isolation level repeatable read"),
+            "SetTransaction { modes: TxnModes { isolation: Some(RepeatableRead), read_only: Some(false) } }"
+        );
+        assert_eq!(
+            p("start transaction read only"),
+            "Begin { modes: TxnModes { isolation: None, read_only: Some(true) } }"
+        );
+        assert_eq!(
+            p("begin isolation level read committed read only"),
+            "Begin { modes: TxnModes { isolation: Some(ReadCommitted), read_only: Some(true) } }"
+        );
+        assert!(preparse("begin isolation level snapshot").is_err());
+        assert!(preparse("set transaction frobnicate").is_err());
+        assert!(preparse("set transaction snapshot '00000003-0000001B-1'").is_err());
+        assert!(preparse("begin work").is_ok());
+        assert_eq!(
+            p("set session characteristics as transaction isolation level repeatable read"),
+            "Set { name: \"default_transaction_isolation\", value: Some(\"repeatable read\"), local: false }"
         );
         assert_eq!(p("show all"), "Show { name: None }");
         assert_eq!(
@@ -871,7 +952,10 @@ mod tests {
         assert!(preparse("alter table t add primary key (a)")
             .unwrap()
             .is_none());
-        assert_eq!(p("begin isolation level read committed"), "Begin");
+        assert_eq!(
+            p("begin isolation level read uncommitted"),
+            "Begin { modes: TxnModes { isolation: Some(ReadCommitted), read_only: None } }"
+        );
         assert_eq!(p("end"), "Commit");
         assert!(preparse("select 1").unwrap().is_none());
     }

@@ -42,6 +42,7 @@ pub enum ScanControl {
 
 /// A commit's options and outcome: the WAL's types, passed through unchanged from the session
 /// to the WAL and back (crates/wal/DESIGN.md, "The commit path").
+pub use walnut_storage::txn::Isolation;
 pub use walnut_wal::{CommitOpts, CommitOutcome};
 
 /// The database: hands out transactions and runs utility commands.
@@ -175,9 +176,22 @@ pub struct WalPositions {
 }
 
 /// One transaction. Each statement calls [`Transaction::new_statement`] first, which takes a new
-/// read-committed snapshot. Dropping a transaction without commit rolls it back.
+/// read-committed snapshot (under REPEATABLE READ, only the first does). Dropping a transaction
+/// without commit rolls it back.
 pub trait Transaction: Send {
-    /// Starts a new statement: later reads see every transaction committed before now.
+    /// Sets the isolation level; a change only before the first statement.
+    ///
+    /// # Errors
+    /// 25001 for a change after a statement has started; 0A000 for a level the engine cannot give here.
+    fn set_isolation(&mut self, level: Isolation) -> Result<()>;
+
+    /// The isolation level.
+    fn isolation(&self) -> Isolation;
+
+    /// Starts a new statement: later reads see every transaction committed before now (under
+    /// REPEATABLE READ: before the transaction's first statement). Under REPEATABLE READ an
+    /// update or delete of a row that a transaction committed after that snapshot changed fails
+    /// with 40001.
     fn new_statement(&mut self);
 
     /// The statement that [`Transaction::new_statement`] started has ended: its snapshot may

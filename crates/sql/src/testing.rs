@@ -11,7 +11,7 @@
 //! not undone by rollback; there is no deadlock detection (waits poll the cancel flag).
 
 use crate::storage::{
-    CommitOpts, CommitOutcome, Engine, RowId, ScanControl, Transaction, WriteOutcome,
+    CommitOpts, CommitOutcome, Engine, Isolation, RowId, ScanControl, Transaction, WriteOutcome,
 };
 use parking_lot::{Condvar, Mutex};
 use std::collections::{BTreeMap, HashMap};
@@ -198,6 +198,8 @@ impl Engine for MemEngine {
             xid,
             snap,
             cancel,
+            isolation: Isolation::ReadCommitted,
+            started: false,
             finished: false,
         }))
     }
@@ -224,6 +226,10 @@ struct MemTxn {
     xid: u64,
     snap: u64,
     cancel: Arc<AtomicBool>,
+    /// Under REPEATABLE READ `snap` is taken once, and a write that meets a newer committed
+    /// version fails with 40001, as in the real engine.
+    isolation: Isolation,
+    started: bool,
     finished: bool,
 }
 
@@ -288,6 +294,8 @@ enum Lock {
     Acquired,
     Wait,
     Outcome(WriteOutcome),
+    /// REPEATABLE READ met a newer committed version: 40001.
+    Failed(Error),
 }
 
 impl MemTxn {
@@ -348,6 +356,15 @@ impl MemTxn {
         match st.status(v.xmax) {
             XStatus::Aborted => Lock::Acquired,
             XStatus::InProgress => Lock::Wait,
+            XStatus::Committed(_) if self.isolation == Isolation::RepeatableRead => {
+                Lock::Failed(Error::conflict(
+                    SqlState::SERIALIZATION_FAILURE,
+                    format!(
+                        "could not serialize access due to concurrent {}",
+                        if v.next.is_some() { "update" } else { "delete" }
+                    ),
+                ))
+            }
             XStatus::Committed(_) => match v.next {
                 Some(n) => Lock::Outcome(WriteOutcome::Changed {
                     row: rid(n),
@@ -374,6 +391,7 @@ impl MemTxn {
                     continue;
                 }
                 Lock::Outcome(o) => return Ok(o),
+                Lock::Failed(e) => return Err(e),
                 Lock::Acquired => {}
             }
             let t = state.tables.get_mut(table).expect("looked up above");
@@ -421,7 +439,26 @@ impl Drop for MemTxn {
 }
 
 impl Transaction for MemTxn {
+    fn set_isolation(&mut self, level: Isolation) -> Result<()> {
+        if self.started && level != self.isolation {
+            return Err(Error::user(
+                SqlState::ACTIVE_SQL_TRANSACTION,
+                "SET TRANSACTION ISOLATION LEVEL must be called before any query",
+            ));
+        }
+        self.isolation = level;
+        Ok(())
+    }
+
+    fn isolation(&self) -> Isolation {
+        self.isolation
+    }
+
     fn new_statement(&mut self) {
+        if self.isolation == Isolation::RepeatableRead && self.started {
+            return;
+        }
+        self.started = true;
         self.snap = self.inner.state.lock().commit_seq;
     }
 

@@ -59,7 +59,31 @@ pub struct Txn {
     row_scratch: Vec<u8>,
     /// Row changes by table id, added to the table's counters at the end (`crate::tabstat`).
     pending_stats: HashMap<u64, crate::tabstat::PendingCounts>,
+    /// REPEATABLE READ: the first statement's snapshot serves the whole transaction, and a
+    /// write that meets a change committed since it fails with 40001 ([`Txn::set_isolation`]).
+    repeatable_read: bool,
+    /// A statement has started ([`Txn::new_statement`]): the isolation level is fixed.
+    started: bool,
     finished: bool,
+}
+
+/// A transaction's isolation level (PostgreSQL's `XactIsoLevel`; READ UNCOMMITTED runs as
+/// READ COMMITTED, SERIALIZABLE does not exist here).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Isolation {
+    /// A new snapshot per statement; a write that meets a newer committed version follows it.
+    ReadCommitted,
+    /// One snapshot per transaction; a write that meets a newer committed version fails.
+    RepeatableRead,
+}
+
+/// 40001, for a REPEATABLE READ write that meets a version committed after its snapshot
+/// (PostgreSQL's `ExecUpdate`/`ExecDelete` under `IsolationUsesXactSnapshot`).
+fn serialization_failure(what: &str) -> Error {
+    Error::conflict(
+        SqlState::SERIALIZATION_FAILURE,
+        format!("could not serialize access due to concurrent {what}"),
+    )
 }
 
 fn no_table(name: &str) -> Error {
@@ -86,13 +110,54 @@ impl Txn {
             bulk: None,
             row_scratch: Vec::new(),
             pending_stats: HashMap::new(),
+            repeatable_read: false,
+            started: false,
             finished: false,
         }
     }
 
+    /// Sets the isolation level. A change must come before the first statement, as
+    /// PostgreSQL's `check_transaction_isolation` requires.
+    ///
+    /// # Errors
+    /// 25001 after a statement has started; 0A000 for REPEATABLE READ on a hot standby, where a
+    /// snapshot held between statements would hold back replay with nothing to cancel it.
+    pub fn set_isolation(&mut self, level: Isolation) -> Result<()> {
+        if level == self.isolation() {
+            return Ok(());
+        }
+        if self.started {
+            return Err(Error::user(
+                SqlState::ACTIVE_SQL_TRANSACTION,
+                "SET TRANSACTION ISOLATION LEVEL must be called before any query",
+            ));
+        }
+        if level == Isolation::RepeatableRead && self.st.in_recovery() {
+            return Err(Error::unsupported(
+                "REPEATABLE READ on a hot standby: run the transaction at READ COMMITTED",
+            ));
+        }
+        self.repeatable_read = level == Isolation::RepeatableRead;
+        Ok(())
+    }
+
+    /// The isolation level.
+    pub fn isolation(&self) -> Isolation {
+        if self.repeatable_read {
+            Isolation::RepeatableRead
+        } else {
+            Isolation::ReadCommitted
+        }
+    }
+
     /// New statement: a fresh read-committed snapshot, registered (so pruning keeps what it
-    /// sees) until [`Txn::end_statement`].
+    /// sees) until [`Txn::end_statement`]. Under REPEATABLE READ only the first statement takes
+    /// one, and it stays registered until the transaction ends.
     pub fn new_statement(&mut self) {
+        if self.repeatable_read && std::mem::replace(&mut self.started, true) {
+            return;
+        }
+        self.started = true;
         if self.slot.take_conflict() {
             // A recovery conflict cancelled the last statement after it had ended.
             self.cancel.store(false, Ordering::Release);
@@ -111,7 +176,9 @@ impl Txn {
     /// (read committed keeps no snapshot between statements). The next statement calls
     /// [`Txn::new_statement`] first.
     pub fn end_statement(&mut self) {
-        self.slot.release();
+        if !self.repeatable_read {
+            self.slot.release();
+        }
     }
 
     fn xid(&mut self) -> Result<Xid> {
@@ -289,6 +356,14 @@ impl Txn {
             return Err(Error::user(
                 SqlState::INVALID_TABLE_DEFINITION,
                 format!("multiple primary keys for table \"{name}\" are not allowed"),
+            ));
+        }
+        if self.repeatable_read {
+            // The build reads the rows its snapshot sees: under repeatable read that is the
+            // transaction's first one, which misses rows committed since, and no table lock
+            // keeps them out.
+            return Err(Error::unsupported(
+                "ALTER TABLE ... ADD PRIMARY KEY in a REPEATABLE READ transaction",
             ));
         }
         let xid = self.xid()?;
@@ -719,6 +794,12 @@ impl Txn {
                 WriteCheck::WaitFor(x) => {
                     self.st.xact.wait_for(xid, x, &self.cancel)?;
                     tid = match heap::newest_committed(&self.st, &rel, tid)? {
+                        Some((t, _)) if t != tid && self.repeatable_read => {
+                            return Err(serialization_failure("update"))
+                        }
+                        None if self.repeatable_read => {
+                            return Err(serialization_failure("delete"))
+                        }
                         Some((t, v)) if t != tid => {
                             return Ok(RowWrite::Changed(
                                 t,
@@ -728,6 +809,12 @@ impl Txn {
                         Some((t, _)) => t,
                         None => return Ok(RowWrite::Gone),
                     };
+                }
+                WriteCheck::Updated(_) if self.repeatable_read => {
+                    return Err(serialization_failure("update"))
+                }
+                WriteCheck::Deleted if self.repeatable_read => {
+                    return Err(serialization_failure("delete"))
                 }
                 WriteCheck::Updated(next) => {
                     return Ok(match heap::newest_committed(&self.st, &rel, next)? {

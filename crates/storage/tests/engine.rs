@@ -12,7 +12,7 @@ use walnut_common::value::encode_key;
 use walnut_common::{
     BlockNumber, ColumnDef, DataType, RelFileId, SqlState, TableDef, Tid, Value, Xid,
 };
-use walnut_storage::txn::{RowWrite, Txn};
+use walnut_storage::txn::{Isolation, RowWrite, Txn};
 use walnut_storage::{btree, Storage, StorageConfig};
 use walnut_wal::{CommitOpts, SessionId};
 
@@ -304,18 +304,24 @@ fn unique_violation_and_waits() {
     assert_eq!(contents(&st, "accounts"), BTreeMap::from([(1, 3)]));
 }
 
-#[test]
-fn concurrent_updates_of_one_row_serialize() {
-    let tmp = tempfile::tempdir().unwrap();
-    let st = fresh(&tmp.path().join("d"), 256);
+/// A fresh store at `dir` with the accounts table holding row (1, 0).
+fn one_account(dir: &Path) -> (Arc<Storage>, Arc<walnut_storage::catalog::TableInfo>) {
+    let st = fresh(dir, 256);
     let cancel = Arc::new(AtomicBool::new(false));
     let mut t = Txn::begin(st.clone(), cancel.clone());
     t.create_table(accounts()).unwrap();
     commit(t);
-    let mut t = Txn::begin(st.clone(), cancel.clone());
+    let mut t = Txn::begin(st.clone(), cancel);
     let info = t.table("accounts").unwrap();
     t.insert(&info, &row(1, 0)).unwrap();
     commit(t);
+    (st, info)
+}
+
+#[test]
+fn concurrent_updates_of_one_row_serialize() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (st, _) = one_account(&tmp.path().join("d"));
     let threads: Vec<_> = (0..4)
         .map(|_| {
             let st = st.clone();
@@ -324,18 +330,7 @@ fn concurrent_updates_of_one_row_serialize() {
                     let mut t = Txn::begin(st.clone(), Arc::new(AtomicBool::new(false)));
                     let info = t.table("accounts").unwrap();
                     t.new_statement();
-                    let mut target = None;
-                    t.index_scan(
-                        &info,
-                        Bound::Included(&[Value::Int4(1)]),
-                        Bound::Included(&[Value::Int4(1)]),
-                        &mut |tid, r| {
-                            target = Some((tid, r));
-                            Ok(true)
-                        },
-                    )
-                    .unwrap();
-                    let (mut tid, mut r) = target.unwrap();
+                    let (mut tid, mut r) = visible(&t, &info, 1);
                     loop {
                         let new = row(1, r[1].as_i64().unwrap() as i32 + 1);
                         match t.update(&info, tid, &r, &new).unwrap() {
@@ -360,6 +355,124 @@ fn concurrent_updates_of_one_row_serialize() {
         BTreeMap::from([(1, 200)]),
         "no update was lost"
     );
+}
+
+/// The version of row `aid` that `t`'s current snapshot sees.
+fn visible(t: &Txn, info: &walnut_storage::catalog::TableInfo, aid: i32) -> (Tid, Vec<Value>) {
+    let mut found = None;
+    t.index_scan(
+        info,
+        Bound::Included(&[Value::Int4(aid)]),
+        Bound::Included(&[Value::Int4(aid)]),
+        &mut |tid, r| {
+            found = Some((tid, r));
+            Ok(true)
+        },
+    )
+    .unwrap();
+    found.expect("row visible")
+}
+
+/// Repeatable read: the snapshot of the first statement serves the next, and an update of a
+/// row that a transaction it waited for updated or deleted fails with 40001; if that
+/// transaction aborts, the update goes through. Read committed follows the newer version.
+#[test]
+fn a_repeatable_read_writer_fails_on_a_concurrent_change_and_read_committed_follows_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (st, info) = one_account(&tmp.path().join("d"));
+    let cancel = Arc::new(AtomicBool::new(false));
+    // (the writer's level, whether the blocker deletes rather than updates, whether it commits)
+    let mut bal = 0;
+    for (level, delete, commits) in [
+        (Isolation::RepeatableRead, false, true),
+        (Isolation::RepeatableRead, true, true),
+        (Isolation::RepeatableRead, false, false),
+        (Isolation::ReadCommitted, false, true),
+    ] {
+        let mut b = Txn::begin(st.clone(), Arc::new(AtomicBool::new(false)));
+        b.set_isolation(level).unwrap();
+        b.new_statement();
+        let (tid, r) = visible(&b, &info, 1);
+        b.end_statement();
+        // The blocker changes the row and holds it while `b` tries to write it.
+        let mut a = Txn::begin(st.clone(), cancel.clone());
+        a.new_statement();
+        let (atid, ar) = visible(&a, &info, 1);
+        let done = if delete {
+            a.delete(&info, atid).unwrap()
+        } else {
+            a.update(&info, atid, &ar, &row(1, bal + 100)).unwrap()
+        };
+        assert_eq!(done, RowWrite::Done);
+        let (tx, rx) = std::sync::mpsc::channel();
+        let writer = std::thread::spawn(move || {
+            b.new_statement();
+            tx.send(()).unwrap();
+            let new = row(1, r[1].as_i64().unwrap() as i32 + 1);
+            let info = b.table("accounts").unwrap();
+            let out = b.update(&info, tid, &r, &new);
+            (b, out)
+        });
+        rx.recv().unwrap();
+        // Whether `b` is already waiting or not, the outcome is the same.
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        if commits {
+            commit(a);
+        } else {
+            a.rollback();
+        }
+        let (b, out) = writer.join().unwrap();
+        match (level, commits) {
+            (Isolation::RepeatableRead, true) => {
+                let e = out.unwrap_err();
+                assert_eq!(e.sqlstate, SqlState::SERIALIZATION_FAILURE, "{delete}");
+                let what = if delete { "delete" } else { "update" };
+                assert_eq!(
+                    e.message,
+                    format!("could not serialize access due to concurrent {what}")
+                );
+                b.rollback();
+            }
+            (Isolation::RepeatableRead, false) => {
+                assert_eq!(out.unwrap(), RowWrite::Done);
+                commit(b);
+                bal += 1;
+            }
+            (Isolation::ReadCommitted, _) => {
+                assert!(matches!(out.unwrap(), RowWrite::Changed(..)));
+                b.rollback();
+            }
+        }
+        if delete && commits {
+            let mut t = Txn::begin(st.clone(), cancel.clone());
+            t.insert(&info, &row(1, bal)).unwrap();
+            commit(t);
+        } else if commits {
+            bal += 100;
+        }
+        assert_eq!(contents(&st, "accounts"), BTreeMap::from([(1, bal)]));
+    }
+    // One snapshot for the whole transaction: a commit after the first statement is not seen
+    // by the second; changing the level then is 25001.
+    let mut b = Txn::begin(st.clone(), cancel.clone());
+    b.set_isolation(Isolation::RepeatableRead).unwrap();
+    b.new_statement();
+    assert_eq!(visible(&b, &info, 1).1, row(1, bal));
+    b.end_statement();
+    let mut a = Txn::begin(st.clone(), cancel.clone());
+    a.new_statement();
+    let (atid, ar) = visible(&a, &info, 1);
+    a.update(&info, atid, &ar, &row(1, 7)).unwrap();
+    commit(a);
+    b.new_statement();
+    assert_eq!(visible(&b, &info, 1).1, row(1, bal));
+    assert_eq!(
+        b.set_isolation(Isolation::ReadCommitted)
+            .unwrap_err()
+            .sqlstate,
+        SqlState::ACTIVE_SQL_TRANSACTION
+    );
+    b.set_isolation(Isolation::RepeatableRead).unwrap();
 }
 
 #[derive(Debug, Clone)]

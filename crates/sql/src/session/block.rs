@@ -23,7 +23,8 @@
 //! also end it in the session's parameters ([`Gucs::end_txn`]).
 
 use super::gucs::Gucs;
-use crate::storage::{Engine, Transaction};
+use crate::plan::TxnModes;
+use crate::storage::{Engine, Isolation, Transaction};
 use crate::types::{Notice, Output, TxnStatus};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -48,6 +49,19 @@ pub(crate) struct TxnBlock {
     txn: Option<Box<dyn Transaction>>,
     /// Transaction start (CURRENT_TIMESTAMP), µs since 2000-01-01.
     start: i64,
+    /// The open transaction is READ ONLY: statements that write fail with 25006.
+    read_only: bool,
+    /// A statement that reads or writes data has run in the open transaction, so it can no
+    /// longer become READ WRITE (nor change its isolation level, which the engine checks).
+    queried: bool,
+}
+
+/// What a transaction starts with: `default_transaction_isolation` and
+/// `default_transaction_read_only`.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct TxnDefaults {
+    pub isolation: Isolation,
+    pub read_only: bool,
 }
 
 /// 25P02, for statements in a failed block.
@@ -69,6 +83,8 @@ impl TxnBlock {
             state: Block::Idle,
             txn: None,
             start: 0,
+            read_only: false,
+            queried: false,
         }
     }
 
@@ -124,16 +140,67 @@ impl TxnBlock {
         }
     }
 
-    /// Opens the engine transaction if none is open.
+    /// Opens the engine transaction with `defaults` if none is open.
     ///
     /// # Errors
-    /// The engine's.
-    pub(crate) fn ensure(&mut self, engine: &dyn Engine, cancel: &Arc<AtomicBool>) -> Result<()> {
+    /// The engine's (0A000 for REPEATABLE READ on a hot standby).
+    pub(crate) fn ensure(
+        &mut self,
+        engine: &dyn Engine,
+        cancel: &Arc<AtomicBool>,
+        defaults: TxnDefaults,
+    ) -> Result<()> {
         if self.txn.is_none() {
-            self.txn = Some(engine.begin(cancel.clone())?);
+            let mut txn = engine.begin(cancel.clone())?;
+            txn.set_isolation(defaults.isolation)?;
+            self.txn = Some(txn);
             self.start = walnut_common::value::now_timestamp();
+            self.read_only = defaults.read_only;
+            self.queried = false;
         }
         Ok(())
+    }
+
+    /// The open transaction's isolation level and READ ONLY mode, if one is open.
+    pub(crate) fn modes(&self) -> Option<(Isolation, bool)> {
+        self.txn.as_ref().map(|t| (t.isolation(), self.read_only))
+    }
+
+    /// A statement that reads or writes data is about to run in the open transaction.
+    pub(crate) fn note_query(&mut self) {
+        self.queried = true;
+    }
+
+    /// The transaction is READ ONLY (the open one, also while a statement has taken it out
+    /// with [`TxnBlock::take`]).
+    pub(crate) fn read_only(&self) -> bool {
+        self.read_only
+    }
+
+    /// Applies `modes` to the open transaction (PostgreSQL's `check_transaction_isolation` and
+    /// `check_transaction_read_only`): READ ONLY at any time, READ WRITE and a change of level
+    /// only before its first query.
+    ///
+    /// # Errors
+    /// 25001 after a query; the engine's (0A000 for REPEATABLE READ on a hot standby).
+    pub(crate) fn set_modes(&mut self, modes: TxnModes) -> Result<()> {
+        let Some(t) = self.txn.as_deref_mut() else {
+            return Ok(());
+        };
+        if let Some(level) = modes.isolation {
+            t.set_isolation(level)?;
+        }
+        match modes.read_only {
+            Some(false) if self.read_only && self.queried => Err(Error::user(
+                SqlState::ACTIVE_SQL_TRANSACTION,
+                "transaction read-write mode must be set before any query",
+            )),
+            Some(ro) => {
+                self.read_only = ro;
+                Ok(())
+            }
+            None => Ok(()),
+        }
     }
 
     /// Commits the open transaction, if any, and returns to Idle. Warnings about work after
@@ -183,19 +250,32 @@ impl TxnBlock {
         }
     }
 
-    /// BEGIN.
+    /// BEGIN, with the modes `named` and else `defaults` (inside a block: a warning, and the
+    /// block keeps its modes).
     ///
     /// # Errors
-    /// 25P02 in a failed block; the engine's.
+    /// 25P02 in a failed block; the engine's; 25001 for a level named after a statement of an
+    /// implicit block.
     pub(crate) fn begin(
         &mut self,
         engine: &dyn Engine,
         cancel: &Arc<AtomicBool>,
         notices: &mut Vec<Notice>,
+        named: TxnModes,
+        defaults: TxnDefaults,
     ) -> Result<Output> {
         match self.state {
             Block::Idle | Block::Implicit => {
-                self.ensure(engine, cancel)?;
+                if self.txn.is_some() {
+                    // An implicit block that already ran a statement.
+                    self.set_modes(named)?;
+                } else {
+                    let first = TxnDefaults {
+                        isolation: named.isolation.unwrap_or(defaults.isolation),
+                        read_only: named.read_only.unwrap_or(defaults.read_only),
+                    };
+                    self.ensure(engine, cancel, first)?;
+                }
                 self.state = Block::Explicit;
             }
             Block::Explicit => notices.push(Notice {

@@ -11,7 +11,8 @@
 //! generation with the one it last saw and, if it moved, takes the new [`Settings`] (one atomic
 //! load when nothing changed).
 
-use crate::storage::CommitOpts;
+use super::block::TxnDefaults;
+use crate::storage::{CommitOpts, Isolation};
 use crate::types::Notice;
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -52,6 +53,9 @@ pub(crate) struct Gucs {
     pub(crate) commit: CommitOpts,
     /// Cached `statement_timeout`, ms (0: none).
     pub(crate) statement_timeout_ms: u64,
+    /// Cached `default_transaction_isolation` and `default_transaction_read_only`: what each
+    /// transaction starts with.
+    pub(crate) txn_defaults: TxnDefaults,
     /// Cached `client_min_messages`, as an index into [`LEVELS`].
     min_level: usize,
 }
@@ -89,6 +93,10 @@ impl Gucs {
             saved: None,
             commit: CommitOpts::new(SessionId(0)),
             statement_timeout_ms: 0,
+            txn_defaults: TxnDefaults {
+                isolation: Isolation::ReadCommitted,
+                read_only: false,
+            },
             min_level: 0,
         };
         g.refresh();
@@ -215,6 +223,12 @@ impl Gucs {
             commit_siblings: int(self, &COMMIT_SIBLINGS) as u32,
         };
         self.statement_timeout_ms = int(self, &crate::guc::STATEMENT_TIMEOUT).max(0) as u64;
+        self.txn_defaults = TxnDefaults {
+            isolation: crate::guc::isolation(
+                &self.show(&crate::guc::DEFAULT_TRANSACTION_ISOLATION),
+            ),
+            read_only: self.value(&crate::guc::DEFAULT_TRANSACTION_READ_ONLY) == Val::Bool(true),
+        };
         self.min_level = level(&self.show(&crate::guc::CLIENT_MIN_MESSAGES));
     }
 

@@ -34,11 +34,11 @@ use crate::env::Env;
 use crate::exec::{self, ExecCtx};
 use crate::expr::Ctx;
 use crate::literals;
-use crate::plan::{CopyPlan, Plan};
+use crate::plan::{CopyPlan, Plan, TxnModes};
 use crate::planner::Planner;
 use crate::preparse;
 use crate::progress::{BackendEntry, Reporter};
-use crate::storage::{Engine, Transaction};
+use crate::storage::{Engine, Isolation, Transaction};
 use block::{in_failed_block, Block, TxnBlock};
 use gucs::{check_settable, Gucs, PG_SETTINGS_COLUMNS};
 use parking_lot::Mutex;
@@ -652,10 +652,19 @@ impl Session {
     /// a freshly planned one).
     fn run_plan(&mut self, plan: &Plan, params: &[Value]) -> Result<Output> {
         match plan {
-            Plan::Begin => {
-                return self
-                    .blk
-                    .begin(&*self.engine, &self.cancel, &mut self.notices)
+            Plan::Begin { modes } => {
+                let r = self.blk.begin(
+                    &*self.engine,
+                    &self.cancel,
+                    &mut self.notices,
+                    *modes,
+                    self.gucs.txn_defaults,
+                );
+                // An error ends an implicit block's transaction like any statement's.
+                return match r {
+                    Ok(out) => Ok(out),
+                    Err(e) => self.finish_statement(Err(e), false),
+                };
             }
             Plan::Commit => return self.blk.commit_command(&mut self.gucs, &mut self.notices),
             Plan::Rollback => {
@@ -669,7 +678,7 @@ impl Session {
         match plan {
             Plan::Empty => Ok(Output::Empty),
             Plan::Set { name, value, local } => self.do_set(name, value.as_deref(), *local),
-            Plan::SetNoop => Ok(command("SET")),
+            Plan::SetTransaction { modes } => self.set_transaction(*modes, true),
             Plan::Reset { name } => self.do_reset(name.as_deref()),
             Plan::Show { name } => self.do_show(name.as_deref()),
             Plan::AlterSystem { name, value } => self.do_alter_system(name, value.as_deref()),
@@ -719,7 +728,51 @@ impl Session {
         }
     }
 
+    /// `SET TRANSACTION`, `SET transaction_isolation` and `SET transaction_read_only`: in a
+    /// block, sets the modes of its transaction ([`TxnBlock::set_modes`]); outside one, changes
+    /// nothing (and `SET TRANSACTION` warns, `warn`).
+    ///
+    /// # Errors
+    /// 25001 for a change of level, or to READ WRITE, after a query of the transaction; 0A000
+    /// for REPEATABLE READ on a hot standby.
+    fn set_transaction(&mut self, modes: TxnModes, warn: bool) -> Result<Output> {
+        if !self.blk.in_block() {
+            if !warn {
+                return Ok(command("SET"));
+            }
+            self.notices.push(Notice {
+                severity: "WARNING",
+                sqlstate: SqlState::NO_ACTIVE_SQL_TRANSACTION,
+                message: "SET TRANSACTION can only be used in transaction blocks".into(),
+                detail: None,
+            });
+            return Ok(command("SET"));
+        }
+        let r = self
+            .blk
+            .ensure(&*self.engine, &self.cancel, self.gucs.txn_defaults)
+            .and_then(|()| self.blk.set_modes(modes))
+            .map(|()| command("SET"));
+        self.finish_statement(r, false)
+    }
+
     fn do_set(&mut self, name: &str, value: Option<&str>, local: bool) -> Result<Output> {
+        for def in [
+            &crate::guc::TRANSACTION_ISOLATION,
+            &crate::guc::TRANSACTION_READ_ONLY,
+        ] {
+            if !name.eq_ignore_ascii_case(def.name) {
+                continue;
+            }
+            let mut modes = TxnModes::default();
+            match value.map(|v| def.parse(v)).transpose() {
+                Ok(None) => {}
+                Ok(Some(walnut_common::guc::Val::Bool(ro))) => modes.read_only = Some(ro),
+                Ok(Some(v)) => modes.isolation = Some(crate::guc::isolation(&def.show(&v))),
+                Err(e) => return self.finish_statement(Err(e), false),
+            }
+            return self.set_transaction(modes, false);
+        }
         let r = (|| {
             let def = self.gucs.registry().lookup(name)?;
             check_settable(def)?;
@@ -795,9 +848,23 @@ impl Session {
                     name: def.name.to_string(),
                     ty: DataType::Text,
                 }]);
+                // The open transaction's modes, else the ones the next will have.
+                let d = self.gucs.txn_defaults;
+                let (level, ro) = self.blk.modes().unwrap_or((d.isolation, d.read_only));
+                let value = if def.name == crate::guc::TRANSACTION_ISOLATION.name {
+                    match level {
+                        Isolation::ReadCommitted => "read committed",
+                        Isolation::RepeatableRead => "repeatable read",
+                    }
+                    .to_string()
+                } else if def.name == crate::guc::TRANSACTION_READ_ONLY.name {
+                    (if ro { "on" } else { "off" }).to_string()
+                } else {
+                    self.gucs.show(def)
+                };
                 Ok(Output::Rows {
                     columns,
-                    rows: vec![vec![Value::Text(self.gucs.show(def))]],
+                    rows: vec![vec![Value::Text(value)]],
                     tag: "SHOW".into(),
                 })
             }
@@ -841,12 +908,16 @@ impl Session {
 
     fn start_copy(&mut self, cp: &CopyPlan) -> Result<Output> {
         let autocommit = self.blk.state() != Block::Explicit;
-        if let Err(e) = self.blk.ensure(&*self.engine, &self.cancel) {
+        if let Err(e) = self
+            .blk
+            .ensure(&*self.engine, &self.cancel, self.gucs.txn_defaults)
+        {
             return self.finish_statement(Err(e), autocommit);
         }
-        if let Err(e) = check_writable(&*self.engine, Some("COPY FROM")) {
+        if let Err(e) = check_writable(&*self.engine, self.blk.read_only(), Some("COPY FROM")) {
             return self.finish_statement(Err(e), autocommit);
         }
+        self.blk.note_query();
         let txn = self.blk.txn().expect("ensured");
         txn.new_statement();
         match CopyState::start(txn, cp, autocommit, self.progress.as_ref()) {
@@ -866,9 +937,13 @@ impl Session {
             return Err(in_failed_block());
         }
         let autocommit = self.blk.state() == Block::Idle;
-        if let Err(e) = self.blk.ensure(&*self.engine, &self.cancel) {
+        if let Err(e) = self
+            .blk
+            .ensure(&*self.engine, &self.cancel, self.gucs.txn_defaults)
+        {
             return self.finish_statement(Err(e), autocommit);
         }
+        self.blk.note_query();
         let mut txn = self.blk.take().expect("ensured");
         txn.new_statement();
         self.deadline = match self.gucs.statement_timeout_ms {
@@ -930,7 +1005,7 @@ impl Session {
             env: &env,
             deadline: self.deadline,
         };
-        check_writable(&*engine, plan.write_command())?;
+        check_writable(&*engine, self.blk.read_only(), plan.write_command())?;
         exec::execute(txn, plan, &ec, &mut self.notices)
     }
 }
@@ -945,14 +1020,15 @@ enum Work<'a> {
     Planned(&'a Plan),
 }
 
-/// On a standby in recovery, a statement that writes (`cmd`, [`Plan::write_command`]) fails
-/// before it runs, even if it would change no row (PostgreSQL's `PreventCommandIfReadOnly`).
+/// In a READ ONLY transaction (`read_only`), or on a standby in recovery, a statement that
+/// writes (`cmd`, [`Plan::write_command`]) fails before it runs, even if it would change no
+/// row (PostgreSQL's `PreventCommandIfReadOnly`).
 ///
 /// # Errors
 /// 25006 `cannot execute COMMAND in a read-only transaction`.
-fn check_writable(engine: &dyn Engine, cmd: Option<&'static str>) -> Result<()> {
+fn check_writable(engine: &dyn Engine, read_only: bool, cmd: Option<&'static str>) -> Result<()> {
     match cmd {
-        Some(cmd) if engine.recovery().is_some() => Err(Error::user(
+        Some(cmd) if read_only || engine.recovery().is_some() => Err(Error::user(
             SqlState::READ_ONLY_SQL_TRANSACTION,
             format!("cannot execute {cmd} in a read-only transaction"),
         )),

@@ -65,14 +65,18 @@ fn transaction_states() {
     assert_eq!(s.txn_status(), TxnStatus::Idle);
     // An isolation level walnut does not have is refused, not run at READ COMMITTED.
     for sql in [
-        "begin isolation level repeatable read",
         "start transaction isolation level serializable, read write",
         "begin transaction read only, isolation level serializable",
-        "set transaction isolation level repeatable read",
+        "set transaction isolation level serializable",
+        "set default_transaction_isolation = serializable",
     ] {
         assert_eq!(err(&mut s, sql), SqlState::FEATURE_NOT_SUPPORTED, "{sql}");
         assert_eq!(s.txn_status(), TxnStatus::Idle, "{sql}");
     }
+    ok(&mut s, "begin isolation level repeatable read");
+    assert_eq!(one(&mut s, "show transaction_isolation"), "repeatable read");
+    ok(&mut s, "rollback");
+    assert_eq!(one(&mut s, "show transaction_isolation"), "read committed");
     ok(&mut s, "begin isolation level read uncommitted");
     ok(&mut s, "set transaction isolation level read committed");
     ok(&mut s, "commit");
