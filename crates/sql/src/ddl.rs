@@ -22,12 +22,11 @@ pub(crate) fn create_table(
     notices: &mut Vec<Notice>,
 ) -> Result<Output> {
     if if_not_exists && txn.table(&def.name)?.is_some() {
-        notices.push(Notice {
-            severity: "NOTICE",
-            sqlstate: SqlState::DUPLICATE_TABLE,
-            message: format!("relation \"{}\" already exists, skipping", def.name),
-            detail: None,
-        });
+        notices.push(Notice::new(
+            "NOTICE",
+            SqlState::DUPLICATE_TABLE,
+            format!("relation \"{}\" already exists, skipping", def.name),
+        ));
     } else {
         txn.create_table(def.clone())?;
     }
@@ -49,12 +48,11 @@ pub(crate) fn drop_tables(
         if txn.table(n)?.is_some() {
             present.push(n);
         } else if if_exists {
-            notices.push(Notice {
-                severity: "NOTICE",
-                sqlstate: SqlState::SUCCESSFUL_COMPLETION,
-                message: format!("table \"{n}\" does not exist, skipping"),
-                detail: None,
-            });
+            notices.push(Notice::new(
+                "NOTICE",
+                SqlState::SUCCESSFUL_COMPLETION,
+                format!("table \"{n}\" does not exist, skipping"),
+            ));
         } else {
             return Err(Error::user(
                 SqlState::UNDEFINED_TABLE,

@@ -64,3 +64,15 @@ pub struct Notice {
     /// Detail line, if any.
     pub detail: Option<String>,
 }
+
+impl Notice {
+    /// A notice without a detail line: `severity` is `NOTICE`, `WARNING` or `INFO`.
+    pub fn new(severity: &'static str, sqlstate: SqlState, message: impl Into<String>) -> Self {
+        Notice {
+            severity,
+            sqlstate,
+            message: message.into(),
+            detail: None,
+        }
+    }
+}

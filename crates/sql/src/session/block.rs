@@ -278,12 +278,11 @@ impl TxnBlock {
                 }
                 self.state = Block::Explicit;
             }
-            Block::Explicit => notices.push(Notice {
-                severity: "WARNING",
-                sqlstate: SqlState::ACTIVE_SQL_TRANSACTION,
-                message: "there is already a transaction in progress".into(),
-                detail: None,
-            }),
+            Block::Explicit => notices.push(Notice::new(
+                "WARNING",
+                SqlState::ACTIVE_SQL_TRANSACTION,
+                "there is already a transaction in progress",
+            )),
             Block::Failed => return Err(in_failed_block()),
         }
         Ok(command("BEGIN"))
@@ -372,10 +371,9 @@ impl TxnBlock {
 
 /// 25P01 WARNING `there is no transaction in progress`.
 fn no_transaction_warning() -> Notice {
-    Notice {
-        severity: "WARNING",
-        sqlstate: SqlState::NO_ACTIVE_SQL_TRANSACTION,
-        message: "there is no transaction in progress".into(),
-        detail: None,
-    }
+    Notice::new(
+        "WARNING",
+        SqlState::NO_ACTIVE_SQL_TRANSACTION,
+        "there is no transaction in progress",
+    )
 }

@@ -714,12 +714,11 @@ impl Session {
                     Err(e) => return self.finish_statement(Err(e), false),
                 };
                 for message in infos {
-                    self.notices.push(Notice {
-                        severity: "INFO",
-                        sqlstate: SqlState::SUCCESSFUL_COMPLETION,
+                    self.notices.push(Notice::new(
+                        "INFO",
+                        SqlState::SUCCESSFUL_COMPLETION,
                         message,
-                        detail: None,
-                    });
+                    ));
                 }
                 Ok(command("VACUUM"))
             }
@@ -740,12 +739,11 @@ impl Session {
             if !warn {
                 return Ok(command("SET"));
             }
-            self.notices.push(Notice {
-                severity: "WARNING",
-                sqlstate: SqlState::NO_ACTIVE_SQL_TRANSACTION,
-                message: "SET TRANSACTION can only be used in transaction blocks".into(),
-                detail: None,
-            });
+            self.notices.push(Notice::new(
+                "WARNING",
+                SqlState::NO_ACTIVE_SQL_TRANSACTION,
+                "SET TRANSACTION can only be used in transaction blocks",
+            ));
             return Ok(command("SET"));
         }
         let r = self
@@ -784,12 +782,11 @@ impl Session {
             Err(e) => return self.finish_statement(Err(e), false),
         };
         if local && !self.blk.in_block() {
-            self.notices.push(Notice {
-                severity: "WARNING",
-                sqlstate: SqlState::NO_ACTIVE_SQL_TRANSACTION,
-                message: "SET LOCAL can only be used in transaction blocks".into(),
-                detail: None,
-            });
+            self.notices.push(Notice::new(
+                "WARNING",
+                SqlState::NO_ACTIVE_SQL_TRANSACTION,
+                "SET LOCAL can only be used in transaction blocks",
+            ));
             return Ok(command("SET"));
         }
         let in_txn = self.blk.in_block();
