@@ -64,3 +64,31 @@ impl TableDef {
         self.columns.iter().map(|c| &c.ty)
     }
 }
+
+/// A sequence's definition as stored in the catalog (PostgreSQL's `pg_sequence` row; the
+/// options of `CREATE SEQUENCE`, checked by the SQL layer as PostgreSQL's `init_params` checks
+/// them). Its state (the last value, and how many values are logged ahead) lives in its
+/// relation's one page (storage DESIGN.md, "Sequences").
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SequenceDef {
+    /// Sequence name, lower-cased unless it was quoted; tables and sequences share one
+    /// namespace.
+    pub name: String,
+    /// `AS`: `Int2`, `Int4` or `Int8`; bounds the default MINVALUE and MAXVALUE.
+    pub ty: DataType,
+    /// `START WITH`: the first value `nextval` returns.
+    pub start: i64,
+    /// `INCREMENT BY`: not zero; negative for a descending sequence.
+    pub increment: i64,
+    /// `MINVALUE`, below `max`.
+    pub min: i64,
+    /// `MAXVALUE`.
+    pub max: i64,
+    /// `CACHE`: values a session takes at a time (at least 1).
+    pub cache: i64,
+    /// `CYCLE`: wrap from one bound to the other instead of failing with 2200H.
+    pub cycle: bool,
+    /// The `(table, column)` whose `serial` default created it (`OWNED BY`): DROP TABLE drops
+    /// it too.
+    pub owned_by: Option<(String, String)>,
+}

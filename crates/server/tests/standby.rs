@@ -117,7 +117,11 @@ fn a_standby_converges_under_pgbench_and_refuses_writes() {
     let out = p.pgbench(&["-c", "8", "-j", "2", "-T", "8"]);
     assert!(out.status.success(), "{}", stderr(&out));
     p.query("insert into after_backup select 1, 'one'");
+    // A sequence's records (logged ahead, outside any transaction) replay too.
+    p.query("create table ser (id serial primary key, v int)");
+    p.query("insert into ser (v) select 1 from generate_series(1, 40)");
     wait_caught_up(&p, &s);
+    assert_eq!(s.query("select count(*), max(id) from ser"), "40|40");
     assert_eq!(digest(&p), digest(&s), "the standby's rows differ");
     let sums = tpcb_sums(&s);
     assert!(sums.windows(2).all(|w| w[0] == w[1]), "TPC-B sums {sums:?}");
@@ -142,6 +146,8 @@ fn a_standby_converges_under_pgbench_and_refuses_writes() {
         ),
         ("delete from pgbench_history", "DELETE"),
         ("create table nope (a int)", "CREATE TABLE"),
+        ("select nextval('ser_id_seq')", "nextval()"),
+        ("select setval('ser_id_seq', 1)", "setval()"),
     ] {
         let err = verbose_error(&s, sql);
         assert!(

@@ -536,6 +536,30 @@ impl Binder<'_> {
         })
     }
 
+    /// The relation argument of a sequence function (PostgreSQL's is `regclass`): a name as
+    /// text, looked up when the function runs (so a sequence this transaction created is
+    /// found), or an OID as int8. `'s'::regclass` is taken as the name `'s'`.
+    fn sequence_arg(&mut self, e: &ast::Expr) -> Result<Expr> {
+        let e = match e {
+            ast::Expr::Cast {
+                expr, data_type, ..
+            } if is_regclass(data_type) => expr,
+            e => e,
+        };
+        let (x, t) = self.bind(e)?;
+        let (x, t) = self.coerce(x, t, &DataType::Text)?;
+        if t.is_integer() {
+            Ok(Expr::Cast(Box::new(x), DataType::Int8))
+        } else if t.is_string() {
+            Ok(x)
+        } else {
+            Err(Error::user(
+                SqlState::CANNOT_COERCE,
+                format!("cannot cast type {} to regclass", t.name()),
+            ))
+        }
+    }
+
     /// `x::regclass`: text (an unknown literal or `$n` becomes text) is looked up by name in the
     /// `pg_class` system view at execution time; an integer is already an OID. The result is int8.
     fn regclass_cast(&mut self, e: &ast::Expr) -> Result<(Expr, Ty)> {
@@ -824,6 +848,31 @@ impl Binder<'_> {
                     Expr::Func(Func::RelationSize(which), bound),
                     Ty::Known(DataType::Int8),
                 )
+            }
+            ("nextval" | "currval", 1) | ("setval", 2 | 3) | ("lastval", 0) => {
+                let mut bound = Vec::with_capacity(nargs);
+                if let Some(rel) = args.first() {
+                    bound.push(self.sequence_arg(rel)?);
+                }
+                for (a, ty) in args.iter().skip(1).zip([DataType::Int8, DataType::Bool]) {
+                    let (x, t) = self.bind(a)?;
+                    let (x, t) = self.coerce(x, t, &ty)?;
+                    if t != ty && !(ty == DataType::Int8 && t.is_integer()) {
+                        return Err(no_such());
+                    }
+                    bound.push(if t == ty {
+                        x
+                    } else {
+                        Expr::Cast(Box::new(x), ty)
+                    });
+                }
+                let f = match name.as_str() {
+                    "nextval" => Func::NextVal,
+                    "currval" => Func::CurrVal,
+                    "setval" => Func::SetVal,
+                    _ => Func::LastVal,
+                };
+                (Expr::Func(f, bound), Ty::Known(DataType::Int8))
             }
             ("pg_wal_lsn_diff", 2) => {
                 let mut bound = Vec::with_capacity(2);

@@ -11,26 +11,144 @@ fn command(tag: &str) -> Output {
     Output::Command { tag: tag.into() }
 }
 
-/// CREATE TABLE [IF NOT EXISTS].
+/// True if a table or a sequence is named `name`.
+fn relation_exists(txn: &mut dyn Transaction, name: &str) -> Result<bool> {
+    Ok(txn.table(name)?.is_some() || txn.sequence_exists(name)?)
+}
+
+fn already_exists(name: &str) -> Notice {
+    Notice::new(
+        "NOTICE",
+        SqlState::DUPLICATE_TABLE,
+        format!("relation \"{name}\" already exists, skipping"),
+    )
+}
+
+/// `name` as SQL text: an identifier quoted unless it is lower case letters, digits and `_`
+/// (PostgreSQL's `quote_identifier`, without its keyword check).
+fn quote_ident(name: &str) -> String {
+    let plain = name
+        .chars()
+        .next()
+        .is_some_and(|c| c.is_ascii_lowercase() || c == '_')
+        && name
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
+    if plain {
+        name.to_string()
+    } else {
+        format!("\"{}\"", name.replace('"', "\"\""))
+    }
+}
+
+/// CREATE TABLE [IF NOT EXISTS]. Each `serial` column (positions `serials`) first gets its
+/// sequence, of the column's type, owned by the column, named `table_column_seq` or, if a
+/// relation has that name, `table_column_seq1`, `2`, ... (PostgreSQL's `ChooseRelationName`),
+/// and then `nextval('name'::regclass)` as its default.
 ///
 /// # Errors
 /// 42P07 if the table exists (without IF NOT EXISTS); the engine's errors.
 pub(crate) fn create_table(
     txn: &mut dyn Transaction,
     def: &TableDef,
+    serials: &[usize],
     if_not_exists: bool,
     notices: &mut Vec<Notice>,
 ) -> Result<Output> {
-    if if_not_exists && txn.table(&def.name)?.is_some() {
-        notices.push(Notice::new(
-            "NOTICE",
-            SqlState::DUPLICATE_TABLE,
-            format!("relation \"{}\" already exists, skipping", def.name),
-        ));
-    } else {
-        txn.create_table(def.clone())?;
+    if if_not_exists && relation_exists(txn, &def.name)? {
+        notices.push(already_exists(&def.name));
+        return Ok(command("CREATE TABLE"));
     }
+    if relation_exists(txn, &def.name)? {
+        return Err(Error::user(
+            SqlState::DUPLICATE_TABLE,
+            format!("relation \"{}\" already exists", def.name),
+        ));
+    }
+    let mut def = def.clone();
+    for &i in serials {
+        let col = &def.columns[i];
+        let base = format!("{}_{}_seq", def.name, col.name);
+        let mut name = base.clone();
+        let mut n = 0;
+        while relation_exists(txn, &name)? {
+            n += 1;
+            name = format!("{base}{n}");
+        }
+        let opts = crate::sequence::SeqOptions {
+            ty: Some(col.ty.clone()),
+            ..Default::default()
+        };
+        let owner = Some((def.name.clone(), col.name.clone()));
+        txn.create_sequence(crate::sequence::sequence_def(name.clone(), &opts, owner)?)?;
+        def.columns[i].default = Some(format!(
+            "nextval('{}'::regclass)",
+            quote_ident(&name).replace('\'', "''")
+        ));
+    }
+    txn.create_table(def)?;
     Ok(command("CREATE TABLE"))
+}
+
+/// CREATE SEQUENCE [IF NOT EXISTS].
+///
+/// # Errors
+/// 42P07 if a relation has the name (without IF NOT EXISTS); the engine's errors.
+pub(crate) fn create_sequence(
+    txn: &mut dyn Transaction,
+    def: &walnut_common::SequenceDef,
+    if_not_exists: bool,
+    notices: &mut Vec<Notice>,
+) -> Result<Output> {
+    if if_not_exists && relation_exists(txn, &def.name)? {
+        notices.push(already_exists(&def.name));
+    } else {
+        txn.create_sequence(def.clone())?;
+    }
+    Ok(command("CREATE SEQUENCE"))
+}
+
+/// 42809 for DROP TABLE of a sequence or DROP SEQUENCE of a table.
+fn wrong_kind(name: &str, kind: &str) -> Error {
+    Error::user(
+        SqlState::WRONG_OBJECT_TYPE,
+        format!("\"{name}\" is not a {kind}"),
+    )
+}
+
+/// DROP SEQUENCE [IF EXISTS] names: checks every name first, then drops.
+///
+/// # Errors
+/// 42P01 for a missing sequence (without IF EXISTS); 42809 for a table; the engine's errors.
+pub(crate) fn drop_sequences(
+    txn: &mut dyn Transaction,
+    names: &[String],
+    if_exists: bool,
+    notices: &mut Vec<Notice>,
+) -> Result<Output> {
+    let mut present = Vec::new();
+    for n in names {
+        if txn.sequence_exists(n)? {
+            present.push(n);
+        } else if txn.table(n)?.is_some() {
+            return Err(wrong_kind(n, "sequence"));
+        } else if if_exists {
+            notices.push(Notice::new(
+                "NOTICE",
+                SqlState::SUCCESSFUL_COMPLETION,
+                format!("sequence \"{n}\" does not exist, skipping"),
+            ));
+        } else {
+            return Err(Error::user(
+                SqlState::UNDEFINED_TABLE,
+                format!("sequence \"{n}\" does not exist"),
+            ));
+        }
+    }
+    for n in present {
+        txn.drop_sequence(n)?;
+    }
+    Ok(command("DROP SEQUENCE"))
 }
 
 /// DROP TABLE [IF EXISTS] names: checks every name first, then drops.
@@ -47,6 +165,8 @@ pub(crate) fn drop_tables(
     for n in names {
         if txn.table(n)?.is_some() {
             present.push(n);
+        } else if txn.sequence_exists(n)? {
+            return Err(wrong_kind(n, "table"));
         } else if if_exists {
             notices.push(Notice::new(
                 "NOTICE",

@@ -163,6 +163,7 @@ impl Engine for StorageEngine {
             storage: self.storage.clone(),
             bulk_table: None,
             txn: Some(txn),
+            seqs: None,
         }))
     }
 
@@ -313,6 +314,18 @@ impl Engine for StorageEngine {
                 RelationSize::Table => file(t.relfile) + fsm(t.relfile),
                 RelationSize::Indexes => indexes,
                 RelationSize::Total => file(t.relfile) + fsm(t.relfile) + indexes,
+            });
+        }
+        if let Some(s) = self
+            .storage
+            .catalog
+            .all_sequences()
+            .iter()
+            .find(|s| s.oid as i64 == oid)
+        {
+            return Some(match which {
+                RelationSize::Main | RelationSize::Table | RelationSize::Total => file(s.relfile),
+                RelationSize::Fsm | RelationSize::NoFork | RelationSize::Indexes => 0,
             });
         }
         let ix = tables
@@ -567,6 +580,16 @@ impl Engine for StorageEngine {
                         ]);
                     }
                 }
+                for s in self.storage.catalog.all_sequences() {
+                    rows.push(vec![
+                        Value::Int8(s.oid as i64),
+                        Value::Text(s.def.name.clone()),
+                        Value::Text("S".into()),
+                        Value::Int8(2200),
+                        Value::Int8(0),
+                        Value::Null,
+                    ]);
+                }
                 rows.sort_by_key(|r| r[0].as_i64());
                 Some((
                     vec![
@@ -608,6 +631,66 @@ struct TxnAdapter {
     /// The table of the bulk load in progress, looked up once per statement rather than per
     /// row (no DDL runs inside a COPY or an INSERT ... SELECT).
     bulk_table: Option<Arc<walnut_storage::catalog::TableInfo>>,
+    /// The last handle [`Transaction::sequences`] returned, while the storage's is the same.
+    seqs: Option<Arc<SeqAdapter>>,
+}
+
+/// [`SequenceAccess`](crate::storage::SequenceAccess) over the storage's sequences.
+struct SeqAdapter(Arc<walnut_storage::txn::Sequences>);
+
+fn seq_ref(s: &walnut_storage::catalog::SeqInfo) -> crate::storage::SeqRef {
+    crate::storage::SeqRef {
+        oid: s.oid as i64,
+        version: s.relfile.0 as u64,
+        def: s.def.clone(),
+    }
+}
+
+fn seq_lookup(k: walnut_storage::txn::RelKind) -> crate::storage::SeqLookup {
+    use crate::storage::SeqLookup;
+    use walnut_storage::txn::RelKind;
+    match k {
+        RelKind::Sequence(s) => SeqLookup::Sequence(seq_ref(&s)),
+        RelKind::Table => SeqLookup::Table,
+        RelKind::Missing => SeqLookup::Missing,
+    }
+}
+
+impl SeqAdapter {
+    fn info(seq: &crate::storage::SeqRef) -> walnut_storage::catalog::SeqInfo {
+        walnut_storage::catalog::SeqInfo {
+            def: seq.def.clone(),
+            oid: seq.oid as u64,
+            relfile: walnut_common::RelFileId(seq.version as u32),
+            catalog_tid: walnut_common::Tid::INVALID,
+        }
+    }
+}
+
+impl crate::storage::SequenceAccess for SeqAdapter {
+    fn lookup(&self, name: &str) -> crate::storage::SeqLookup {
+        seq_lookup(self.0.lookup(name))
+    }
+
+    fn lookup_oid(&self, oid: i64) -> crate::storage::SeqLookup {
+        match u64::try_from(oid) {
+            Ok(oid) => seq_lookup(self.0.lookup_oid(oid)),
+            Err(_) => crate::storage::SeqLookup::Missing,
+        }
+    }
+
+    fn fetch(&self, seq: &crate::storage::SeqRef) -> Result<(i64, i64, u64)> {
+        let f = self.0.fetch(&Self::info(seq))?;
+        Ok((f.first, f.last, f.covered_by.0))
+    }
+
+    fn note_wal(&self, covered_by: u64) {
+        self.0.note(walnut_common::Lsn(covered_by));
+    }
+
+    fn set(&self, seq: &crate::storage::SeqRef, value: i64, is_called: bool) -> Result<()> {
+        self.0.set(&Self::info(seq), value, is_called)
+    }
 }
 
 impl TxnAdapter {
@@ -669,6 +752,28 @@ impl Transaction for TxnAdapter {
 
     fn drop_table(&mut self, name: &str) -> Result<()> {
         self.t().drop_table(name)
+    }
+
+    fn create_sequence(&mut self, def: walnut_common::SequenceDef) -> Result<()> {
+        self.t().create_sequence(def)
+    }
+
+    fn drop_sequence(&mut self, name: &str) -> Result<()> {
+        self.t().drop_sequence(name)
+    }
+
+    fn sequence_exists(&mut self, name: &str) -> Result<bool> {
+        Ok(self.t().sequence(name).is_some())
+    }
+
+    fn sequences(&mut self) -> Option<Arc<dyn crate::storage::SequenceAccess>> {
+        let h = self.t().sequences();
+        if let Some(a) = self.seqs.as_ref().filter(|a| Arc::ptr_eq(&a.0, &h)) {
+            return Some(a.clone());
+        }
+        let a = Arc::new(SeqAdapter(h));
+        self.seqs = Some(a.clone());
+        Some(a)
     }
 
     fn truncate(&mut self, name: &str) -> Result<()> {

@@ -42,4 +42,14 @@ pub(crate) trait Env {
     /// Where the statement's bulk work (an index build) registers in the progress views, if
     /// the engine has them.
     fn progress(&self) -> Option<&Reporter>;
+
+    /// `nextval`, `currval`, `setval` and `lastval` (a bigint), through the session's
+    /// sequence state ([`crate::sequence::SessionSeqs::call`]). The default: 0A000.
+    ///
+    /// # Errors
+    /// As [`crate::sequence::SessionSeqs::call`].
+    fn sequence(&self, call: crate::sequence::SeqCall) -> Result<Value> {
+        let _ = call;
+        Err(walnut_common::Error::unsupported("sequences here"))
+    }
 }

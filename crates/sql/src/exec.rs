@@ -96,8 +96,16 @@ pub(crate) fn execute(
             let n = run_delete(txn, p, ec, &mut out)?;
             out.output(format!("DELETE {n}"))
         }
-        Plan::CreateTable { def, if_not_exists } => {
-            ddl::create_table(txn, def, *if_not_exists, notices)?
+        Plan::CreateTable {
+            def,
+            if_not_exists,
+            serials,
+        } => ddl::create_table(txn, def, serials, *if_not_exists, notices)?,
+        Plan::CreateSequence { def, if_not_exists } => {
+            ddl::create_sequence(txn, def, *if_not_exists, notices)?
+        }
+        Plan::DropSequences { names, if_exists } => {
+            ddl::drop_sequences(txn, names, *if_exists, notices)?
         }
         Plan::DropTable { names, if_exists } => ddl::drop_tables(txn, names, *if_exists, notices)?,
         Plan::Truncate { names } => ddl::truncate(txn, names)?,

@@ -122,6 +122,14 @@ pub(crate) enum Func {
     /// `pg_wal_lsn_diff(a, b)` and `a - b` of two pg_lsn: a - b in bytes (PostgreSQL's is
     /// numeric; bigint here holds every difference of two LSNs below 2^63).
     LsnDiff,
+    /// `nextval(rel)`: bigint; volatile. The argument is a name (text) or an OID (int8).
+    NextVal,
+    /// `currval(rel)`: bigint.
+    CurrVal,
+    /// `setval(rel, value bigint [, is_called bool])`: bigint; volatile.
+    SetVal,
+    /// `lastval()`: bigint.
+    LastVal,
 }
 
 /// A compiled expression.
@@ -403,6 +411,9 @@ impl Expr {
             Expr::InList(e, l, _) => {
                 e.is_row_independent() && l.iter().all(Expr::is_row_independent)
             }
+            // Volatile (or, for currval and lastval, changed by a nextval of the same
+            // statement): a new value for each row, never an index key computed once.
+            Expr::Func(Func::NextVal | Func::SetVal | Func::CurrVal | Func::LastVal, _) => false,
             Expr::Func(_, args) => args.iter().all(Expr::is_row_independent),
             Expr::Case(arms, d) => {
                 d.is_row_independent()
@@ -416,7 +427,7 @@ impl Expr {
 
 /// Splits a possibly qualified, possibly quoted relation name as PostgreSQL's `regclassin` does:
 /// unquoted parts fold to lower case, `""` inside quotes is a quote. `None` if malformed.
-fn name_parts(s: &str) -> Option<Vec<String>> {
+pub(crate) fn name_parts(s: &str) -> Option<Vec<String>> {
     let mut parts = Vec::new();
     let mut chars = s.trim().chars().peekable();
     loop {
@@ -582,6 +593,33 @@ fn eval_func(f: Func, args: &[Expr], row: &[Value], ctx: &Ctx<'_>) -> Result<Val
             Func::WalWriteLsn => p.write,
             _ => p.flush,
         }));
+    }
+    if matches!(
+        f,
+        Func::NextVal | Func::CurrVal | Func::SetVal | Func::LastVal
+    ) {
+        use crate::sequence::SeqCall;
+        let mut v = Vec::with_capacity(args.len());
+        for a in args {
+            v.push(a.eval(row, ctx)?);
+        }
+        if v.iter().any(Value::is_null) {
+            return Ok(Value::Null);
+        }
+        let call = match (f, v.as_slice()) {
+            (Func::LastVal, []) => SeqCall::LastVal,
+            (Func::NextVal, [rel]) => SeqCall::NextVal(rel.clone()),
+            (Func::CurrVal, [rel]) => SeqCall::CurrVal(rel.clone()),
+            (Func::SetVal, [rel, value, rest @ ..]) => SeqCall::SetVal(
+                rel.clone(),
+                value
+                    .as_i64()
+                    .ok_or_else(|| Error::internal("setval value is not bigint"))?,
+                !matches!(rest, [Value::Bool(false)]),
+            ),
+            _ => return Err(Error::internal("sequence function arguments")),
+        };
+        return ctx.env.sequence(call);
     }
     if let Some(v) = eval_recovery_func(f, args, row, ctx)? {
         return Ok(v);

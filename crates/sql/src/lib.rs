@@ -29,6 +29,7 @@ mod planner;
 mod preparse;
 pub mod progress;
 mod replication_views;
+mod sequence;
 pub mod session;
 mod stat_views;
 pub mod storage;

@@ -33,6 +33,17 @@ pub(crate) enum Plan {
     CreateTable {
         def: TableDef,
         if_not_exists: bool,
+        /// Positions of the `serial` columns: each gets a sequence, named when the statement
+        /// runs, and `nextval` of it as its default.
+        serials: Vec<usize>,
+    },
+    CreateSequence {
+        def: walnut_common::SequenceDef,
+        if_not_exists: bool,
+    },
+    DropSequences {
+        names: Vec<String>,
+        if_exists: bool,
     },
     DropTable {
         names: Vec<String>,
@@ -102,6 +113,8 @@ impl Plan {
             Plan::Delete(_) => "DELETE",
             Plan::CreateTable { .. } => "CREATE TABLE",
             Plan::DropTable { .. } => "DROP TABLE",
+            Plan::CreateSequence { .. } => "CREATE SEQUENCE",
+            Plan::DropSequences { .. } => "DROP SEQUENCE",
             Plan::Truncate { .. } => "TRUNCATE TABLE",
             Plan::AddPrimaryKey { .. } => "ALTER TABLE",
             Plan::Copy(_) => "COPY FROM",

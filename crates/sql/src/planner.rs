@@ -117,16 +117,25 @@ impl Planner<'_> {
                 object_type,
                 if_exists,
                 names,
+                cascade,
                 ..
             } => {
-                if *object_type != ast::ObjectType::Table {
-                    return Err(Error::unsupported(format!("DROP {object_type}")));
-                }
                 let names = names.iter().map(table_name).collect::<Result<_>>()?;
-                Ok(Plan::DropTable {
-                    names,
-                    if_exists: *if_exists,
-                })
+                // CASCADE of a table is accepted as before (nothing depends on a table yet);
+                // of a sequence it would have to drop the defaults that use it.
+                let sequence = *object_type == ast::ObjectType::Sequence;
+                expect_no(*cascade && sequence, "DROP SEQUENCE ... CASCADE")?;
+                match object_type {
+                    ast::ObjectType::Table => Ok(Plan::DropTable {
+                        names,
+                        if_exists: *if_exists,
+                    }),
+                    ast::ObjectType::Sequence => Ok(Plan::DropSequences {
+                        names,
+                        if_exists: *if_exists,
+                    }),
+                    _ => Err(Error::unsupported(format!("DROP {object_type}"))),
+                }
             }
             S::Truncate(t) => {
                 let names = t
@@ -200,8 +209,21 @@ impl Planner<'_> {
         }
     }
 
+    /// The table an INSERT, UPDATE or DELETE writes.
+    ///
+    /// # Errors
+    /// 42P01 if there is none; 42809 for a sequence (PostgreSQL's `CheckValidResultRel`).
     fn table(&mut self, name: &str) -> Result<Arc<TableDef>> {
-        self.txn.table(name)?.ok_or_else(|| undefined_table(name))
+        if let Some(t) = self.txn.table(name)? {
+            return Ok(t);
+        }
+        if self.txn.sequence_exists(name)? {
+            return Err(Error::user(
+                SqlState::WRONG_OBJECT_TYPE,
+                format!("cannot change sequence \"{name}\""),
+            ));
+        }
+        Err(undefined_table(name))
     }
 
     fn table_scope(def: &TableDef, qual: &str) -> Vec<ScopeCol> {
@@ -254,6 +276,9 @@ impl Planner<'_> {
             if let Some(def) = self.txn.table(&tname)? {
                 let scope = Self::table_scope(&def, &qual);
                 return Ok((Source::Table(def), scope));
+            }
+            if self.txn.sequence_exists(&tname)? {
+                return Err(Error::unsupported("reading a sequence as a table"));
             }
         }
         if let Some((cols, _)) = views.then(|| self.env.view(&tname)).flatten() {
@@ -1203,6 +1228,7 @@ fn plan_create_table(ct: &ast::CreateTable) -> Result<Plan> {
             format!("multiple primary keys for table \"{name}\" are not allowed"),
         )
     };
+    let mut serials = Vec::new();
     for c in &ct.columns {
         let cname = nonempty(ident(&c.name))?;
         if columns.iter().any(|x| x.name == cname) {
@@ -1211,9 +1237,13 @@ fn plan_create_table(ct: &ast::CreateTable) -> Result<Plan> {
                 format!("column \"{cname}\" specified more than once"),
             ));
         }
+        let serial = serial_type(&c.data_type);
         let mut col = ColumnDef {
             name: cname,
-            ty: map_type(&c.data_type)?,
+            ty: match &serial {
+                Some(t) => t.clone(),
+                None => map_type(&c.data_type)?,
+            },
             not_null: false,
             default: None,
         };
@@ -1245,6 +1275,9 @@ fn plan_create_table(ct: &ast::CreateTable) -> Result<Plan> {
                 }
                 other => return Err(Error::unsupported(format!("column option {other}"))),
             }
+        }
+        if serial.is_some() {
+            serials.push(columns.len());
         }
         columns.push(col);
     }
@@ -1349,6 +1382,15 @@ fn plan_create_table(ct: &ast::CreateTable) -> Result<Plan> {
         });
     }
     let checks = plan_checks(&name, &columns, &raw_checks)?;
+    for &i in &serials {
+        if columns[i].default.is_some() {
+            return Err(Error::syntax(format!(
+                "multiple default values specified for column \"{}\" of table \"{name}\"",
+                columns[i].name
+            )));
+        }
+        columns[i].not_null = true;
+    }
     let def = TableDef {
         name,
         columns,
@@ -1360,5 +1402,26 @@ fn plan_create_table(ct: &ast::CreateTable) -> Result<Plan> {
     Ok(Plan::CreateTable {
         def,
         if_not_exists: ct.if_not_exists,
+        serials,
     })
+}
+
+/// The column type of `serial`, `bigserial` and `smallserial` (and `serial4`, `serial8`,
+/// `serial2`); `None` for any other type.
+fn serial_type(t: &ast::DataType) -> Option<DataType> {
+    let ast::DataType::Custom(name, args) = t else {
+        return None;
+    };
+    if !args.is_empty() {
+        return None;
+    }
+    match object_parts(name).ok()?.as_slice() {
+        [n] | [_, n] => match n.as_str() {
+            "serial" | "serial4" => Some(DataType::Int4),
+            "bigserial" | "serial8" => Some(DataType::Int8),
+            "smallserial" | "serial2" => Some(DataType::Int2),
+            _ => None,
+        },
+        _ => None,
+    }
 }

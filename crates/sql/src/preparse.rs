@@ -238,11 +238,31 @@ pub(crate) fn preparse(stmt: &str) -> Result<Option<Plan>> {
             | "release"
             | "discard"
             | "alter"
+            | "create"
     );
     if !known {
         return Ok(None);
     }
+    if w == "create" {
+        // Only CREATE [TEMP] SEQUENCE is lexed here; every other CREATE goes to sqlparser.
+        let rest = stmt.trim_start().get(6..).unwrap_or_default();
+        if !matches!(first_word(rest).as_str(), "sequence" | "temp" | "temporary") {
+            return Ok(None);
+        }
+    }
     let t = lex(stmt)?;
+    if w == "create" {
+        let seq = |i| is_word(t.get(i), "sequence");
+        let temp = |i| is_word(t.get(i), "temp") || is_word(t.get(i), "temporary");
+        if temp(1) && seq(2) {
+            return Err(Error::unsupported("temporary sequences"));
+        }
+        return if seq(1) {
+            parse_create_sequence(&t).map(Some)
+        } else {
+            Ok(None)
+        };
+    }
     if w == "alter" {
         if !is_word(t.get(1), "system") {
             return Ok(None);
@@ -511,6 +531,144 @@ fn parse_vacuum(t: &[Tok], analyze_only: bool) -> Result<Plan> {
         freeze,
         tables,
     })
+}
+
+/// `CREATE SEQUENCE [IF NOT EXISTS] name [AS type] [INCREMENT [BY] n] [MINVALUE n | NO
+/// MINVALUE] [MAXVALUE n | NO MAXVALUE] [START [WITH] n] [CACHE n] [[NO] CYCLE] [OWNED BY
+/// NONE]`, the options in any order, as PostgreSQL's grammar takes them (sqlparser wants them in
+/// this order, which `pg_dump`'s `START WITH` before `INCREMENT BY` is not).
+///
+/// # Errors
+/// 42601 for a malformed statement or a repeated option; 22023 for options PostgreSQL refuses
+/// ([`crate::sequence::sequence_def`]); 0A000 for `OWNED BY` a column.
+fn parse_create_sequence(t: &[Tok]) -> Result<Plan> {
+    use walnut_common::DataType;
+    let mut i = 2;
+    let if_not_exists = if is_word(t.get(2), "if") {
+        if !(is_word(t.get(3), "not") && is_word(t.get(4), "exists")) {
+            return Err(syntax_near(t.get(3)));
+        }
+        i = 5;
+        true
+    } else {
+        false
+    };
+    let name = parse_relation_name(t, &mut i)?;
+    let mut o = crate::sequence::SeqOptions::default();
+    fn set<T>(slot: &mut Option<T>, v: T) -> Result<()> {
+        if slot.replace(v).is_some() {
+            return Err(Error::syntax("conflicting or redundant options"));
+        }
+        Ok(())
+    }
+    let num = |i: &mut usize| -> Result<i64> {
+        let neg = match t.get(*i) {
+            Some(Tok::Punct('-')) => true,
+            Some(Tok::Punct('+')) => false,
+            _ => {
+                *i -= 1;
+                false
+            }
+        };
+        *i += 1;
+        match t.get(*i) {
+            Some(Tok::Num(n)) => {
+                *i += 1;
+                let text = if neg { format!("-{n}") } else { n.clone() };
+                text.parse::<i64>().map_err(|_| {
+                    Error::user(
+                        walnut_common::SqlState::NUMERIC_VALUE_OUT_OF_RANGE,
+                        format!("value \"{text}\" is out of range for type bigint"),
+                    )
+                })
+            }
+            other => Err(syntax_near(other)),
+        }
+    };
+    while let Some(tok) = t.get(i) {
+        let Tok::Word(w) = tok else {
+            return Err(syntax_near(Some(tok)));
+        };
+        i += 1;
+        match w.as_str() {
+            "as" => {
+                let ty = match t.get(i) {
+                    Some(Tok::Word(ty)) => match ty.as_str() {
+                        "smallint" | "int2" => DataType::Int2,
+                        "integer" | "int" | "int4" => DataType::Int4,
+                        "bigint" | "int8" => DataType::Int8,
+                        // Any other type: 22023 from `sequence_def`.
+                        _ => DataType::Text,
+                    },
+                    other => return Err(syntax_near(other)),
+                };
+                i += 1;
+                set(&mut o.ty, ty)?;
+            }
+            "increment" => {
+                if is_word(t.get(i), "by") {
+                    i += 1;
+                }
+                set(&mut o.increment, num(&mut i)?)?;
+            }
+            "minvalue" => set(&mut o.min, Some(num(&mut i)?))?,
+            "maxvalue" => set(&mut o.max, Some(num(&mut i)?))?,
+            "start" => {
+                if is_word(t.get(i), "with") {
+                    i += 1;
+                }
+                set(&mut o.start, num(&mut i)?)?;
+            }
+            "cache" => set(&mut o.cache, num(&mut i)?)?,
+            "cycle" => set(&mut o.cycle, true)?,
+            "no" => {
+                match t.get(i) {
+                    Some(Tok::Word(x)) if x == "minvalue" => set(&mut o.min, None)?,
+                    Some(Tok::Word(x)) if x == "maxvalue" => set(&mut o.max, None)?,
+                    Some(Tok::Word(x)) if x == "cycle" => set(&mut o.cycle, false)?,
+                    other => return Err(syntax_near(other)),
+                }
+                i += 1;
+            }
+            "owned" if is_word(t.get(i), "by") => {
+                if !is_word(t.get(i + 1), "none") {
+                    return Err(Error::unsupported("CREATE SEQUENCE ... OWNED BY a column"));
+                }
+                i += 2;
+            }
+            _ => return Err(syntax_near(Some(tok))),
+        }
+    }
+    Ok(Plan::CreateSequence {
+        def: crate::sequence::sequence_def(name, &o, None)?,
+        if_not_exists,
+    })
+}
+
+/// A relation name at `t[*i]` (`name`, `"Name"`, or `public.name`), advancing `i` past it.
+///
+/// # Errors
+/// 42601 if there is none or it is empty; 3F000 for another schema.
+fn parse_relation_name(t: &[Tok], i: &mut usize) -> Result<String> {
+    let part = |tok: Option<&Tok>| match tok {
+        Some(Tok::Word(w)) => Ok(w.clone()),
+        Some(Tok::QIdent(q)) if !q.is_empty() => Ok(q.clone()),
+        Some(Tok::QIdent(_)) => Err(Error::syntax("zero-length delimited identifier")),
+        other => Err(syntax_near(other)),
+    };
+    let mut name = part(t.get(*i))?;
+    *i += 1;
+    if matches!(t.get(*i), Some(Tok::Punct('.'))) {
+        if name != "public" {
+            return Err(Error::user(
+                walnut_common::SqlState::INVALID_SCHEMA_NAME,
+                format!("schema \"{name}\" does not exist"),
+            ));
+        }
+        name = part(t.get(*i + 1))?;
+        *i += 2;
+    }
+    Ok(name)
 }
 
 /// `ALTER SYSTEM SET name { = | TO } value | DEFAULT`, `ALTER SYSTEM RESET name | ALL`.

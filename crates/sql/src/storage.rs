@@ -7,7 +7,7 @@
 use std::ops::Bound;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
-use walnut_common::{Result, TableDef, Tid, Value};
+use walnut_common::{Result, SequenceDef, TableDef, Tid, Value};
 
 /// A row's physical identity within a statement: the TID of the version the scan returned.
 pub type RowId = Tid;
@@ -222,6 +222,43 @@ pub trait Transaction: Send {
         Ok(None)
     }
 
+    /// CREATE SEQUENCE (`def` checked by the caller). The default: 0A000.
+    ///
+    /// # Errors
+    /// 42P07 if a table or sequence of that name exists; 25006 on a hot standby.
+    fn create_sequence(&mut self, def: SequenceDef) -> Result<()> {
+        let _ = def;
+        Err(walnut_common::Error::unsupported(
+            "sequences in this engine",
+        ))
+    }
+
+    /// DROP SEQUENCE. The default: 0A000.
+    ///
+    /// # Errors
+    /// 42P01 if there is no such sequence.
+    fn drop_sequence(&mut self, name: &str) -> Result<()> {
+        let _ = name;
+        Err(walnut_common::Error::unsupported(
+            "sequences in this engine",
+        ))
+    }
+
+    /// Whether a sequence is named `name`, as this transaction sees it. The default: none.
+    ///
+    /// # Errors
+    /// As [`Transaction::table`].
+    fn sequence_exists(&mut self, name: &str) -> Result<bool> {
+        let _ = name;
+        Ok(false)
+    }
+
+    /// What this statement's `nextval`, `currval`, `setval` and `lastval` reach sequences
+    /// through (taken at the start of each statement); `None`: the engine has none.
+    fn sequences(&mut self) -> Option<Arc<dyn SequenceAccess>> {
+        None
+    }
+
     /// CREATE TABLE. Creates the primary-key index too when `def.primary_key` is set.
     ///
     /// # Errors
@@ -323,6 +360,60 @@ pub trait Transaction: Send {
 
     /// Rolls back: the transaction's changes are never visible.
     fn rollback(self: Box<Self>);
+}
+
+/// A sequence as a statement found it ([`SequenceAccess::lookup`]).
+#[derive(Clone, Debug)]
+pub struct SeqRef {
+    /// Its `pg_class` OID.
+    pub oid: i64,
+    /// Changes when the sequence is re-created under the same OID's name (its relation file):
+    /// a session's cached values of an older version are dropped (PostgreSQL's
+    /// `SeqTable.filenumber`).
+    pub version: u64,
+    /// Its definition.
+    pub def: Arc<SequenceDef>,
+}
+
+/// What a relation name or OID is, for the sequence functions.
+#[derive(Clone, Debug)]
+pub enum SeqLookup {
+    /// A sequence.
+    Sequence(SeqRef),
+    /// A table (42809 for the sequence functions).
+    Table,
+    /// No relation (42P01).
+    Missing,
+}
+
+/// The sequences as a transaction sees them, and the non-transactional operations on their
+/// state (crates/storage/DESIGN.md, "Sequences"). Shared by a statement's expressions.
+pub trait SequenceAccess: Send + Sync {
+    /// What `name` names.
+    fn lookup(&self, name: &str) -> SeqLookup;
+
+    /// What OID `oid` names.
+    fn lookup_oid(&self, oid: i64) -> SeqLookup;
+
+    /// Takes the next values of `seq` (PostgreSQL's `nextval_internal` past the session
+    /// cache): `(first, last, covered_by)`, to hand out `first`, `first + increment`, ...
+    /// `last`; `covered_by` is the end of the WAL record that covers them, which this
+    /// transaction's commit flushes (noted already for this transaction).
+    ///
+    /// # Errors
+    /// 2200H at a bound without CYCLE; 25006 on a hot standby; 42P01 if it was dropped;
+    /// 53100; XX001.
+    fn fetch(&self, seq: &SeqRef) -> Result<(i64, i64, u64)>;
+
+    /// Notes that this transaction hands out a value taken ahead by an earlier one, covered by
+    /// the record ending at `covered_by` (bytes, an LSN): its commit flushes to it.
+    fn note_wal(&self, covered_by: u64);
+
+    /// `setval(seq, value, is_called)`.
+    ///
+    /// # Errors
+    /// 22003 out of bounds; as [`SequenceAccess::fetch`].
+    fn set(&self, seq: &SeqRef, value: i64, is_called: bool) -> Result<()>;
 }
 
 /// What of a relation [`Engine::relation_size`] measures.

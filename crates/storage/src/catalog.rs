@@ -15,6 +15,13 @@
 //! has eight columns and reads as no defaults. `checks` holds the CHECK constraints as
 //! `length:name` `length:sql` pairs one after another, in name order; a row without it has none.
 //!
+//! A row with an eleventh column, `sequence text`, not empty, is a sequence's (tables and
+//! sequences share the namespace, as in PostgreSQL's `pg_class`): `table_id` is its OID,
+//! `relfile` its one-page file (crate::seq), `index_relfile` 0, the columns from `columns` to
+//! `checks` empty (`fillfactor` 100), and `sequence` holds its options as
+//! `type start increment min max cache cycle(0|1)` separated by single spaces, then, for a
+//! sequence a column owns, ` length:table length:column`. Rows without the column are tables.
+//!
 //! [`CatalogCache`] holds the committed catalog in memory; it is rebuilt after every commit that
 //! changed the catalog. A transaction's own uncommitted DDL lives in its overlay (crate::txn).
 
@@ -26,7 +33,8 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use walnut_common::value::{decode_row, encode_row};
 use walnut_common::{
-    BlockNumber, CheckDef, ColumnDef, DataType, Error, RelFileId, Result, TableDef, Tid, Value, Xid,
+    BlockNumber, CheckDef, ColumnDef, DataType, Error, RelFileId, Result, SequenceDef, TableDef,
+    Tid, Value, Xid,
 };
 
 /// A table as the engine knows it.
@@ -51,6 +59,28 @@ impl TableInfo {
     }
 }
 
+/// A sequence as the engine knows it.
+#[derive(Clone, Debug)]
+pub struct SeqInfo {
+    /// Definition.
+    pub def: Arc<SequenceDef>,
+    /// Stable id (`pg_class.oid`: the first relation file it had).
+    pub oid: u64,
+    /// Its one-page relation file.
+    pub relfile: RelFileId,
+    /// TID of the catalog row version describing it.
+    pub catalog_tid: Tid,
+}
+
+/// A catalog row: a table's or a sequence's.
+#[derive(Clone, Debug)]
+pub enum Entry {
+    /// A table.
+    Table(TableInfo),
+    /// A sequence.
+    Sequence(SeqInfo),
+}
+
 fn catalog_types() -> Vec<DataType> {
     vec![
         DataType::Text,
@@ -63,7 +93,83 @@ fn catalog_types() -> Vec<DataType> {
         DataType::Text,
         DataType::Text,
         DataType::Text,
+        DataType::Text,
     ]
+}
+
+/// Encodes a sequence's catalog row.
+pub fn encode_sequence(info: &SeqInfo) -> Vec<u8> {
+    let d = &info.def;
+    let mut seq = format!(
+        "{} {} {} {} {} {} {}",
+        d.ty.to_catalog(),
+        d.start,
+        d.increment,
+        d.min,
+        d.max,
+        d.cache,
+        d.cycle as u8
+    );
+    if let Some((t, c)) = &d.owned_by {
+        seq.push_str(&format!(" {}:{t}{}:{c}", t.len(), c.len()));
+    }
+    let empty = || Value::Text(String::new());
+    let row = vec![
+        Value::Text(d.name.clone()),
+        Value::Int8(info.oid as i64),
+        Value::Int8(info.relfile.0 as i64),
+        Value::Int8(0),
+        empty(),
+        empty(),
+        Value::Int4(100),
+        empty(),
+        empty(),
+        empty(),
+        Value::Text(seq),
+    ];
+    let mut out = Vec::new();
+    encode_row(&catalog_types(), &row, &mut out);
+    out
+}
+
+/// Parses the `sequence` column of sequence `name`; None if malformed.
+fn decode_sequence(name: String, s: &str) -> Option<SequenceDef> {
+    let mut f = s.splitn(8, ' ');
+    let ty = DataType::from_catalog(f.next()?)?;
+    let mut num = || f.next()?.parse::<i64>().ok();
+    let (start, increment, min, max, cache) = (num()?, num()?, num()?, num()?, num()?);
+    let cycle = match f.next()? {
+        "0" => false,
+        "1" => true,
+        _ => return None,
+    };
+    let owned_by = match f.next() {
+        None => None,
+        Some(o) => {
+            let mut pieces = decode_checks(o)?.into_iter();
+            let p = pieces.next()?;
+            if pieces.next().is_some() {
+                return None;
+            }
+            Some((p.name, p.expr))
+        }
+    };
+    let ok = matches!(ty, DataType::Int2 | DataType::Int4 | DataType::Int8)
+        && increment != 0
+        && min < max
+        && (min..=max).contains(&start)
+        && cache >= 1;
+    ok.then_some(SequenceDef {
+        name,
+        ty,
+        start,
+        increment,
+        min,
+        max,
+        cache,
+        cycle,
+        owned_by,
+    })
 }
 
 /// A table's storage parameters other than `fillfactor` that differ from their defaults, in the
@@ -171,13 +277,41 @@ fn decode_defaults(mut s: &str, columns: &mut [ColumnDef]) -> Option<()> {
     Some(())
 }
 
-/// Decodes a catalog row.
+/// Decodes a table's catalog row.
+///
+/// # Errors
+/// Corruption if malformed or a sequence's.
+pub fn decode(tid: Tid, bytes: &[u8]) -> Result<TableInfo> {
+    match decode_entry(tid, bytes)? {
+        Entry::Table(t) => Ok(t),
+        Entry::Sequence(_) => Err(Error::corruption("catalog row is a sequence's")),
+    }
+}
+
+/// Decodes a catalog row, a table's or a sequence's.
 ///
 /// # Errors
 /// Corruption if malformed.
-pub fn decode(tid: Tid, bytes: &[u8]) -> Result<TableInfo> {
+pub fn decode_entry(tid: Tid, bytes: &[u8]) -> Result<Entry> {
     let bad = || Error::corruption("catalog row is malformed");
     let v = decode_row(&catalog_types(), bytes)?;
+    if let Value::Text(seq) = &v[10] {
+        if !seq.is_empty() {
+            let Value::Text(name) = &v[0] else {
+                return Err(bad());
+            };
+            let def = decode_sequence(name.clone(), seq).ok_or_else(bad)?;
+            let (Some(oid), Some(relfile)) = (v[1].as_i64(), v[2].as_i64()) else {
+                return Err(bad());
+            };
+            return Ok(Entry::Sequence(SeqInfo {
+                def: Arc::new(def),
+                oid: oid as u64,
+                relfile: RelFileId(relfile as u32),
+                catalog_tid: tid,
+            }));
+        }
+    }
     let text = |i: usize| match &v[i] {
         Value::Text(s) => Ok(s.clone()),
         _ => Err(bad()),
@@ -231,7 +365,7 @@ pub fn decode(tid: Tid, bytes: &[u8]) -> Result<TableInfo> {
             }
         }
     }
-    Ok(TableInfo {
+    Ok(Entry::Table(TableInfo {
         def: Arc::new(TableDef {
             name: text(0)?,
             columns,
@@ -244,14 +378,14 @@ pub fn decode(tid: Tid, bytes: &[u8]) -> Result<TableInfo> {
         relfile: RelFileId(int(2)? as u32),
         index: (index != 0).then_some(RelFileId(index as u32)),
         catalog_tid: tid,
-    })
+    }))
 }
 
 /// Scans the catalog with `snap`.
 ///
 /// # Errors
 /// Corruption and I/O errors.
-pub fn scan(st: &Storage, snap: &Snapshot) -> Result<Vec<TableInfo>> {
+pub fn scan(st: &Storage, snap: &Snapshot) -> Result<Vec<Entry>> {
     let rel = st.smgr.open(RelFileId::CATALOG)?;
     let n = rel.nblocks.load(std::sync::atomic::Ordering::Acquire);
     let mut rows = Vec::new();
@@ -259,7 +393,7 @@ pub fn scan(st: &Storage, snap: &Snapshot) -> Result<Vec<TableInfo>> {
         heap::scan_block(st, &rel, BlockNumber(b), snap, &mut rows)?;
     }
     rows.iter()
-        .map(|(tid, bytes)| decode(*tid, bytes))
+        .map(|(tid, bytes)| decode_entry(*tid, bytes))
         .collect()
 }
 
@@ -267,6 +401,8 @@ pub fn scan(st: &Storage, snap: &Snapshot) -> Result<Vec<TableInfo>> {
 #[derive(Default)]
 pub struct CatalogCache {
     tables: RwLock<HashMap<String, Arc<TableInfo>>>,
+    /// The committed sequences, by name.
+    sequences: RwLock<HashMap<String, Arc<SeqInfo>>>,
     /// Serializes reloads, so a reload that took an older snapshot can never overwrite one
     /// that took a newer snapshot.
     reload_lock: parking_lot::Mutex<()>,
@@ -279,6 +415,16 @@ impl CatalogCache {
     /// The committed definition of `name`.
     pub fn get(&self, name: &str) -> Option<Arc<TableInfo>> {
         self.tables.read().get(name).cloned()
+    }
+
+    /// The committed sequence `name`.
+    pub fn get_sequence(&self, name: &str) -> Option<Arc<SeqInfo>> {
+        self.sequences.read().get(name).cloned()
+    }
+
+    /// All committed sequences.
+    pub fn all_sequences(&self) -> Vec<Arc<SeqInfo>> {
+        self.sequences.read().values().cloned().collect()
     }
 
     /// Rebuilds from the catalog heap with a fresh snapshot, registered while it reads (so
@@ -295,13 +441,24 @@ impl CatalogCache {
         let snap = st.xact.snapshot_in(&slot, Xid::INVALID);
         let scanned = scan(st, &snap);
         st.xact.unregister(&slot);
-        let map: HashMap<String, Arc<TableInfo>> = scanned?
-            .into_iter()
-            .map(|t| (t.def.name.clone(), Arc::new(t)))
-            .collect();
+        let mut map: HashMap<String, Arc<TableInfo>> = HashMap::new();
+        let mut seqs: HashMap<String, Arc<SeqInfo>> = HashMap::new();
+        for e in scanned? {
+            match e {
+                Entry::Table(t) => {
+                    map.insert(t.def.name.clone(), Arc::new(t));
+                }
+                Entry::Sequence(s) => {
+                    seqs.insert(s.def.name.clone(), Arc::new(s));
+                }
+            }
+        }
         st.table_stats
             .set_heaps(map.values().map(|t| (t.relfile, t.table_id)));
-        *self.tables.write() = map;
+        // Both at once: a reader never sees a new table with the old sequences.
+        let (mut tables, mut sequences) = (self.tables.write(), self.sequences.write());
+        *tables = map;
+        *sequences = seqs;
         self.stale
             .store(false, std::sync::atomic::Ordering::Release);
         Ok(())

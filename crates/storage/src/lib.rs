@@ -23,6 +23,7 @@ pub mod heap;
 pub mod page;
 pub mod progress;
 pub mod recovery;
+pub mod seq;
 pub mod slots;
 pub mod smgr;
 pub mod standby;

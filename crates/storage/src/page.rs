@@ -5,7 +5,8 @@
 //! offset  size  field
 //!  0      8     page_lsn   end LSN of the last WAL record that changed the page
 //!  8      4     checksum   CRC-32C of the page with this field zeroed (set on write-out)
-//! 12      2     kind       0 = new (all zero), 1 = heap, 2 = B-tree, 3 = B-tree meta
+//! 12      2     kind       0 = new (all zero), 1 = heap, 2 = B-tree, 3 = B-tree meta,
+//!                          4 = sequence
 //! 14      2     lower      end of the line-pointer array
 //! 16      2     upper      start of item space (items grow down from `special`)
 //! 18      2     special    start of the kind-specific trailer (BLCKSZ for heap pages)
@@ -79,6 +80,8 @@ pub enum PageKind {
     BTree = 2,
     /// B-tree meta page (block 0 of an index).
     BTreeMeta = 3,
+    /// A sequence's one page (`crate::seq`).
+    Sequence = 4,
 }
 
 /// A page image: exactly `BLCKSZ` bytes.
@@ -147,6 +150,7 @@ pub fn kind(p: &PageBuf) -> Option<PageKind> {
         1 => PageKind::Heap,
         2 => PageKind::BTree,
         3 => PageKind::BTreeMeta,
+        4 => PageKind::Sequence,
         _ => return None,
     })
 }
@@ -217,6 +221,7 @@ pub fn check_header(p: &PageBuf) -> Result<()> {
     let special_want = match kind(p) {
         Some(PageKind::Heap | PageKind::BTreeMeta) => Some(BLCKSZ),
         Some(PageKind::BTree) => Some(BLCKSZ - BTREE_SPECIAL_SIZE),
+        Some(PageKind::Sequence) => Some(BLCKSZ - 8),
         Some(PageKind::New) | None => None,
     };
     if special_want != Some(special) {

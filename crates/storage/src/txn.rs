@@ -8,7 +8,7 @@
 //! 5. at commit: commit record, flush (group commit), then publish visibility and wake waiters.
 
 use crate::btree::{self, Existing, InsertOutcome, SortedEntries};
-use crate::catalog::{self, TableInfo};
+use crate::catalog::{self, SeqInfo, TableInfo};
 use crate::heap::{self, WriteCheck};
 use crate::recovery::encode_rel_list;
 use crate::smgr::Relation;
@@ -16,10 +16,12 @@ use crate::xact::{Snapshot, SnapshotSlot, XidStatus};
 use crate::{Storage, RM_XACT, XACT_ABORT, XACT_COMMIT};
 use std::collections::HashMap;
 use std::ops::Bound;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use walnut_common::value::{decode_row, encode_key, encode_row};
-use walnut_common::{BlockNumber, Error, RelFileId, Result, SqlState, TableDef, Tid, Value, Xid};
+use walnut_common::{
+    BlockNumber, Error, Lsn, RelFileId, Result, SequenceDef, SqlState, TableDef, Tid, Value, Xid,
+};
 use walnut_wal::{CommitOpts, CommitOutcome, Record};
 
 /// WAL one row write may need at most, bytes: a heap record and a B-tree record, each with a
@@ -51,6 +53,14 @@ pub struct Txn {
     slot: Arc<SnapshotSlot>,
     cancel: Arc<AtomicBool>,
     overlay: HashMap<String, Option<Arc<TableInfo>>>,
+    /// This transaction's CREATE and DROP SEQUENCE, as `overlay` for tables.
+    seq_overlay: HashMap<String, Option<Arc<SeqInfo>>>,
+    /// What [`Txn::sequences`] last handed out, while the overlays are unchanged.
+    seq_handle: Option<Arc<Sequences>>,
+    /// End of the last sequence record this transaction's `nextval`/`setval` logged (0: none):
+    /// its commit flushes to it even without an xid (PostgreSQL assigns one instead,
+    /// `GetTopTransactionId` in `nextval_internal`).
+    seq_wal_end: Arc<AtomicU64>,
     created: Vec<RelFileId>,
     drop_at_commit: Vec<RelFileId>,
     /// A bulk load in progress (COPY): rows not yet in the relation (see `heap::BulkInsert`).
@@ -75,6 +85,119 @@ pub enum Isolation {
     ReadCommitted,
     /// One snapshot per transaction; a write that meets a newer committed version fails.
     RepeatableRead,
+}
+
+/// What a transaction's statements reach sequences through ([`Txn::sequences`]): the
+/// sequences and tables as the transaction saw them when it was taken, and where a logged
+/// `nextval`/`setval` notes its record for the commit.
+pub struct Sequences {
+    st: Arc<Storage>,
+    overlay: HashMap<String, Option<Arc<SeqInfo>>>,
+    tables: HashMap<String, Option<Arc<TableInfo>>>,
+    wal_end: Arc<AtomicU64>,
+}
+
+/// What a relation name is, for the sequence functions.
+#[derive(Clone, Debug)]
+pub enum RelKind {
+    /// A sequence.
+    Sequence(Arc<SeqInfo>),
+    /// A table.
+    Table,
+    /// Nothing of that name.
+    Missing,
+}
+
+impl Sequences {
+    /// What `name` names.
+    pub fn lookup(&self, name: &str) -> RelKind {
+        let seq = match self.overlay.get(name) {
+            Some(s) => s.clone(),
+            None => self.st.catalog.get_sequence(name),
+        };
+        if let Some(s) = seq {
+            return RelKind::Sequence(s);
+        }
+        let table = match self.tables.get(name) {
+            Some(t) => t.is_some(),
+            None => self.st.catalog.get(name).is_some(),
+        };
+        if table {
+            RelKind::Table
+        } else {
+            RelKind::Missing
+        }
+    }
+
+    /// The sequence whose OID is `oid`, if there is one (a table's OID gives `Table`).
+    pub fn lookup_oid(&self, oid: u64) -> RelKind {
+        let mine = self.overlay.values().flatten().find(|s| s.oid == oid);
+        if let Some(s) = mine {
+            return RelKind::Sequence(s.clone());
+        }
+        if let Some(s) = self
+            .st
+            .catalog
+            .all_sequences()
+            .into_iter()
+            .find(|s| s.oid == oid && !self.overlay.contains_key(&s.def.name))
+        {
+            return RelKind::Sequence(s);
+        }
+        let table = self.tables.values().flatten().any(|t| t.table_id == oid)
+            || self.st.catalog.all().iter().any(|t| t.table_id == oid);
+        if table {
+            RelKind::Table
+        } else {
+            RelKind::Missing
+        }
+    }
+
+    /// Notes that this transaction handed out values that the record ending at `end` covers
+    /// (values a session took ahead and hands out later, `CACHE`): its commit flushes to it.
+    pub fn note(&self, end: Lsn) {
+        self.wal_end.fetch_max(end.0, Ordering::AcqRel);
+    }
+
+    /// `nextval` without cached values: see [`crate::seq::fetch`]. The record covering the
+    /// values is noted for the commit.
+    ///
+    /// # Errors
+    /// As [`crate::seq::fetch`]; 42P01 if the sequence was dropped (its file is gone).
+    pub fn fetch(&self, s: &SeqInfo) -> Result<crate::seq::Fetched> {
+        let f = crate::seq::fetch(&self.st, s.relfile, &s.def).map_err(|e| self.gone(e, s))?;
+        self.note(f.covered_by);
+        Ok(f)
+    }
+
+    /// `setval`: see [`crate::seq::set`]; the record is noted for the commit.
+    ///
+    /// # Errors
+    /// As [`crate::seq::set`]; 42P01 if the sequence was dropped.
+    pub fn set(&self, s: &SeqInfo, value: i64, is_called: bool) -> Result<()> {
+        let end = crate::seq::set(&self.st, s.relfile, &s.def, value, is_called)
+            .map_err(|e| self.gone(e, s))?;
+        self.note(end);
+        Ok(())
+    }
+
+    /// The sequence's page state.
+    ///
+    /// # Errors
+    /// XX001; 42P01 if the sequence was dropped.
+    pub fn read(&self, s: &SeqInfo) -> Result<crate::seq::SeqState> {
+        crate::seq::read(&self.st, s.relfile).map_err(|e| self.gone(e, s))
+    }
+
+    /// A sequence dropped (and its file removed) since the caller looked it up: 42P01, as
+    /// the lookup would now say.
+    fn gone(&self, e: Error, s: &SeqInfo) -> Error {
+        if self.st.smgr.exists(s.relfile) {
+            e
+        } else {
+            no_table(&s.def.name)
+        }
+    }
 }
 
 /// 40001, for a REPEATABLE READ write that meets a version committed after its snapshot
@@ -105,6 +228,9 @@ impl Txn {
             slot,
             cancel,
             overlay: HashMap::new(),
+            seq_overlay: HashMap::new(),
+            seq_handle: None,
+            seq_wal_end: Arc::new(AtomicU64::new(0)),
             created: Vec::new(),
             drop_at_commit: Vec::new(),
             bulk: None,
@@ -252,18 +378,121 @@ impl Txn {
         Ok(())
     }
 
+    /// The sequence `name` as this transaction sees it.
+    pub fn sequence(&self, name: &str) -> Option<Arc<SeqInfo>> {
+        match self.seq_overlay.get(name) {
+            Some(s) => s.clone(),
+            None => self.st.catalog.get_sequence(name),
+        }
+    }
+
+    /// 42P07 if a table or a sequence is named `name`.
+    fn check_name_free(&self, name: &str) -> Result<()> {
+        if self.table(name).is_some() || self.sequence(name).is_some() {
+            return Err(Error::user(
+                SqlState::DUPLICATE_TABLE,
+                format!("relation \"{name}\" already exists"),
+            ));
+        }
+        Ok(())
+    }
+
+    /// CREATE SEQUENCE (`def` already checked, as PostgreSQL's `init_params`): its file, its
+    /// page at `def.start` (logged), its catalog row.
+    ///
+    /// # Errors
+    /// 42P07 if the name is taken; 25006 on a standby; 53100; I/O errors.
+    pub fn create_sequence(&mut self, def: SequenceDef) -> Result<()> {
+        self.finish_bulk()?;
+        self.check_name_free(&def.name)?;
+        let xid = self.xid()?;
+        let relfile = self.st.create_relation()?;
+        self.created.push(relfile);
+        crate::seq::create(&self.st, relfile, xid, &def)?;
+        let mut info = SeqInfo {
+            def: Arc::new(def),
+            oid: relfile.0 as u64,
+            relfile,
+            catalog_tid: Tid::INVALID,
+        };
+        let cat = self.st.smgr.open(RelFileId::CATALOG)?;
+        info.catalog_tid = heap::insert(
+            &self.st,
+            &cat,
+            xid,
+            None,
+            &catalog::encode_sequence(&info),
+            100,
+        )?;
+        self.seq_overlay
+            .insert(info.def.name.clone(), Some(Arc::new(info)));
+        self.seq_handle = None;
+        Ok(())
+    }
+
+    /// DROP SEQUENCE: its catalog row now, its file at commit.
+    ///
+    /// # Errors
+    /// 42P01 if missing; 2BP01 if a column of a table that exists owns it (its default uses
+    /// it: PostgreSQL's dependency check, without CASCADE).
+    pub fn drop_sequence(&mut self, name: &str) -> Result<()> {
+        self.finish_bulk()?;
+        let info = self.sequence(name).ok_or_else(|| no_table(name))?;
+        if let Some((t, c)) = &info.def.owned_by {
+            if self.table(t).is_some() {
+                return Err(Error::user(
+                    SqlState::DEPENDENT_OBJECTS_STILL_EXIST,
+                    format!("cannot drop sequence {name} because other objects depend on it"),
+                )
+                .with_detail(format!(
+                    "default value for column {c} of table {t} depends on sequence {name}"
+                )));
+            }
+        }
+        let xid = self.xid()?;
+        self.delete_catalog_row(xid, info.catalog_tid, name)?;
+        self.drop_at_commit.push(info.relfile);
+        self.seq_overlay.insert(name.to_string(), None);
+        self.seq_handle = None;
+        Ok(())
+    }
+
+    /// Deletes catalog row `tid` (of relation `name`), waiting for a concurrent change of it.
+    fn delete_catalog_row(&mut self, xid: Xid, tid: Tid, name: &str) -> Result<()> {
+        let cat = self.st.smgr.open(RelFileId::CATALOG)?;
+        loop {
+            match heap::delete(&self.st, &cat, tid, xid)? {
+                WriteCheck::Done(_) => return Ok(()),
+                WriteCheck::WaitFor(x) => self.st.xact.wait_for(xid, x, &self.cancel)?,
+                _ => return Err(no_table(name)),
+            }
+        }
+    }
+
+    /// What `nextval`, `setval` and name lookups of this transaction's statements use: the
+    /// sequences (and table names) as this transaction sees them now. The same handle while
+    /// this transaction's DDL does not change them.
+    pub fn sequences(&mut self) -> Arc<Sequences> {
+        if let Some(h) = &self.seq_handle {
+            return h.clone();
+        }
+        let h = Arc::new(Sequences {
+            st: self.st.clone(),
+            overlay: self.seq_overlay.clone(),
+            tables: self.overlay.clone(),
+            wal_end: self.seq_wal_end.clone(),
+        });
+        self.seq_handle = Some(h.clone());
+        h
+    }
+
     /// CREATE TABLE (and its primary-key index).
     ///
     /// # Errors
     /// 42P07 if the name is taken; I/O errors.
     pub fn create_table(&mut self, def: TableDef) -> Result<()> {
         self.finish_bulk()?;
-        if self.table(&def.name).is_some() {
-            return Err(Error::user(
-                SqlState::DUPLICATE_TABLE,
-                format!("relation \"{}\" already exists", def.name),
-            ));
-        }
+        self.check_name_free(&def.name)?;
         if def
             .columns
             .iter()
@@ -290,12 +519,13 @@ impl Txn {
             catalog_tid: Tid::INVALID,
         };
         self.write_catalog(xid, None, &mut info)?;
+        self.seq_handle = None;
         self.overlay
             .insert(info.def.name.clone(), Some(Arc::new(info)));
         Ok(())
     }
 
-    /// DROP TABLE.
+    /// DROP TABLE, and the sequences its columns own (`serial`).
     ///
     /// # Errors
     /// 42P01 if missing.
@@ -303,17 +533,29 @@ impl Txn {
         self.finish_bulk()?;
         let info = self.table_or_err(name)?;
         let xid = self.xid()?;
-        let cat = self.st.smgr.open(RelFileId::CATALOG)?;
-        loop {
-            match heap::delete(&self.st, &cat, info.catalog_tid, xid)? {
-                WriteCheck::Done(_) => break,
-                WriteCheck::WaitFor(x) => self.st.xact.wait_for(xid, x, &self.cancel)?,
-                _ => return Err(no_table(name)),
-            }
-        }
+        self.delete_catalog_row(xid, info.catalog_tid, name)?;
         self.drop_at_commit.push(info.relfile);
         self.drop_at_commit.extend(info.index);
+        self.seq_handle = None;
         self.overlay.insert(name.to_string(), None);
+        let mut owned: Vec<String> = self
+            .st
+            .catalog
+            .all_sequences()
+            .into_iter()
+            .map(|s| s.def.name.clone())
+            .chain(self.seq_overlay.keys().cloned())
+            .collect();
+        owned.sort();
+        owned.dedup();
+        for s in owned {
+            if self
+                .sequence(&s)
+                .is_some_and(|s| s.def.owned_by.as_ref().is_some_and(|(t, _)| t == name))
+            {
+                self.drop_sequence(&s)?;
+            }
+        }
         Ok(())
     }
 
@@ -341,6 +583,7 @@ impl Txn {
         self.write_catalog(xid, Some(info.catalog_tid), &mut new)?;
         self.drop_at_commit.push(info.relfile);
         self.drop_at_commit.extend(info.index);
+        self.seq_handle = None;
         self.overlay.insert(name.to_string(), Some(Arc::new(new)));
         Ok(())
     }
@@ -394,6 +637,7 @@ impl Txn {
             ..(*info).clone()
         };
         self.write_catalog(xid, Some(info.catalog_tid), &mut new)?;
+        self.seq_handle = None;
         self.overlay.insert(name.to_string(), Some(Arc::new(new)));
         Ok(())
     }
@@ -893,7 +1137,7 @@ impl Txn {
         }
         self.finished = true;
         if !self.xid.is_valid() {
-            return Ok(CommitOutcome::read_only());
+            return Ok(self.commit_sequence_wal(opts));
         }
         let xid = self.xid;
         let st = self.st.clone();
@@ -971,7 +1215,7 @@ impl Txn {
                 warnings.push(e);
             }
         }
-        if !self.overlay.is_empty() {
+        if !self.overlay.is_empty() || !self.seq_overlay.is_empty() {
             if let Err(e) = st.catalog.reload(&st) {
                 tracing::warn!("could not reload the catalog after a commit: {e}");
                 st.catalog.invalidate();
@@ -991,6 +1235,41 @@ impl Txn {
             durable,
             warnings,
         })
+    }
+
+    /// The commit of a transaction without an xid: if its `nextval` or `setval` handed out
+    /// values a sequence record covers, flushes to that record's end as a commit record's
+    /// would be (a value the client saw is never handed out again after a crash), and waits
+    /// for synchronous standbys.
+    fn commit_sequence_wal(&self, opts: &CommitOpts) -> CommitOutcome {
+        let end = Lsn(self.seq_wal_end.load(Ordering::Acquire));
+        if !end.is_valid() {
+            return CommitOutcome::read_only();
+        }
+        let st = &self.st;
+        let durable = opts.synchronous_commit.waits_for_flush();
+        if !durable {
+            st.wal().async_commit(end);
+        } else if let Err(e) = st.wal().flush_commit(end, opts, st.xact.active_count()) {
+            crate::panic_fatal(&format!("could not flush sequence WAL to {end}: {e}"));
+        }
+        if let Some(level) = opts.synchronous_commit.sync_level() {
+            // Flushed on the standbys is enough for a value never to come back after a
+            // failover; with no commit record to ask for apply feedback, `remote_apply` would
+            // wait for the standby's next status report.
+            use walnut_wal::senders::SyncLevel;
+            let level = if level == SyncLevel::Apply {
+                SyncLevel::Flush
+            } else {
+                level
+            };
+            st.wal().senders().wait_for(end.0, level, &self.cancel);
+        }
+        CommitOutcome {
+            lsn: end,
+            durable,
+            warnings: Vec::new(),
+        }
     }
 
     /// Rolls back.

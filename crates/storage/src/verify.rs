@@ -10,8 +10,8 @@
 //!    checksum and header (`page::check`); file sizes are whole pages (no half-extended file).
 //!    Findings in an orphan file (one no table uses) are dropped: it is only listed, since a
 //!    crash may leave the pages a load wrote straight into its new file torn.
-//! 3. **The catalog**: every live row decodes; table names, table ids and relation files are
-//!    unique; every table's heap file exists, and an index file exists exactly when the table
+//! 3. **The catalog**: every live row decodes; table and sequence names, ids and relation
+//!    files are unique; each sequence's file is one page holding a state within its bounds; every table's heap file exists, and an index file exists exactly when the table
 //!    has a primary key.
 //! 4. **Heaps**: every tuple parses; `prev`/`next` links point at existing tuples of the same
 //!    relation, except those pruning may leave pointing at a removed version (a `prev` of a
@@ -420,9 +420,10 @@ pub fn verify(vfs: Arc<dyn Vfs>, dir: &Path) -> Result<Report> {
     // Problems up to here are step 2's, of single files.
     let file_problems = c.report.problems.len();
 
-    let tables = check_catalog(&mut c, &pages)?;
+    let (tables, sequence_files) = check_catalog(&mut c, &pages)?;
     c.report.tables = tables.len();
     let mut used: HashSet<RelFileId> = HashSet::from([RelFileId::CATALOG]);
+    used.extend(sequence_files);
     for t in &tables {
         used.insert(t.relfile);
         used.extend(t.index);
@@ -531,19 +532,21 @@ fn check_free_space_map(
 fn check_catalog(
     c: &mut Checker<'_>,
     pages: &BTreeMap<RelFileId, Pages>,
-) -> Result<Vec<TableInfo>> {
+) -> Result<(Vec<TableInfo>, Vec<RelFileId>)> {
     let Some(cat) = pages.get(&RelFileId::CATALOG) else {
         c.problem(None, None, "the catalog file base/1 is missing".into());
-        return Ok(Vec::new());
+        return Ok((Vec::new(), Vec::new()));
     };
     let mut tables = Vec::new();
+    let mut sequences = Vec::new();
     for (tid, v) in c.heap_tuples(cat)? {
         c.check_xids(RelFileId::CATALOG, tid, &v);
         if !c.outcomes.live(&v) {
             continue;
         }
-        match catalog::decode(tid, &v.data) {
-            Ok(t) => tables.push(t),
+        match catalog::decode_entry(tid, &v.data) {
+            Ok(catalog::Entry::Table(t)) => tables.push(t),
+            Ok(catalog::Entry::Sequence(s)) => sequences.push(s),
             Err(e) => c.problem(
                 Some(RelFileId::CATALOG),
                 Some(tid.block),
@@ -554,6 +557,37 @@ fn check_catalog(
     let mut names = HashSet::new();
     let mut ids = HashSet::new();
     let mut relfiles = HashSet::new();
+    for s in &sequences {
+        let name = &s.def.name;
+        if !names.insert(name.clone()) || !ids.insert(s.oid) || !relfiles.insert(s.relfile) {
+            c.problem(
+                None,
+                None,
+                format!("catalog: sequence \"{name}\" shares a name, an id or a file"),
+            );
+        }
+        let page = match pages.get(&s.relfile) {
+            Some(p) if p.nblocks == 1 => c.read(p, 0)?,
+            _ => None,
+        };
+        let Some(page) = page else {
+            c.problem(
+                Some(s.relfile),
+                None,
+                format!("file of sequence \"{name}\" is missing or not one good page"),
+            );
+            continue;
+        };
+        match crate::seq::read_state(&page, s.relfile) {
+            Ok(st) if (s.def.min..=s.def.max).contains(&st.last_value) && st.log_cnt >= 0 => {}
+            Ok(st) => c.problem(
+                Some(s.relfile),
+                Some(BlockNumber(0)),
+                format!("sequence \"{name}\": state {st:?} outside its bounds"),
+            ),
+            Err(e) => c.problem(Some(s.relfile), Some(BlockNumber(0)), e.message),
+        }
+    }
     for t in &tables {
         let name = &t.def.name;
         if !names.insert(name.clone()) {
@@ -594,7 +628,7 @@ fn check_catalog(
             );
         }
     }
-    Ok(tables)
+    Ok((tables, sequences.iter().map(|s| s.relfile).collect()))
 }
 
 /// Step 4: returns the live rows by primary-key key (empty without a key).

@@ -22,6 +22,8 @@
 //! Each image is recovered and checked:
 //!
 //! - every commit acknowledged before the image was taken is there (its history row);
+//! - the sequence `ids`, from which each transfer takes a value (`nextval`), hands out a value
+//!   above every acknowledged transfer's after recovery: logged ahead, never reissued;
 //! - no transaction is partly there: each account's balance is its initial balance plus the
 //!   transfers whose history rows exist, and the total is unchanged;
 //! - `walnut_storage::verify` finds no problem after recovery and a clean shutdown.
@@ -159,10 +161,33 @@ struct Entry {
     amount: i64,
     /// `FaultVfs::seq()` after the commit returned.
     acked_at: u64,
+    /// The value the transfer took from sequence `ids`.
+    id: i64,
+}
+
+/// The next value of sequence `ids` (`nextval`), in transaction `t`.
+fn next_id(t: &mut Txn) -> walnut_common::Result<i64> {
+    let seqs = t.sequences();
+    let walnut_storage::txn::RelKind::Sequence(s) = seqs.lookup("ids") else {
+        panic!("sequence ids is missing");
+    };
+    Ok(seqs.fetch(&s)?.first)
 }
 
 fn setup(st: &Arc<Storage>) {
     let mut t = Txn::begin(st.clone(), Arc::new(AtomicBool::new(false)));
+    t.create_sequence(walnut_common::SequenceDef {
+        name: "ids".into(),
+        ty: DataType::Int8,
+        start: 1,
+        increment: 1,
+        min: 1,
+        max: i64::MAX,
+        cache: 1,
+        cycle: false,
+        owned_by: None,
+    })
+    .unwrap();
     t.create_table(TableDef {
         name: "accounts".into(),
         columns: vec![col("aid", DataType::Int4), col("balance", DataType::Int8)],
@@ -271,6 +296,7 @@ fn transfer(
     };
     add(&mut t, a, b)?;
     add(&mut t, c, d)?;
+    let id = next_id(&mut t)?;
     let info = t.table("history").expect("history");
     t.insert(
         &info,
@@ -288,6 +314,7 @@ fn transfer(
         to,
         amount,
         acked_at: 0,
+        id,
     })
 }
 
@@ -457,6 +484,18 @@ fn check_recovered(image: &FaultVfs, dir: &Path, must: &[Entry], what: &str, dir
         got, expect,
         "{what}: balances disagree with the history present: a transaction is partly visible"
     );
+    let mut t = Txn::begin(st.clone(), Arc::new(AtomicBool::new(false)));
+    let next = next_id(&mut t).unwrap_or_else(|e| panic!("{what}: nextval: {e}"));
+    t.rollback();
+    if let Some(e) = must.iter().max_by_key(|e| e.id) {
+        assert!(
+            next > e.id,
+            "{what}: nextval gave {next} after recovery, but transfer {} (acked at seq {}) took {}",
+            e.key,
+            e.acked_at,
+            e.id
+        );
+    }
     st.shutdown()
         .unwrap_or_else(|e| panic!("{what}: shutdown failed: {e}"));
     drop(st);
@@ -1000,8 +1039,8 @@ fn save_image(
         .iter()
         .map(|e| {
             format!(
-                "{}\t{}\t{}\t{}\t{}\n",
-                e.key, e.from, e.to, e.amount, e.acked_at
+                "{}\t{}\t{}\t{}\t{}\t{}\n",
+                e.key, e.from, e.to, e.amount, e.acked_at, e.id
             )
         })
         .collect();
@@ -1053,6 +1092,8 @@ fn load_image(from: &Path) -> (FaultVfs, Vec<Entry>, CrashKind, u64, bool) {
                 to: f[2].parse().unwrap(),
                 amount: f[3].parse().unwrap(),
                 acked_at: f[4].parse().unwrap(),
+                // Images saved before the sequence have no id: 0 checks nothing.
+                id: f.get(5).map_or(0, |v| v.parse().unwrap()),
             }
         })
         .collect();

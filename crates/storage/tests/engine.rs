@@ -1782,3 +1782,143 @@ fn a_read_prunes_a_nearly_full_page_once_its_deleter_committed() {
     shut_down_and_verify(st2, &copy);
     shut_down_and_verify(st, &dir);
 }
+
+fn sequence(name: &str, cache: i64, increment: i64) -> walnut_common::SequenceDef {
+    walnut_common::SequenceDef {
+        name: name.into(),
+        ty: DataType::Int8,
+        start: 1,
+        increment,
+        min: if increment > 0 { 1 } else { i64::MIN },
+        max: if increment > 0 { i64::MAX } else { -1 },
+        cache,
+        cycle: false,
+        owned_by: None,
+    }
+}
+
+/// Takes `n` values of sequence `name` in one transaction without an xid (as `SELECT
+/// nextval(..)` would), commits it, and returns them with the number of calls that logged.
+fn nextvals(st: &Arc<Storage>, name: &str, n: usize) -> (Vec<i64>, usize) {
+    let mut t = Txn::begin(st.clone(), Arc::new(AtomicBool::new(false)));
+    let seqs = t.sequences();
+    let walnut_storage::txn::RelKind::Sequence(s) = seqs.lookup(name) else {
+        panic!("no sequence {name}");
+    };
+    let (mut out, mut logged) = (Vec::new(), 0);
+    for _ in 0..n {
+        let f = seqs.fetch(&s).unwrap();
+        logged += f.logged.is_some() as usize;
+        // cache 1: one value per fetch.
+        assert_eq!(f.first, f.last);
+        out.push(f.first);
+    }
+    commit(t);
+    (out, logged)
+}
+
+/// `nextval` logs 32 values ahead (one record per 33 calls), and also on its first call after
+/// a checkpoint's redo point; a crash at any point then hands out only values above every value
+/// handed out before it (PostgreSQL's `nextval_internal`; storage DESIGN.md, "Sequences").
+#[test]
+fn a_sequence_logs_ahead_and_after_each_checkpoint_so_a_crash_never_reissues_a_value() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("d");
+    let st = fresh(&dir, 64);
+    let mut t = Txn::begin(st.clone(), Arc::new(AtomicBool::new(false)));
+    t.create_sequence(sequence("s", 1, 1)).unwrap();
+    let err = t.create_table(TableDef {
+        name: "s".into(),
+        ..accounts()
+    });
+    assert_eq!(err.unwrap_err().sqlstate, SqlState::DUPLICATE_TABLE);
+    commit(t);
+
+    let (vals, logged) = nextvals(&st, "s", 60);
+    assert_eq!(vals, (1..=60).collect::<Vec<i64>>());
+    assert_eq!(logged, 2, "calls 1 and 34 log, each 32 values ahead");
+    let copy = tmp.path().join("c1");
+    crash_copy(&dir, &copy);
+    let st2 = Storage::open(Arc::new(walnut_io::RealVfs), &copy, config(64)).unwrap();
+    let (after, _) = nextvals(&st2, "s", 1);
+    assert!(
+        after[0] > 60 && after[0] <= 34 + 33,
+        "after a crash: {after:?} (60 handed out, 66 logged)"
+    );
+    st2.shutdown().unwrap();
+
+    // A checkpoint between two calls: the next call logs although 6 values logged ahead
+    // remain, or replay from the new redo point would start from the page the checkpoint
+    // wrote, and hand out 61 to 66 again.
+    st.request_checkpoint().unwrap();
+    let (vals, logged) = nextvals(&st, "s", 1);
+    assert_eq!(
+        (vals[0], logged),
+        (61, 1),
+        "the first call after a checkpoint logs"
+    );
+    let (more, logged) = nextvals(&st, "s", 5);
+    assert_eq!((more, logged), ((62..=66).collect(), 0));
+    let copy = tmp.path().join("c2");
+    crash_copy(&dir, &copy);
+    let st3 = Storage::open(Arc::new(walnut_io::RealVfs), &copy, config(64)).unwrap();
+    let (after, _) = nextvals(&st3, "s", 1);
+    assert!(after[0] > 66, "after a checkpoint and a crash: {after:?}");
+    // setval is logged at once; DROP SEQUENCE removes it at commit.
+    let mut t = Txn::begin(st3.clone(), Arc::new(AtomicBool::new(false)));
+    let seqs = t.sequences();
+    let walnut_storage::txn::RelKind::Sequence(s) = seqs.lookup("s") else {
+        panic!("no sequence s");
+    };
+    assert_eq!(
+        seqs.set(&s, 0, true).unwrap_err().sqlstate,
+        SqlState::NUMERIC_VALUE_OUT_OF_RANGE
+    );
+    seqs.set(&s, 1000, false).unwrap();
+    assert_eq!(seqs.fetch(&s).unwrap().first, 1000);
+    commit(t);
+    let copy2 = tmp.path().join("c3");
+    crash_copy(&copy, &copy2);
+    let st4 = Storage::open(Arc::new(walnut_io::RealVfs), &copy2, config(64)).unwrap();
+    assert!(nextvals(&st4, "s", 1).0[0] > 1000);
+    let mut t = Txn::begin(st4.clone(), Arc::new(AtomicBool::new(false)));
+    t.drop_sequence("s").unwrap();
+    commit(t);
+    let mut t = Txn::begin(st4.clone(), Arc::new(AtomicBool::new(false)));
+    assert!(matches!(
+        t.sequences().lookup("s"),
+        walnut_storage::txn::RelKind::Missing
+    ));
+    drop(t);
+    st4.shutdown().unwrap();
+    st3.shutdown().unwrap();
+    st.shutdown().unwrap();
+}
+
+/// A descending sequence with CACHE 5: each fetch takes five values, stops at MINVALUE, and
+/// then fails with 2200H without changing anything.
+#[test]
+fn a_cached_descending_sequence_stops_at_its_minimum() {
+    let tmp = tempfile::tempdir().unwrap();
+    let st = fresh(tmp.path(), 64);
+    let mut t = Txn::begin(st.clone(), Arc::new(AtomicBool::new(false)));
+    let mut def = sequence("d", 5, -3);
+    def.start = -1;
+    def.min = -20;
+    t.create_sequence(def).unwrap();
+    commit(t);
+    let mut t = Txn::begin(st.clone(), Arc::new(AtomicBool::new(false)));
+    let seqs = t.sequences();
+    let walnut_storage::txn::RelKind::Sequence(s) = seqs.lookup("d") else {
+        panic!("no sequence d");
+    };
+    let f = seqs.fetch(&s).unwrap();
+    assert_eq!((f.first, f.last), (-1, -13));
+    let f = seqs.fetch(&s).unwrap();
+    assert_eq!((f.first, f.last), (-16, -19), "stops at the bound");
+    let e = seqs.fetch(&s).unwrap_err();
+    assert_eq!(e.sqlstate, SqlState::SEQUENCE_GENERATOR_LIMIT_EXCEEDED);
+    assert_eq!(seqs.read(&s).unwrap().last_value, -19);
+    commit(t);
+    st.shutdown().unwrap();
+}

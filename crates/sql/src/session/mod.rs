@@ -69,6 +69,8 @@ pub struct Session {
     progress: Option<Reporter>,
     /// The session's row in `pg_stat_activity` (from [`Session::set_backend`] on).
     activity: Option<BackendEntry>,
+    /// Sequence values taken ahead, `currval` and `lastval`.
+    seqs: std::cell::RefCell<crate::sequence::SessionSeqs>,
 }
 
 /// A statement of a simple query, parsed.
@@ -133,6 +135,12 @@ struct SessionEnv<'a> {
     gucs: &'a Gucs,
     pid: i32,
     progress: Option<&'a Reporter>,
+    /// The session's sequence state.
+    seqs: &'a std::cell::RefCell<crate::sequence::SessionSeqs>,
+    /// The statement's transaction's sequences (`None` outside a transaction).
+    txn_seqs: Option<Arc<dyn crate::storage::SequenceAccess>>,
+    /// The transaction is READ ONLY.
+    read_only: bool,
 }
 
 /// The [`SessionEnv`] of session `$s` over `$engine` (a clone of its `Arc<dyn Engine>`). A
@@ -145,6 +153,9 @@ macro_rules! session_env {
             gucs: &$s.gucs,
             pid: $s.pid,
             progress: $s.progress.as_ref(),
+            seqs: &$s.seqs,
+            txn_seqs: None,
+            read_only: false,
         }
     };
 }
@@ -211,6 +222,14 @@ impl Env for SessionEnv<'_> {
         self.progress
     }
 
+    fn sequence(&self, call: crate::sequence::SeqCall) -> Result<Value> {
+        let acc = self
+            .txn_seqs
+            .as_deref()
+            .ok_or_else(|| Error::unsupported("sequences in this engine"))?;
+        self.seqs.borrow_mut().call(acc, self.read_only, call)
+    }
+
     fn reload_conf(&self) -> Result<()> {
         if self.gucs.config().dir().is_none() {
             return Err(Error::user(
@@ -253,6 +272,7 @@ impl Session {
             parse_cache: literals::ParseCache::default(),
             copy: None,
             deadline: None,
+            seqs: Default::default(),
         })
     }
 
@@ -511,14 +531,17 @@ impl Session {
     /// 22P04 malformed lines, conversion errors, constraint violations.
     pub fn copy_data(&mut self, data: &[u8]) -> Result<()> {
         let engine = self.engine.clone();
-        let env = session_env!(self, engine);
-        let ctx = Ctx {
-            params: &[],
-            now: self.blk.start(),
-            env: &env,
-        };
+        let now = self.blk.start();
         let (Some(state), Some(txn)) = (self.copy.as_mut(), self.blk.txn()) else {
             return Ok(());
+        };
+        // (COPY FROM in a READ ONLY transaction was refused when it began.)
+        let mut env = session_env!(self, engine);
+        env.txn_seqs = txn.sequences();
+        let ctx = Ctx {
+            params: &[],
+            now,
+            env: &env,
         };
         if let Err(e) = state.feed(txn, data, &self.cancel, &ctx) {
             let autocommit = state.autocommit;
@@ -545,7 +568,8 @@ impl Session {
             ));
         };
         let engine = self.engine.clone();
-        let env = session_env!(self, engine);
+        let mut env = session_env!(self, engine);
+        env.txn_seqs = txn.sequences();
         let ctx = Ctx {
             params: &[],
             now,
@@ -970,7 +994,9 @@ impl Session {
         params: &[Value],
     ) -> Result<Output> {
         let engine = self.engine.clone();
-        let env = session_env!(self, engine);
+        let mut env = session_env!(self, engine);
+        env.txn_seqs = txn.sequences();
+        env.read_only = self.blk.read_only();
         let planned;
         let plan: &Plan = match work {
             Work::Ast(stmt) => {

@@ -347,11 +347,10 @@ pub fn apply_block(
         if b.will_init {
             match rmgr {
                 heap::RM_HEAP => heap::init_page(&mut p),
-                _ => {
-                    return Err(Error::corruption(
-                        "will_init block without an image in a non-heap record",
-                    ))
-                }
+                crate::seq::RM_SEQ => crate::seq::init_page(&mut p),
+                _ => return Err(Error::corruption(
+                    "will_init block without an image in a record of neither a heap nor a sequence",
+                )),
             }
         } else if page::lsn(&p) >= end_lsn {
             // Written out with this change already: its room is still news to the map.
@@ -363,6 +362,7 @@ pub fn apply_block(
         match rmgr {
             heap::RM_HEAP => heap::redo_block(info, id, nblocks, &b.data, &mut p)?,
             btree::RM_BTREE => btree::redo_block(info, &b.data, &mut p)?,
+            crate::seq::RM_SEQ => crate::seq::redo_block(info, &b.data, &mut p)?,
             _ => {
                 return Err(Error::corruption(format!(
                     "block reference in record of resource manager {}",
