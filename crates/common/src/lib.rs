@@ -26,7 +26,7 @@ pub fn panic_fatal(what: &str) -> ! {
     std::process::abort()
 }
 pub use ids::{BlockNumber, Lsn, RelFileId, Tid, Xid};
-pub use schema::{CheckDef, ColumnDef, SequenceDef, TableDef};
+pub use schema::{CheckDef, ColumnDef, Identity, SequenceDef, TableDef};
 pub use value::{DataType, Value};
 
 /// Size of every data page and every block of a relation file, in bytes.

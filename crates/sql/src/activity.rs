@@ -200,6 +200,7 @@ pub(crate) fn columns() -> Vec<ColumnDef> {
         ty,
         not_null: false,
         default: None,
+        identity: None,
     })
     .collect()
 }

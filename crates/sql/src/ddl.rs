@@ -41,8 +41,9 @@ fn quote_ident(name: &str) -> String {
     }
 }
 
-/// CREATE TABLE [IF NOT EXISTS]. Each `serial` column (positions `serials`) first gets its
-/// sequence, of the column's type, owned by the column, named `table_column_seq` or, if a
+/// CREATE TABLE [IF NOT EXISTS]. Each `serial` or identity column (positions `serials`, with
+/// the sequence options an identity column gave) first gets its sequence, of the column's type,
+/// owned by the column, named `table_column_seq` or, if a
 /// relation has that name, `table_column_seq1`, `2`, ... (PostgreSQL's `ChooseRelationName`),
 /// and then `nextval('name'::regclass)` as its default.
 ///
@@ -51,7 +52,7 @@ fn quote_ident(name: &str) -> String {
 pub(crate) fn create_table(
     txn: &mut dyn Transaction,
     def: &TableDef,
-    serials: &[usize],
+    serials: &[(usize, crate::sequence::SeqOptions)],
     if_not_exists: bool,
     notices: &mut Vec<Notice>,
 ) -> Result<Output> {
@@ -66,7 +67,8 @@ pub(crate) fn create_table(
         ));
     }
     let mut def = def.clone();
-    for &i in serials {
+    for (i, opts) in serials {
+        let i = *i;
         let col = &def.columns[i];
         let base = format!("{}_{}_seq", def.name, col.name);
         let mut name = base.clone();
@@ -77,7 +79,7 @@ pub(crate) fn create_table(
         }
         let opts = crate::sequence::SeqOptions {
             ty: Some(col.ty.clone()),
-            ..Default::default()
+            ..opts.clone()
         };
         let owner = Some((def.name.clone(), col.name.clone()));
         txn.create_sequence(crate::sequence::sequence_def(name.clone(), &opts, owner)?)?;

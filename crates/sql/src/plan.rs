@@ -33,9 +33,9 @@ pub(crate) enum Plan {
     CreateTable {
         def: TableDef,
         if_not_exists: bool,
-        /// Positions of the `serial` columns: each gets a sequence, named when the statement
-        /// runs, and `nextval` of it as its default.
-        serials: Vec<usize>,
+        /// The `serial` and identity columns, with their sequences' options: each gets a
+        /// sequence, named when the statement runs, and `nextval` of it as its default.
+        serials: Vec<(usize, crate::sequence::SeqOptions)>,
     },
     CreateSequence {
         def: walnut_common::SequenceDef,

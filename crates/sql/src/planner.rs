@@ -19,7 +19,9 @@ use crate::types::ColumnDesc;
 use sqlparser::ast;
 use sqlparser::ast::Spanned;
 use std::sync::Arc;
-use walnut_common::{CheckDef, ColumnDef, DataType, Error, Result, SqlState, TableDef, Value};
+use walnut_common::{
+    CheckDef, ColumnDef, DataType, Error, Identity, Result, SqlState, TableDef, Value,
+};
 
 fn conjuncts(e: &Expr, out: &mut Vec<Expr>) {
     if let Expr::And(a, b) = e {
@@ -711,6 +713,9 @@ impl Planner<'_> {
                                 out.push(d.unwrap_or(Expr::Const(Value::Null)));
                                 continue;
                             }
+                            if c.identity == Some(Identity::Always) {
+                                return Err(generated_always(c, false));
+                            }
                             let (x, t) = b.bind(e)?;
                             let (x, t) = b.coerce(x, t, &c.ty)?;
                             check_assign(&t, c)?;
@@ -721,6 +726,12 @@ impl Planner<'_> {
                     InsertSource::Values(rows)
                 }
                 _ => {
+                    if let Some(&i) = targets
+                        .iter()
+                        .find(|&&i| def.columns[i].identity == Some(Identity::Always))
+                    {
+                        return Err(generated_always(&def.columns[i], false));
+                    }
                     let hints: Vec<DataType> =
                         targets.iter().map(|&i| def.columns[i].ty.clone()).collect();
                     let sel = self.plan_query(source, Some(&hints))?;
@@ -868,6 +879,9 @@ impl Planner<'_> {
                 let d = column_default(&def.columns[i])?;
                 sets.push((i, d.unwrap_or(Expr::Const(Value::Null))));
                 continue;
+            }
+            if def.columns[i].identity == Some(Identity::Always) {
+                return Err(generated_always(&def.columns[i], true));
             }
             let (x, t) = b.bind(&a.value)?;
             let (x, t) = b.coerce(x, t, &def.columns[i].ty)?;
@@ -1238,6 +1252,7 @@ fn plan_create_table(ct: &ast::CreateTable) -> Result<Plan> {
             ));
         }
         let serial = serial_type(&c.data_type);
+        let mut identity = None;
         let mut col = ColumnDef {
             name: cname,
             ty: match &serial {
@@ -1246,6 +1261,7 @@ fn plan_create_table(ct: &ast::CreateTable) -> Result<Plan> {
             },
             not_null: false,
             default: None,
+            identity: None,
         };
         for o in &c.options {
             match &o.option {
@@ -1273,11 +1289,46 @@ fn plan_create_table(ct: &ast::CreateTable) -> Result<Plan> {
                     bind_default(e, &col)?;
                     col.default = Some(expr_text(e)?);
                 }
+                ast::ColumnOption::Generated {
+                    generated_as: g @ (ast::GeneratedAs::Always | ast::GeneratedAs::ByDefault),
+                    sequence_options,
+                    generation_expr: None,
+                    ..
+                } => {
+                    if identity.is_some() {
+                        return Err(Error::syntax(format!(
+                            "multiple identity specifications for column \"{}\" of table \"{name}\"",
+                            col.name
+                        )));
+                    }
+                    col.identity = Some(if *g == ast::GeneratedAs::Always {
+                        Identity::Always
+                    } else {
+                        Identity::ByDefault
+                    });
+                    identity = Some(identity_options(
+                        sequence_options.as_deref().unwrap_or(&[]),
+                    )?);
+                }
                 other => return Err(Error::unsupported(format!("column option {other}"))),
             }
         }
-        if serial.is_some() {
-            serials.push(columns.len());
+        if let Some(opts) = identity {
+            if !matches!(col.ty, DataType::Int2 | DataType::Int4 | DataType::Int8) {
+                return Err(Error::user(
+                    SqlState::INVALID_PARAMETER_VALUE,
+                    "identity column type must be smallint, integer, or bigint",
+                ));
+            }
+            if col.default.is_some() || serial.is_some() {
+                return Err(Error::syntax(format!(
+                    "both default and identity specified for column \"{}\" of table \"{name}\"",
+                    col.name
+                )));
+            }
+            serials.push((columns.len(), opts));
+        } else if serial.is_some() {
+            serials.push((columns.len(), crate::sequence::SeqOptions::default()));
         }
         columns.push(col);
     }
@@ -1382,7 +1433,7 @@ fn plan_create_table(ct: &ast::CreateTable) -> Result<Plan> {
         });
     }
     let checks = plan_checks(&name, &columns, &raw_checks)?;
-    for &i in &serials {
+    for &(i, _) in &serials {
         if columns[i].default.is_some() {
             return Err(Error::syntax(format!(
                 "multiple default values specified for column \"{}\" of table \"{name}\"",
@@ -1404,6 +1455,73 @@ fn plan_create_table(ct: &ast::CreateTable) -> Result<Plan> {
         if_not_exists: ct.if_not_exists,
         serials,
     })
+}
+
+/// The sequence options of an identity column, `GENERATED ... AS IDENTITY (options)` (sqlparser
+/// takes them in CREATE SEQUENCE's fixed order only).
+///
+/// # Errors
+/// 42601 for a repeated option or a value other than an integer literal; 22003 beyond bigint.
+fn identity_options(opts: &[ast::SequenceOptions]) -> Result<crate::sequence::SeqOptions> {
+    use ast::SequenceOptions as O;
+    fn int(e: &ast::Expr) -> Result<i64> {
+        let (neg, e) = match e {
+            ast::Expr::UnaryOp {
+                op: ast::UnaryOperator::Minus,
+                expr,
+            } => (true, &**expr),
+            e => (false, e),
+        };
+        let n = match e {
+            ast::Expr::Value(v) => match &v.value {
+                ast::Value::Number(n, _) => n,
+                _ => return Err(Error::syntax(format!("syntax error at or near \"{e}\""))),
+            },
+            _ => return Err(Error::syntax(format!("syntax error at or near \"{e}\""))),
+        };
+        let text = if neg { format!("-{n}") } else { n.clone() };
+        text.parse().map_err(|_| {
+            Error::user(
+                SqlState::NUMERIC_VALUE_OUT_OF_RANGE,
+                format!("value \"{text}\" is out of range for type bigint"),
+            )
+        })
+    }
+    fn set<T>(slot: &mut Option<T>, v: T) -> Result<()> {
+        if slot.replace(v).is_some() {
+            return Err(Error::syntax("conflicting or redundant options"));
+        }
+        Ok(())
+    }
+    let mut o = crate::sequence::SeqOptions::default();
+    for opt in opts {
+        match opt {
+            O::IncrementBy(e, _) => set(&mut o.increment, int(e)?)?,
+            O::MinValue(e) => set(&mut o.min, e.as_ref().map(int).transpose()?)?,
+            O::MaxValue(e) => set(&mut o.max, e.as_ref().map(int).transpose()?)?,
+            O::StartWith(e, _) => set(&mut o.start, int(e)?)?,
+            O::Cache(e) => set(&mut o.cache, int(e)?)?,
+            O::Cycle(no) => set(&mut o.cycle, !*no)?,
+        }
+    }
+    Ok(o)
+}
+
+/// 428C9 for a value other than DEFAULT given to a GENERATED ALWAYS identity column (PostgreSQL's
+/// `rewriteTargetListIU`); `update`: by UPDATE.
+fn generated_always(c: &ColumnDef, update: bool) -> Error {
+    let message = if update {
+        format!("column \"{}\" can only be updated to DEFAULT", c.name)
+    } else {
+        format!(
+            "cannot insert a non-DEFAULT value into column \"{}\"",
+            c.name
+        )
+    };
+    Error::user(SqlState::GENERATED_ALWAYS, message).with_detail(format!(
+        "Column \"{}\" is an identity column defined as GENERATED ALWAYS.",
+        c.name
+    ))
 }
 
 /// The column type of `serial`, `bigserial` and `smallserial` (and `serial4`, `serial8`,

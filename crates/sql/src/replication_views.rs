@@ -22,6 +22,7 @@ fn col(name: &str, ty: DataType) -> ColumnDef {
         ty,
         not_null: false,
         default: None,
+        identity: None,
     }
 }
 

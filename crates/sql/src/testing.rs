@@ -129,6 +129,7 @@ impl MemEngine {
             ty,
             not_null: true,
             default: None,
+            identity: None,
         };
         let columns = vec![
             col("oid", DataType::Int8),

@@ -8,7 +8,9 @@
 //! defaults, in the form of PostgreSQL's `reloptions` but normalised (`autovacuum_enabled=false`,
 //! where PostgreSQL keeps the value as written: `off`), comma
 //! separated; a row written before it existed has seven columns and reads as all defaults.
-//! `columns` is one line per column, `type<TAB>not_null(0|1)<TAB>name`; `primary_key` is the
+//! `columns` is one line per column, `type<TAB>flag<TAB>name`, the flag `0` (nullable), `1`
+//! (NOT NULL), or, for an identity column (NOT NULL), `a` (GENERATED ALWAYS) or `d` (BY
+//! DEFAULT); `primary_key` is the
 //! comma-separated column positions, empty if none. `defaults` holds the `DEFAULT` expression of
 //! each column that has one, as `position:length:sql` records one after another (`length` is
 //! the byte length of `sql`, which may hold any character); a row written before it existed
@@ -189,7 +191,15 @@ pub fn encode(info: &TableInfo) -> Vec<u8> {
         .def
         .columns
         .iter()
-        .map(|c| format!("{}\t{}\t{}", c.ty.to_catalog(), c.not_null as u8, c.name))
+        .map(|c| {
+            let flag = match (c.identity, c.not_null) {
+                (Some(walnut_common::Identity::Always), _) => "a",
+                (Some(walnut_common::Identity::ByDefault), _) => "d",
+                (None, true) => "1",
+                (None, false) => "0",
+            };
+            format!("{}\t{flag}\t{}", c.ty.to_catalog(), c.name)
+        })
         .collect();
     let pk = info
         .def
@@ -321,13 +331,20 @@ pub fn decode_entry(tid: Tid, bytes: &[u8]) -> Result<Entry> {
     for line in text(4)?.split('\n').filter(|l| !l.is_empty()) {
         let mut parts = line.splitn(3, '\t');
         let ty = DataType::from_catalog(parts.next().ok_or_else(bad)?).ok_or_else(bad)?;
-        let not_null = parts.next().ok_or_else(bad)? == "1";
+        let (not_null, identity) = match parts.next().ok_or_else(bad)? {
+            "0" => (false, None),
+            "1" => (true, None),
+            "a" => (true, Some(walnut_common::Identity::Always)),
+            "d" => (true, Some(walnut_common::Identity::ByDefault)),
+            _ => return Err(bad()),
+        };
         let name = parts.next().ok_or_else(bad)?.to_string();
         columns.push(ColumnDef {
             name,
             ty,
             not_null,
             default: None,
+            identity,
         });
     }
     let pk_text = text(5)?;
@@ -500,6 +517,7 @@ mod tests {
                     ty: DataType::Int4,
                     not_null: true,
                     default: None,
+                    identity: None,
                 }],
                 primary_key: Some(vec![0]),
                 fillfactor: 90,
@@ -555,12 +573,21 @@ mod tests {
             ty: DataType::Text,
             not_null: false,
             default: Some("'a:1:\nb' || 'é'".into()),
+            identity: None,
         });
         def.columns.push(ColumnDef {
             name: "c".into(),
             ty: DataType::Int4,
-            not_null: false,
-            default: None,
+            not_null: true,
+            default: Some("nextval('t_c_seq'::regclass)".into()),
+            identity: Some(walnut_common::Identity::ByDefault),
+        });
+        def.columns.push(ColumnDef {
+            name: "d".into(),
+            ty: DataType::Int8,
+            not_null: true,
+            default: Some("nextval('t_d_seq'::regclass)".into()),
+            identity: Some(walnut_common::Identity::Always),
         });
         def.columns[0].default = Some("(1 + 2)".into());
         def.checks = vec![

@@ -141,6 +141,7 @@ fn col(name: &str, ty: DataType) -> ColumnDef {
         ty,
         not_null: true,
         default: None,
+        identity: None,
     }
 }
 

@@ -56,6 +56,7 @@ fn table(name: &str) -> TableDef {
         ty: DataType::Text,
         not_null: true,
         default: None,
+        identity: None,
     };
     TableDef {
         name: name.into(),

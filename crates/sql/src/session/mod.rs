@@ -170,6 +170,7 @@ impl Env for SessionEnv<'_> {
                     ty: ty.clone(),
                     not_null: false,
                     default: None,
+                    identity: None,
                 })
                 .collect();
             let rows = self
