@@ -110,82 +110,68 @@ pub(crate) fn create_sequence(
     Ok(command("CREATE SEQUENCE"))
 }
 
-/// 42809 for DROP TABLE of a sequence or DROP SEQUENCE of a table.
-fn wrong_kind(name: &str, kind: &str) -> Error {
-    Error::user(
-        SqlState::WRONG_OBJECT_TYPE,
-        format!("\"{name}\" is not a {kind}"),
-    )
+/// What DROP drops.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum DropKind {
+    Table,
+    Sequence,
 }
 
-/// DROP SEQUENCE [IF EXISTS] names: checks every name first, then drops.
+/// DROP TABLE or DROP SEQUENCE [IF EXISTS] names: checks every name first, then drops.
 ///
 /// # Errors
-/// 42P01 for a missing sequence (without IF EXISTS); 42809 for a table; the engine's errors.
-pub(crate) fn drop_sequences(
+/// 42P01 for a missing relation (without IF EXISTS); 42809 for a relation of the other kind;
+/// the engine's errors (2BP01 for a sequence a column owns).
+pub(crate) fn drop_relations(
     txn: &mut dyn Transaction,
+    kind: DropKind,
     names: &[String],
     if_exists: bool,
     notices: &mut Vec<Notice>,
 ) -> Result<Output> {
+    let word = match kind {
+        DropKind::Table => "table",
+        DropKind::Sequence => "sequence",
+    };
     let mut present = Vec::new();
     for n in names {
-        if txn.sequence_exists(n)? {
+        let (is_table, is_sequence) = (txn.table(n)?.is_some(), txn.sequence_exists(n)?);
+        let (is, is_other) = match kind {
+            DropKind::Table => (is_table, is_sequence),
+            DropKind::Sequence => (is_sequence, is_table),
+        };
+        if is {
             present.push(n);
-        } else if txn.table(n)?.is_some() {
-            return Err(wrong_kind(n, "sequence"));
+        } else if is_other {
+            // (PostgreSQL adds the HINT "Use DROP SEQUENCE to remove a sequence.".)
+            return Err(Error::user(
+                SqlState::WRONG_OBJECT_TYPE,
+                format!("\"{n}\" is not a {word}"),
+            ));
         } else if if_exists {
             notices.push(Notice::new(
                 "NOTICE",
                 SqlState::SUCCESSFUL_COMPLETION,
-                format!("sequence \"{n}\" does not exist, skipping"),
+                format!("{word} \"{n}\" does not exist, skipping"),
             ));
         } else {
             return Err(Error::user(
                 SqlState::UNDEFINED_TABLE,
-                format!("sequence \"{n}\" does not exist"),
+                format!("{word} \"{n}\" does not exist"),
             ));
         }
     }
     for n in present {
-        txn.drop_sequence(n)?;
-    }
-    Ok(command("DROP SEQUENCE"))
-}
-
-/// DROP TABLE [IF EXISTS] names: checks every name first, then drops.
-///
-/// # Errors
-/// 42P01 for a missing table (without IF EXISTS); the engine's errors.
-pub(crate) fn drop_tables(
-    txn: &mut dyn Transaction,
-    names: &[String],
-    if_exists: bool,
-    notices: &mut Vec<Notice>,
-) -> Result<Output> {
-    let mut present = Vec::new();
-    for n in names {
-        if txn.table(n)?.is_some() {
-            present.push(n);
-        } else if txn.sequence_exists(n)? {
-            return Err(wrong_kind(n, "table"));
-        } else if if_exists {
-            notices.push(Notice::new(
-                "NOTICE",
-                SqlState::SUCCESSFUL_COMPLETION,
-                format!("table \"{n}\" does not exist, skipping"),
-            ));
-        } else {
-            return Err(Error::user(
-                SqlState::UNDEFINED_TABLE,
-                format!("table \"{n}\" does not exist"),
-            ));
+        match kind {
+            DropKind::Table => txn.drop_table(n)?,
+            DropKind::Sequence => txn.drop_sequence(n)?,
         }
     }
-    for n in present {
-        txn.drop_table(n)?;
-    }
-    Ok(command("DROP TABLE"))
+    Ok(command(if kind == DropKind::Table {
+        "DROP TABLE"
+    } else {
+        "DROP SEQUENCE"
+    }))
 }
 
 /// TRUNCATE names: checks every name first, then truncates.

@@ -105,9 +105,11 @@ pub(crate) fn execute(
             ddl::create_sequence(txn, def, *if_not_exists, notices)?
         }
         Plan::DropSequences { names, if_exists } => {
-            ddl::drop_sequences(txn, names, *if_exists, notices)?
+            ddl::drop_relations(txn, ddl::DropKind::Sequence, names, *if_exists, notices)?
         }
-        Plan::DropTable { names, if_exists } => ddl::drop_tables(txn, names, *if_exists, notices)?,
+        Plan::DropTable { names, if_exists } => {
+            ddl::drop_relations(txn, ddl::DropKind::Table, names, *if_exists, notices)?
+        }
         Plan::Truncate { names } => ddl::truncate(txn, names)?,
         Plan::AddPrimaryKey { table, columns } => {
             ddl::add_primary_key(txn, table, columns, ec.env.progress())?

@@ -470,38 +470,40 @@ pub(crate) fn name_parts(s: &str) -> Option<Vec<String>> {
     }
 }
 
-/// `text::regclass`: the OID of the relation named `text` in the engine's `pg_class` view (a
-/// number is taken as an OID as is). Schemas `public` and `pg_catalog` are accepted.
+/// The relation name in `text` as `regclassin` reads it ([`name_parts`]), without its schema,
+/// which must be `public` or `pg_catalog`.
 ///
 /// # Errors
-/// 42P01 if there is no such relation, 42602 for a malformed name.
-pub(crate) fn regclass(env: &dyn Env, text: &str) -> Result<i64> {
-    if let Ok(oid) = text.trim().parse::<i64>() {
-        return Ok(oid);
-    }
+/// 42602 for a malformed name; 3F000 for another schema; 42P01 for more than two parts.
+pub(crate) fn relation_name(text: &str) -> Result<String> {
     let parts = name_parts(text).ok_or_else(|| {
         Error::user(
             SqlState::INVALID_NAME,
             format!("invalid name syntax: \"{text}\""),
         )
     })?;
-    let missing = || {
-        Error::user(
-            SqlState::UNDEFINED_TABLE,
-            format!("relation \"{text}\" does not exist"),
-        )
-    };
-    let rel = match parts.as_slice() {
-        [r] => r,
-        [s, r] if s == "public" || s == "pg_catalog" => r,
-        [_, _] => {
-            return Err(Error::user(
-                SqlState::INVALID_SCHEMA_NAME,
-                format!("schema \"{}\" does not exist", parts[0]),
-            ))
-        }
-        _ => return Err(missing()),
-    };
+    match parts.as_slice() {
+        [r] => Ok(r.clone()),
+        [s, r] if s == "public" || s == "pg_catalog" => Ok(r.clone()),
+        [s, _] => Err(Error::user(
+            SqlState::INVALID_SCHEMA_NAME,
+            format!("schema \"{s}\" does not exist"),
+        )),
+        _ => Err(crate::errors::undefined_table(text)),
+    }
+}
+
+/// `text::regclass`: the OID of the relation named `text` in the engine's `pg_class` view (a
+/// number is taken as an OID as is). Schemas `public` and `pg_catalog` are accepted.
+///
+/// # Errors
+/// 42P01 if there is no such relation; as [`relation_name`].
+pub(crate) fn regclass(env: &dyn Env, text: &str) -> Result<i64> {
+    if let Ok(oid) = text.trim().parse::<i64>() {
+        return Ok(oid);
+    }
+    let rel = &relation_name(text)?;
+    let missing = || crate::errors::undefined_table(text);
     let (cols, rows) = env.view("pg_class").ok_or_else(missing)?;
     let col = |n: &str| cols.iter().position(|c| c.name == n);
     let (Some(oid), Some(relname)) = (col("oid"), col("relname")) else {

@@ -57,24 +57,12 @@ fn read_only(f: &str) -> Error {
 /// case) or an OID.
 ///
 /// # Errors
-/// 42P01 no such relation; 42809 a table; 3F000 an unknown schema.
+/// 42P01 no such relation; 42809 a table; 3F000 an unknown schema; 42602 a malformed name.
 fn resolve(acc: &dyn SequenceAccess, rel: &Value) -> Result<SeqRef> {
     let (found, shown) = match rel {
         Value::Text(s) => {
-            let parts =
-                crate::expr::name_parts(s).ok_or_else(|| crate::errors::undefined_table(s))?;
-            let name = match parts.as_slice() {
-                [r] => r,
-                [s, r] if s == "public" || s == "pg_catalog" => r,
-                [s, _] => {
-                    return Err(Error::user(
-                        SqlState::INVALID_SCHEMA_NAME,
-                        format!("schema \"{s}\" does not exist"),
-                    ))
-                }
-                _ => return Err(crate::errors::undefined_table(s)),
-            };
-            (acc.lookup(name), name.clone())
+            let name = crate::expr::relation_name(s)?;
+            (acc.lookup(&name), name)
         }
         other => match other.as_i64() {
             Some(oid) => (acc.lookup_oid(oid), oid.to_string()),
