@@ -286,6 +286,14 @@ pub(crate) fn log_images(
 
 pub use walnut_common::panic_fatal;
 
+#[cfg(test)]
+thread_local! {
+    /// Tests only: runs in [`Storage::log_change`] between the dirty marks and the WAL insert,
+    /// on the thread making the change.
+    pub(crate) static BEFORE_LOG_INSERT: std::cell::RefCell<Option<Box<dyn FnMut()>>> =
+        const { std::cell::RefCell::new(None) };
+}
+
 impl Storage {
     /// The settings this storage was opened with (the `sighup` ones may have changed since:
     /// see [`Storage::apply_settings`]).
@@ -327,6 +335,40 @@ impl Storage {
             .expect("WAL is attached once recovery has ended")
     }
 
+    /// Marks the pages pinned in `pins` dirty, then inserts the WAL record that `assemble`
+    /// builds (see [`walnut_wal::Wal::insert`]) for the change the caller has just made to
+    /// them, and returns the record's end LSN, which the caller then sets as each page's LSN.
+    /// The caller holds each page's exclusive latch throughout.
+    ///
+    /// The order is the point (PostgreSQL's transam/README: `MarkBufferDirty` before
+    /// `XLogInsert`). A checkpoint fixes its redo point, then lists the dirty frames
+    /// ([`bufpool::BufferPool::checkpoint_snapshot`]). A page that was clean before this change
+    /// and marked dirty only after the insert could be missed by a checkpoint whose redo point
+    /// falls after the record; redo from that point would then skip the change, which a crash
+    /// before the page's next write-out would lose. Marked first, the page is either listed
+    /// (and written once this caller releases the latch) or its record lies after the redo
+    /// point. Every change to a buffered page goes through here or
+    /// [`Storage::log_new_pages`].
+    ///
+    /// # Errors
+    /// The WAL insert's ([`walnut_wal::Wal::insert`]: none in practice).
+    pub(crate) fn log_change(
+        &self,
+        pins: &[&bufpool::Pinned<'_>],
+        assemble: &mut dyn FnMut(Lsn) -> Record,
+    ) -> Result<Lsn> {
+        for pin in pins {
+            pin.mark_dirty();
+        }
+        #[cfg(test)]
+        BEFORE_LOG_INSERT.with(|h| {
+            if let Some(f) = h.borrow_mut().as_mut() {
+                f();
+            }
+        });
+        Ok(self.wal().insert(assemble)?.1)
+    }
+
     /// A WAL block reference for page `p` (already changed) of `rel`, with a full-page image
     /// iff this is the page's first change since the redo point `redo` and the block is not
     /// being initialized (DESIGN.md invariant 3; PostgreSQL's `XLogRecordAssemble`).
@@ -353,9 +395,9 @@ impl Storage {
 
     /// Logs new pages as one WAL record of full-page images (PostgreSQL's `log_newpages`): the
     /// caller has pinned each block of `rel` (`ReadMode::Zero`: new blocks), holds its
-    /// exclusive latch in `latches` and copied the page `images[i]` into it. Inserts the record
-    /// (`rmgr`, `info`, every block `will_init` with its image), then sets each page's LSN and
-    /// marks it dirty. Used by the bulk load and the bottom-up index build.
+    /// exclusive latch in `latches` and copied the page `images[i]` into it. Marks each page
+    /// dirty, inserts the record (`rmgr`, `info`, every block `will_init` with its image), then
+    /// sets each page's LSN ([`Storage::log_change`]'s order). Used by the bulk load and the bottom-up index build.
     ///
     /// # Errors
     /// The WAL insert's (53100 if the WAL cannot get space); then nothing was logged, and the
@@ -374,10 +416,12 @@ impl Storage {
             "a pin, a latch and an image for each new page"
         );
         let blocks: Vec<_> = pins.iter().map(|p| p.tag.block).collect();
-        let end = log_images(self.wal(), rel, xid, (rmgr, info), &blocks, images)?;
-        for (l, pin) in latches.iter_mut().zip(pins) {
-            page::set_lsn(l, end);
+        for pin in pins {
             pin.mark_dirty();
+        }
+        let end = log_images(self.wal(), rel, xid, (rmgr, info), &blocks, images)?;
+        for l in latches.iter_mut() {
+            page::set_lsn(l, end);
         }
         Ok(end)
     }

@@ -18,7 +18,7 @@
 //! 8190    2     zero
 //! ```
 
-use crate::bufpool::ReadMode;
+use crate::bufpool::{Pinned, ReadMode};
 use crate::page::{self, PageBuf, PageKind};
 use crate::Storage;
 use std::sync::atomic::Ordering;
@@ -126,11 +126,18 @@ pub fn redo_block(info: u8, data: &[u8], p: &mut PageBuf) -> Result<()> {
     Ok(())
 }
 
-/// Logs `state` as the whole page of sequence `rel` (held exclusively latched in `p`), sets the
-/// page's LSN and returns the record's end.
-fn log_state(st: &Storage, rel: RelFileId, xid: Xid, p: &mut PageBuf, s: &SeqState) -> Result<Lsn> {
+/// Logs `state` as the whole page of sequence `rel` (pinned in `pin`, held exclusively latched
+/// in `p`) through [`Storage::log_change`], which marks it dirty first; sets the page's LSN and
+/// returns the record's end.
+fn log_state(
+    st: &Storage,
+    rel: RelFileId,
+    xid: Xid,
+    (pin, p): (&Pinned<'_>, &mut PageBuf),
+    s: &SeqState,
+) -> Result<Lsn> {
     let data = s.encode();
-    let (_, end) = st.wal().insert(&mut |_redo| Record {
+    let end = st.log_change(&[pin], &mut |_redo| Record {
         rmgr: RM_SEQ,
         info: SEQ_LOG,
         xid,
@@ -176,10 +183,7 @@ pub fn create(st: &Storage, rel: RelFileId, xid: Xid, def: &SequenceDef) -> Resu
         is_called: false,
     };
     write_state(&mut p, &s);
-    // Dirty before the record, as every change: a checkpoint whose redo point follows the
-    // record then finds the frame dirty and writes the page.
-    pin.mark_dirty();
-    log_state(st, rel, xid, &mut p, &s)?;
+    log_state(st, rel, xid, (&pin, &mut p), &s)?;
     Ok(())
 }
 
@@ -287,7 +291,7 @@ pub fn fetch(st: &Storage, rel: RelFileId, def: &SequenceDef) -> Result<Fetched>
             log_cnt: 0,
             is_called: true,
         };
-        Some(log_state(st, rel, Xid::INVALID, &mut p, &ahead)?)
+        Some(log_state(st, rel, Xid::INVALID, (&pin, &mut p), &ahead)?)
     } else {
         None
     };
@@ -341,8 +345,7 @@ pub fn set(
         log_cnt: 0,
         is_called,
     };
-    pin.mark_dirty();
-    let end = log_state(st, rel, Xid::INVALID, &mut p, &s)?;
+    let end = log_state(st, rel, Xid::INVALID, (&pin, &mut p), &s)?;
     write_state(&mut p, &s);
     Ok(end)
 }

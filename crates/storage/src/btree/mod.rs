@@ -464,8 +464,7 @@ pub fn insert_unique(
                         ));
                     }
                     Existing::Replace => {
-                        set_tid_locked(st, rel, leaf, &mut p, i, tid, xid)?;
-                        pin.mark_dirty();
+                        set_tid_locked(st, rel, &pin, &mut p, i, tid, xid)?;
                         return Ok(InsertOutcome::Done(Some(old)));
                     }
                 }
@@ -475,7 +474,7 @@ pub fn insert_unique(
                 check_insert_position(rel.id, leaf, &p, i, key)?;
                 page::add_item(&mut p, i, &item);
                 assert_in_order_at(&p, i);
-                let (_, end) = st.wal().insert(&mut |redo| {
+                let end = st.log_change(&[&pin], &mut |redo| {
                     let mut d = Vec::with_capacity(2 + item.len());
                     d.extend_from_slice(&(i as u16).to_le_bytes());
                     d.extend_from_slice(&item);
@@ -489,7 +488,6 @@ pub fn insert_unique(
                     }
                 })?;
                 page::set_lsn(&mut p, end);
-                pin.mark_dirty();
                 return Ok(InsertOutcome::Done(None));
             }
         }
@@ -500,7 +498,7 @@ pub fn insert_unique(
 fn set_tid_locked(
     st: &Storage,
     rel: &Relation,
-    leaf: BlockNumber,
+    pin: &crate::bufpool::Pinned<'_>,
     p: &mut PageBuf,
     i: usize,
     tid: Tid,
@@ -520,7 +518,8 @@ fn set_tid_locked(
         tid,
         "B-tree entry's TID read back"
     );
-    let (_, end) = st.wal().insert(&mut |redo| {
+    let leaf = pin.tag.block;
+    let end = st.log_change(&[pin], &mut |redo| {
         let mut d = Vec::with_capacity(8);
         d.extend_from_slice(&(i as u16).to_le_bytes());
         d.extend_from_slice(&tid.to_bytes());
@@ -554,8 +553,7 @@ pub fn set_tid(st: &Storage, rel: &Relation, xid: Xid, key: &[u8], tid: Tid) -> 
             format!("key missing from index base/{}", rel.id.0),
         ));
     }
-    set_tid_locked(st, rel, leaf, &mut p, i, tid, xid)?;
-    pin.mark_dirty();
+    set_tid_locked(st, rel, &pin, &mut p, i, tid, xid)?;
     Ok(())
 }
 
@@ -609,7 +607,7 @@ pub fn bulk_delete(
         }
         if !idxs.is_empty() {
             page::delete_items(&mut p, &idxs);
-            let (_, end) = st.wal().insert(&mut |redo| {
+            let end = st.log_change(&[&pin], &mut |redo| {
                 let mut d = Vec::with_capacity(2 + 2 * idxs.len());
                 d.extend_from_slice(&(idxs.len() as u16).to_le_bytes());
                 for &i in &idxs {
@@ -625,7 +623,6 @@ pub fn bulk_delete(
                 }
             })?;
             page::set_lsn(&mut p, end);
-            pin.mark_dirty();
         }
         match right_link(&p) {
             Some(b) => next = Some(b),

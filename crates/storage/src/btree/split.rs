@@ -350,7 +350,8 @@ fn finish_smo(
     for (g, (_, img, _)) in guards.iter_mut().zip(&pages) {
         g.copy_from_slice(&img[..]);
     }
-    let (_, end) = st.wal().insert(&mut |_redo| Record {
+    let pin_refs: Vec<_> = pins.iter().collect();
+    let end = st.log_change(&pin_refs, &mut |_redo| Record {
         rmgr: RM_BTREE,
         info: BTREE_SMO,
         xid,
@@ -368,9 +369,8 @@ fn finish_smo(
             .collect(),
         main_data: vec![],
     })?;
-    for (g, pin) in guards.iter_mut().zip(&pins) {
+    for g in guards.iter_mut() {
         page::set_lsn(g, end);
-        pin.mark_dirty();
     }
     if let Some(r) = new_root {
         rel.btree_root.store(r.0, Ordering::Release);

@@ -768,7 +768,7 @@ pub fn insert(
         let slot = page::place_item(&mut p, &tuple) as u16 + 1;
         assert_placed(&p, slot, &tuple);
         let block = pin.tag.block;
-        let (_, end) = st.wal().insert(&mut |redo| {
+        let end = st.log_change(&[&pin], &mut |redo| {
             let mut d = Vec::with_capacity(2 + tuple.len());
             d.extend_from_slice(&slot.to_le_bytes());
             d.extend_from_slice(&tuple);
@@ -782,7 +782,6 @@ pub fn insert(
             }
         })?;
         page::set_lsn(&mut p, end);
-        pin.mark_dirty();
         return Ok(Tid { block, slot });
     }
 }
@@ -992,7 +991,7 @@ pub fn delete(st: &Storage, rel: &Relation, tid: Tid, xid: Xid) -> Result<WriteC
     let item = page::item(&p, i).expect("checked");
     assert_eq!(header_xmax(item), xid, "xmax after delete");
     assert!(!header_next(item).is_valid(), "next link after delete");
-    let (_, end) = st.wal().insert(&mut |redo| {
+    let end = st.log_change(&[&pin], &mut |redo| {
         let mut d = Vec::with_capacity(10);
         d.extend_from_slice(&tid.slot.to_le_bytes());
         d.extend_from_slice(&xid.0.to_le_bytes());
@@ -1006,7 +1005,6 @@ pub fn delete(st: &Storage, rel: &Relation, tid: Tid, xid: Xid) -> Result<WriteC
         }
     })?;
     page::set_lsn(&mut p, end);
-    pin.mark_dirty();
     Ok(WriteCheck::Done(tid))
 }
 
@@ -1078,7 +1076,7 @@ pub fn update(
                 new,
                 xid,
             );
-            let (_, end) = st.wal().insert(&mut |redo| {
+            let end = st.log_change(&[&pin], &mut |redo| {
                 let mut d = Vec::with_capacity(18 + tuple.len());
                 d.extend_from_slice(&old.slot.to_le_bytes());
                 d.extend_from_slice(&xid.0.to_le_bytes());
@@ -1095,7 +1093,6 @@ pub fn update(
                 }
             })?;
             page::set_lsn(&mut p, end);
-            pin.mark_dirty();
             return Ok(if hot {
                 WriteCheck::HeapOnly(new)
             } else {
@@ -1161,7 +1158,7 @@ pub fn update(
             new,
             xid,
         );
-        let (_, end) = st.wal().insert(&mut |redo| {
+        let end = st.log_change(&[&opin, &tpin], &mut |redo| {
             let mut d0 = Vec::with_capacity(16);
             d0.extend_from_slice(&old.slot.to_le_bytes());
             d0.extend_from_slice(&xid.0.to_le_bytes());
@@ -1183,8 +1180,6 @@ pub fn update(
         })?;
         page::set_lsn(&mut op, end);
         page::set_lsn(&mut tp, end);
-        opin.mark_dirty();
-        tpin.mark_dirty();
         return Ok(WriteCheck::Done(new));
     }
 }
@@ -1581,7 +1576,7 @@ pub fn relink_prev(st: &Storage, rel: &Relation, tid: Tid, prev: Tid, xid: Xid) 
             ))
         })?
         .copy_from_slice(&prev.to_bytes());
-    let (_, end) = st.wal().insert(&mut |redo| {
+    let end = st.log_change(&[&pin], &mut |redo| {
         let mut d = Vec::with_capacity(2 + Tid::SIZE);
         d.extend_from_slice(&tid.slot.to_le_bytes());
         d.extend_from_slice(&prev.to_bytes());
@@ -1595,7 +1590,6 @@ pub fn relink_prev(st: &Storage, rel: &Relation, tid: Tid, prev: Tid, xid: Xid) 
         }
     })?;
     page::set_lsn(&mut p, end);
-    pin.mark_dirty();
     Ok(())
 }
 
@@ -1656,7 +1650,7 @@ fn log_with_conflicts(
     conflicts: &[Xid],
 ) -> Result<()> {
     let block = pin.tag.block;
-    let (_, end) = st.wal().insert(&mut |redo| Record {
+    let end = st.log_change(&[&pin], &mut |redo| Record {
         rmgr: RM_HEAP,
         info,
         xid: Xid::INVALID,
@@ -1665,7 +1659,6 @@ fn log_with_conflicts(
         main_data: conflicts.iter().flat_map(|x| x.0.to_le_bytes()).collect(),
     })?;
     page::set_lsn(p, end);
-    pin.mark_dirty();
     Ok(())
 }
 
@@ -1915,7 +1908,7 @@ pub fn clear_prev(st: &Storage, rel: &Relation, tid: Tid, expect: Tid) -> Result
         return Ok(false);
     };
     field.copy_from_slice(&Tid::INVALID.to_bytes());
-    let (_, end) = st.wal().insert(&mut |redo| {
+    let end = st.log_change(&[&pin], &mut |redo| {
         let mut d = Vec::with_capacity(2 + Tid::SIZE);
         d.extend_from_slice(&tid.slot.to_le_bytes());
         d.extend_from_slice(&Tid::INVALID.to_bytes());
@@ -1929,7 +1922,6 @@ pub fn clear_prev(st: &Storage, rel: &Relation, tid: Tid, expect: Tid) -> Result
         }
     })?;
     page::set_lsn(&mut p, end);
-    pin.mark_dirty();
     Ok(true)
 }
 
@@ -1952,7 +1944,7 @@ pub fn vacuum_page(st: &Storage, rel: &Relation, block: BlockNumber, slots: &[u1
     let mut p = pin.write();
     apply_vacuum(&mut p, slots)?;
     rel.fsm.record(block, page::free_space(&p));
-    let (_, end) = st.wal().insert(&mut |redo| {
+    let end = st.log_change(&[&pin], &mut |redo| {
         let mut d = Vec::with_capacity(2 + 2 * slots.len());
         d.extend_from_slice(&(slots.len() as u16).to_le_bytes());
         for s in slots {
@@ -1968,7 +1960,6 @@ pub fn vacuum_page(st: &Storage, rel: &Relation, block: BlockNumber, slots: &[u1
         }
     })?;
     page::set_lsn(&mut p, end);
-    pin.mark_dirty();
     Ok(())
 }
 

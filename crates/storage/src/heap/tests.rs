@@ -529,3 +529,58 @@ fn an_update_is_heap_only_only_when_the_entry_leads_to_the_version() {
     ));
     st.shutdown().unwrap();
 }
+
+/// Each change to a heap page marks the page dirty before its WAL record is inserted
+/// ([`Storage::log_change`]): a checkpoint that fixes its redo point just before the insert,
+/// after the record's position would have been reserved in the other order, lists the page
+/// among those to write. Marked after the insert instead, a page that was clean would be
+/// missed, and redo from that checkpoint's redo point would skip the change. The hook runs
+/// between the two steps and reads the checkpoint's list; the page is clean before each change
+/// (a checkpoint wrote it).
+#[test]
+fn a_change_marks_its_page_dirty_before_its_wal_record_is_inserted() {
+    use std::cell::Cell;
+    use std::rc::Rc;
+    let dir = tempfile::tempdir().unwrap();
+    let (st, id, rel, xid, a, b) = two_rows(dir.path());
+    let listed = {
+        let st = st.clone();
+        move || {
+            st.pool
+                .checkpoint_snapshot()
+                .iter()
+                .any(|(_, t)| t.rel == id && t.block == BlockNumber(0))
+        }
+    };
+    let clean = || {
+        st.checkpoint_now(crate::control::DbState::InProduction)
+            .unwrap();
+        assert!(!listed(), "block 0 is clean after a checkpoint");
+    };
+    let checked = Rc::new(Cell::new(0));
+    crate::BEFORE_LOG_INSERT.with(|h| {
+        let (checked, listed) = (checked.clone(), listed.clone());
+        *h.borrow_mut() = Some(Box::new(move || {
+            assert!(
+                listed(),
+                "a changed page is not dirty before its WAL insert"
+            );
+            checked.set(checked.get() + 1);
+        }));
+    });
+    clean();
+    insert(&st, &rel, xid, None, b"row c", 100).unwrap();
+    clean();
+    assert!(matches!(
+        update(&st, &rel, b, xid, b"row b2", None).unwrap(),
+        WriteCheck::HeapOnly(_) | WriteCheck::Done(_)
+    ));
+    clean();
+    assert!(matches!(
+        delete(&st, &rel, a, xid).unwrap(),
+        WriteCheck::Done(_)
+    ));
+    crate::BEFORE_LOG_INSERT.with(|h| *h.borrow_mut() = None);
+    assert_eq!(checked.get(), 3, "the hook ran once per change");
+    st.shutdown().unwrap();
+}
