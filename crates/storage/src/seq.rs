@@ -7,14 +7,18 @@
 //! ```text
 //! offset  size  field
 //!  0      24    page header: kind 4, lower 28, upper 8160, special 8184
-//! 24      4     line pointer: offset 8160, length 24
-//! 8160    8     last_value  i64: the last value handed out (or the first to hand out, if
+//! 24      4     line pointer: offset 8136, length 48
+//! 8136    8     last_value  i64: the last value handed out (or the first to hand out, if
 //!                           not is_called)
-//! 8168    8     log_cnt     i64: values handed out before the next must be WAL-logged
-//! 8176    1     is_called   0 or 1
-//! 8177    7     zero
+//! 8144    8     log_cnt     i64: values handed out before the next must be WAL-logged
+//! 8152    1     is_called   0 or 1
+//! 8153    1     log_cycle   0 or 1  } the options log_cnt was counted under (all zero:
+//! 8154    6     zero                }  none; log_cnt counts nothing): a fetch under other
+//! 8160    8     log_increment i64   }  options (an ALTER SEQUENCE since) takes log_cnt as
+//! 8168    8     log_min     i64     }  0 and logs, as the values that are logged ahead
+//! 8176    8     log_max     i64     }  depend on the increment, bounds and CYCLE
 //! 8184    4     magic       0x1717 (PostgreSQL's SEQ_MAGIC)
-//! 8188    2     version     1
+//! 8188    2     version     2
 //! 8190    2     zero
 //! ```
 
@@ -37,9 +41,12 @@ pub const SEQ_LOG: u8 = 0x00;
 pub const SEQ_LOG_VALS: i64 = 32;
 
 const MAGIC: u32 = 0x1717;
-const VERSION: u16 = 1;
+const VERSION: u16 = 2;
 const SPECIAL_SIZE: usize = 8;
-const ITEM_SIZE: usize = 24;
+const ITEM_SIZE: usize = 48;
+/// Where in the item the options `log_cnt` was counted under are ([`write_state`]).
+const LOG_CYCLE_AT: usize = 17;
+const LOG_PARAMS_AT: usize = 24;
 const ITEM_AT: usize = BLCKSZ - SPECIAL_SIZE - ITEM_SIZE;
 
 /// A sequence's on-page state.
@@ -85,10 +92,35 @@ pub fn init_page(p: &mut PageBuf) {
     assert_eq!(page::line_pointer(p, 0), (ITEM_AT, ITEM_SIZE));
 }
 
-fn write_state(p: &mut PageBuf, s: &SeqState) {
+/// Writes state `s` into sequence page `p`, with the options its `log_cnt` was counted under
+/// (`None`: none, for a `log_cnt` of 0).
+fn write_state(p: &mut PageBuf, s: &SeqState, counted_under: Option<&SequenceDef>) {
     let item = &mut p[ITEM_AT..ITEM_AT + ITEM_SIZE];
     item.fill(0);
     item[..17].copy_from_slice(&s.encode());
+    if let Some(d) = counted_under {
+        item[LOG_CYCLE_AT] = d.cycle as u8;
+        for (k, v) in [d.increment, d.min, d.max].into_iter().enumerate() {
+            let at = LOG_PARAMS_AT + 8 * k;
+            item[at..at + 8].copy_from_slice(&v.to_le_bytes());
+        }
+    }
+}
+
+/// Whether the `log_cnt` on page `p` was counted under `def`'s increment, bounds and CYCLE:
+/// the values it lets `nextval` hand out unlogged are then those the last record covers. An
+/// ALTER SEQUENCE changes them (without touching the page), and then `log_cnt` counts
+/// nothing.
+fn counted_under(p: &PageBuf, def: &SequenceDef) -> bool {
+    let item = &p[ITEM_AT..ITEM_AT + ITEM_SIZE];
+    let at = |k: usize| {
+        let a = LOG_PARAMS_AT + 8 * k;
+        i64::from_le_bytes(item[a..a + 8].try_into().expect("8 bytes"))
+    };
+    item[LOG_CYCLE_AT] == def.cycle as u8
+        && at(0) == def.increment
+        && at(1) == def.min
+        && at(2) == def.max
 }
 
 /// The state on sequence page `p` of `rel`.
@@ -122,7 +154,7 @@ pub fn redo_block(info: u8, data: &[u8], p: &mut PageBuf) -> Result<()> {
         (SEQ_LOG, Some(s)) if data.len() == 17 => s,
         _ => return Err(Error::corruption("sequence record is malformed")),
     };
-    write_state(p, &state);
+    write_state(p, &state, None);
     Ok(())
 }
 
@@ -182,7 +214,7 @@ pub fn create(st: &Storage, rel: RelFileId, xid: Xid, def: &SequenceDef) -> Resu
         log_cnt: 0,
         is_called: false,
     };
-    write_state(&mut p, &s);
+    write_state(&mut p, &s, None);
     log_state(st, rel, xid, (&pin, &mut p), &s)?;
     Ok(())
 }
@@ -224,7 +256,12 @@ pub fn fetch(st: &Storage, rel: RelFileId, def: &SequenceDef) -> Result<Fetched>
     let (inc, min, max) = (def.increment, def.min, def.max);
     let cache = def.cache.max(1);
     let mut fetch = cache;
-    let mut log = cur.log_cnt;
+    // Counted under other options (an ALTER SEQUENCE since), log_cnt covers nothing.
+    let mut log = if counted_under(&p, def) {
+        cur.log_cnt
+    } else {
+        0
+    };
     let mut next = cur.last_value;
     let mut result = next;
     let mut last = next;
@@ -302,6 +339,7 @@ pub fn fetch(st: &Storage, rel: RelFileId, def: &SequenceDef) -> Result<Fetched>
             log_cnt: log,
             is_called: true,
         },
+        Some(def),
     );
     Ok(Fetched {
         first: result,
@@ -346,7 +384,7 @@ pub fn set(
         is_called,
     };
     let end = log_state(st, rel, Xid::INVALID, (&pin, &mut p), &s)?;
-    write_state(&mut p, &s);
+    write_state(&mut p, &s, None);
     Ok(end)
 }
 
@@ -375,8 +413,52 @@ mod tests {
             log_cnt: 32,
             is_called: true,
         };
-        write_state(&mut p, &s);
+        write_state(&mut p, &s, None);
         assert_eq!(read_state(&p, RelFileId(1)).unwrap(), s);
+        // The options log_cnt was counted under: none, then exactly these.
+        let def = SequenceDef {
+            name: "s".into(),
+            ty: walnut_common::DataType::Int8,
+            start: 1,
+            increment: 1,
+            min: 1,
+            max: i64::MAX,
+            cache: 1,
+            cycle: false,
+            owned_by: None,
+        };
+        assert!(!counted_under(&p, &def));
+        write_state(&mut p, &s, Some(&def));
+        assert_eq!(read_state(&p, RelFileId(1)).unwrap(), s);
+        assert!(counted_under(&p, &def));
+        for other in [
+            SequenceDef {
+                increment: 2,
+                ..def.clone()
+            },
+            SequenceDef {
+                cycle: true,
+                ..def.clone()
+            },
+            SequenceDef {
+                min: 0,
+                ..def.clone()
+            },
+            SequenceDef {
+                max: 100,
+                ..def.clone()
+            },
+        ] {
+            assert!(!counted_under(&p, &other), "{other:?}");
+        }
+        assert!(counted_under(
+            &p,
+            &SequenceDef {
+                cache: 20,
+                start: 7,
+                ..def.clone()
+            }
+        ));
         let mut q = page::zeroed();
         init_page(&mut q);
         redo_block(SEQ_LOG, &s.encode(), &mut q).unwrap();

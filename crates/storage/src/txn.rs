@@ -358,23 +358,133 @@ impl Txn {
     }
 
     fn write_catalog(&mut self, xid: Xid, old: Option<Tid>, info: &mut TableInfo) -> Result<()> {
+        info.catalog_tid =
+            self.write_catalog_row(xid, old, &catalog::encode(info), &info.def.name)?;
+        Ok(())
+    }
+
+    /// Inserts catalog row `bytes` (of relation `name`), or writes it as a new version of the
+    /// row at `old`, waiting for a concurrent change of that row; returns its TID.
+    ///
+    /// # Errors
+    /// 40001 if a committed transaction changed the row meanwhile; I/O errors.
+    fn write_catalog_row(
+        &mut self,
+        xid: Xid,
+        old: Option<Tid>,
+        bytes: &[u8],
+        name: &str,
+    ) -> Result<Tid> {
         let cat = self.st.smgr.open(RelFileId::CATALOG)?;
-        let bytes = catalog::encode(info);
-        info.catalog_tid = match old {
+        Ok(match old {
             None => heap::insert(&self.st, &cat, xid, None, &bytes, 100)?,
             Some(tid) => loop {
-                match heap::update(&self.st, &cat, tid, xid, &bytes, None)? {
+                match heap::update(&self.st, &cat, tid, xid, bytes, None)? {
                     WriteCheck::Done(t) => break t,
                     WriteCheck::WaitFor(x) => self.st.xact.wait_for(xid, x, &self.cancel)?,
                     _ => {
                         return Err(Error::conflict(
                             SqlState::SERIALIZATION_FAILURE,
-                            format!("table \"{}\" was changed concurrently", info.def.name),
+                            format!("relation \"{name}\" was changed concurrently"),
                         ))
                     }
                 }
             },
+        })
+    }
+
+    /// ALTER TABLE ... ALTER COLUMN (SET DEFAULT, DROP DEFAULT, ADD GENERATED ... AS
+    /// IDENTITY): a new catalog row version with `change` applied to table `name`'s
+    /// definition. `change` checks what it changes and returns 42xxx/55000 errors as
+    /// PostgreSQL's `ATExec*` would; the table's files and rows are untouched.
+    ///
+    /// # Errors
+    /// 42P01 if missing; `change`'s; 40001 if a committed transaction changed the table
+    /// meanwhile; I/O errors.
+    pub fn alter_table_def(
+        &mut self,
+        name: &str,
+        change: &mut dyn FnMut(&mut TableDef) -> Result<()>,
+    ) -> Result<()> {
+        self.finish_bulk()?;
+        let info = self.table_or_err(name)?;
+        let mut def = (*info.def).clone();
+        change(&mut def)?;
+        let xid = self.xid()?;
+        let mut new = TableInfo {
+            def: Arc::new(def),
+            ..(*info).clone()
         };
+        self.write_catalog(xid, Some(info.catalog_tid), &mut new)?;
+        self.seq_handle = None;
+        self.overlay.insert(name.to_string(), Some(Arc::new(new)));
+        Ok(())
+    }
+
+    /// ALTER SEQUENCE: sequence `name` gets definition `def` (options and `OWNED BY`, checked
+    /// by the caller as PostgreSQL's `init_params`) in a new catalog row version. With
+    /// `restart`, it also gets a new relation file whose page starts at that value, not yet
+    /// returned (PostgreSQL's `ResetSequence`, which gives the sequence a new relfilenumber):
+    /// other transactions go on with the old file until the commit, which removes it, and a
+    /// rollback removes the new one, so RESTART is undone with its transaction. The restart
+    /// value, or else the current value, must lie within the new bounds (PostgreSQL's
+    /// crosscheck in `init_params`). The page is not changed otherwise: a `log_cnt` counted
+    /// under the old options counts nothing under the new ones (`seq::fetch`).
+    ///
+    /// # Errors
+    /// 42P01 if missing; 22023 if the restart or current value is outside the new bounds;
+    /// 25006 on a standby; 40001 if a committed transaction changed the sequence meanwhile;
+    /// I/O errors.
+    pub fn alter_sequence(
+        &mut self,
+        name: &str,
+        def: SequenceDef,
+        restart: Option<i64>,
+    ) -> Result<()> {
+        self.finish_bulk()?;
+        let info = self.sequence(name).ok_or_else(|| no_table(name))?;
+        let value = match restart {
+            Some(v) => v,
+            None => crate::seq::read(&self.st, info.relfile)?.last_value,
+        };
+        let bad = |m: String| Err(Error::user(SqlState::INVALID_PARAMETER_VALUE, m));
+        if value < def.min {
+            return bad(format!(
+                "RESTART value ({value}) cannot be less than MINVALUE ({})",
+                def.min
+            ));
+        }
+        if value > def.max {
+            return bad(format!(
+                "RESTART value ({value}) cannot be greater than MAXVALUE ({})",
+                def.max
+            ));
+        }
+        let xid = self.xid()?;
+        let mut new = SeqInfo {
+            def: Arc::new(def),
+            ..(*info).clone()
+        };
+        if let Some(v) = restart {
+            let relfile = self.st.create_relation()?;
+            self.created.push(relfile);
+            let first = SequenceDef {
+                start: v,
+                ..(*new.def).clone()
+            };
+            crate::seq::create(&self.st, relfile, xid, &first)?;
+            self.drop_at_commit.push(info.relfile);
+            new.relfile = relfile;
+        }
+        new.catalog_tid = self.write_catalog_row(
+            xid,
+            Some(info.catalog_tid),
+            &catalog::encode_sequence(&new),
+            name,
+        )?;
+        self.seq_overlay
+            .insert(name.to_string(), Some(Arc::new(new)));
+        self.seq_handle = None;
         Ok(())
     }
 
@@ -439,7 +549,25 @@ impl Txn {
         self.finish_bulk()?;
         let info = self.sequence(name).ok_or_else(|| no_table(name))?;
         if let Some((t, c)) = &info.def.owned_by {
-            if self.table(t).is_some() {
+            // The owning column's default uses the sequence (a serial or identity column, or
+            // `SET DEFAULT nextval(...)`): PostgreSQL's dependency of the default. An `OWNED
+            // BY` alone does not keep the sequence.
+            let uses = |d: &str| {
+                [
+                    format!("'{name}'"),
+                    format!("'public.{name}'"),
+                    format!("'\"{name}\"'"),
+                ]
+                .iter()
+                .any(|p| d.contains(p.as_str()))
+            };
+            let used = self.table(t).is_some_and(|info| {
+                info.def
+                    .columns
+                    .iter()
+                    .any(|col| &col.name == c && col.default.as_deref().is_some_and(uses))
+            });
+            if used {
                 return Err(Error::user(
                     SqlState::DEPENDENT_OBJECTS_STILL_EXIST,
                     format!("cannot drop sequence {name} because other objects depend on it"),

@@ -1925,3 +1925,51 @@ fn a_cached_descending_sequence_stops_at_its_minimum() {
     commit(t);
     st.shutdown().unwrap();
 }
+
+/// ALTER SEQUENCE changes the options that `log_cnt` was counted under: the next `nextval`
+/// logs again, so that values of the new increment past the last record are never handed out
+/// unlogged (31 values of increment 2 would reach 63, past the 33 logged); a crash then hands
+/// out only values above those handed out. RESTART gives the sequence a new relation file: a
+/// rollback undoes it, a commit makes it the sequence.
+#[test]
+fn an_altered_sequence_logs_again_and_a_restart_is_undone_by_rollback() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("d");
+    let st = fresh(&dir, 64);
+    let mut t = Txn::begin(st.clone(), Arc::new(AtomicBool::new(false)));
+    t.create_sequence(sequence("s", 1, 1)).unwrap();
+    commit(t);
+    assert_eq!(nextvals(&st, "s", 1), (vec![1], 1));
+    let alter = |st: &Arc<Storage>, increment: i64, restart: Option<i64>, keep: bool| {
+        let mut t = Txn::begin(st.clone(), Arc::new(AtomicBool::new(false)));
+        t.alter_sequence("s", sequence("s", 1, increment), restart)
+            .unwrap();
+        if keep {
+            commit(t);
+        } else {
+            t.rollback();
+        }
+    };
+    alter(&st, 2, None, true);
+    let (vals, logged) = nextvals(&st, "s", 31);
+    assert_eq!(vals, (1..=31).map(|k| 1 + 2 * k).collect::<Vec<i64>>());
+    assert_eq!(logged, 1, "the first call under the new increment logs");
+    let copy = tmp.path().join("c1");
+    crash_copy(&dir, &copy);
+    let st2 = Storage::open(Arc::new(walnut_io::RealVfs), &copy, config(64)).unwrap();
+    let (after, _) = nextvals(&st2, "s", 1);
+    assert!(after[0] > 63, "after a crash: {after:?} (63 handed out)");
+    st2.shutdown().unwrap();
+
+    alter(&st, 2, Some(1000), false);
+    assert_eq!(nextvals(&st, "s", 1).0, vec![65], "a rolled back RESTART");
+    alter(&st, 2, Some(1000), true);
+    assert_eq!(nextvals(&st, "s", 2).0, vec![1000, 1002]);
+    let copy = tmp.path().join("c2");
+    crash_copy(&dir, &copy);
+    let st3 = Storage::open(Arc::new(walnut_io::RealVfs), &copy, config(64)).unwrap();
+    let (after, _) = nextvals(&st3, "s", 1);
+    assert!(after[0] > 1002, "after a RESTART and a crash: {after:?}");
+    st3.shutdown().unwrap();
+    st.shutdown().unwrap();
+}
