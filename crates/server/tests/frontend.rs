@@ -2,7 +2,7 @@
 //! fail. They exercise only what does not depend on the SQL layer's results: errors arrive as
 //! ErrorResponse with ReadyForQuery after them and the connection stays usable, the
 //! extended protocol skips to Sync after an error, empty queries, cancel keys,
-//! `max_connections` and session teardown. Statements used are syntax errors or queries of
+//! `max_connections` and session teardown, DISCARD ALL dropping prepared statements. Statements used are syntax errors or queries of
 //! missing tables, which fail whatever the SQL layer does.
 
 use bytes::{Buf, BufMut, BytesMut};
@@ -384,6 +384,45 @@ async fn extended_protocol_skips_to_sync_after_error() {
         .await
         .is_err());
     assert!(!client.is_closed());
+    server.shutdown(Duration::from_secs(5)).await;
+}
+
+/// DISCARD ALL (pgbouncer's reset query) deallocates the connection's prepared statements
+/// and closes its portals: a Bind of an old statement is 26000, and its name can be parsed
+/// again (not 42P05). (Its 25001 in a transaction block: slt/alter.slt; this mock engine has
+/// no transactions.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn discard_all_deallocates_prepared_statements() {
+    let server = start(10).await;
+    let mut raw = Raw::connect(&server, &[]).await.expect("startup");
+    let mut batch = BytesMut::new();
+    batch.put_slice(&parse("e", ""));
+    batch.put_slice(&bind("p", "e"));
+    batch.put_slice(&sync());
+    raw.send(&batch).await;
+    assert_eq!(tags(&raw.until_ready().await), "12Z");
+
+    raw.send(&query("DISCARD ALL")).await;
+    let msgs = raw.until_ready().await;
+    assert_eq!(tags(&msgs), "CZ", "{msgs:?}");
+    let mut batch = BytesMut::new();
+    batch.put_slice(&bind("", "e"));
+    batch.put_slice(&sync());
+    raw.send(&batch).await;
+    let msgs = raw.until_ready().await;
+    assert_eq!(tags(&msgs), "EZ");
+    assert_eq!(msgs[0].field(b'C').as_deref(), Some("26000"));
+    let mut batch = BytesMut::new();
+    batch.put_slice(&execute("p"));
+    batch.put_slice(&sync());
+    raw.send(&batch).await;
+    let msgs = raw.until_ready().await;
+    assert_eq!(tags(&msgs), "EZ", "the portal is closed: {msgs:?}");
+    let mut batch = BytesMut::new();
+    batch.put_slice(&parse("e", ""));
+    batch.put_slice(&sync());
+    raw.send(&batch).await;
+    assert_eq!(tags(&raw.until_ready().await), "1Z");
     server.shutdown(Duration::from_secs(5)).await;
 }
 

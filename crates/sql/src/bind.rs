@@ -770,6 +770,51 @@ impl Binder<'_> {
                 Expr::Func(Func::BackendPid, Vec::new()),
                 Ty::Known(DataType::Int4),
             ),
+            // Without parentheses (sqlparser's `FunctionArguments::None`), as SQL writes them.
+            ("current_user" | "session_user" | "user" | "current_role", 0)
+                if matches!(f.args, ast::FunctionArguments::None) =>
+            {
+                (
+                    Expr::Func(Func::CurrentUser, Vec::new()),
+                    Ty::Known(DataType::Text),
+                )
+            }
+            ("current_database" | "version", 0) => (
+                Expr::Func(
+                    if name == "version" {
+                        Func::Version
+                    } else {
+                        Func::CurrentDatabase
+                    },
+                    Vec::new(),
+                ),
+                Ty::Known(DataType::Text),
+            ),
+            // Names resolve in `public` only (see DESIGN.md, "Names").
+            ("current_schema", 0) => (
+                Expr::Const(Value::Text("public".into())),
+                Ty::Known(DataType::Text),
+            ),
+            ("current_setting", 1 | 2) | ("set_config", 3) => {
+                let (f, types): (Func, &[DataType]) = if name == "set_config" {
+                    (
+                        Func::SetConfig,
+                        &[DataType::Text, DataType::Text, DataType::Bool],
+                    )
+                } else {
+                    (Func::CurrentSetting, &[DataType::Text, DataType::Bool])
+                };
+                let mut bound = Vec::with_capacity(nargs);
+                for (a, ty) in args.iter().zip(types) {
+                    let (x, t) = self.bind(a)?;
+                    let (x, t) = self.coerce(x, t, ty)?;
+                    if !(t == *ty || (ty.is_string() && t.is_string())) {
+                        return Err(no_such());
+                    }
+                    bound.push(x);
+                }
+                (Expr::Func(f, bound), Ty::Known(DataType::Text))
+            }
             (
                 "pg_current_wal_lsn" | "pg_current_wal_insert_lsn" | "pg_current_wal_flush_lsn",
                 0,

@@ -642,7 +642,9 @@ struct SeqAdapter(Arc<walnut_storage::txn::Sequences>);
 fn seq_ref(s: &walnut_storage::catalog::SeqInfo) -> crate::storage::SeqRef {
     crate::storage::SeqRef {
         oid: s.oid as i64,
-        version: s.relfile.0 as u64,
+        // The catalog row version's TID: new at each ALTER SEQUENCE.
+        version: (s.catalog_tid.block.0 as u64) << 16 | s.catalog_tid.slot as u64,
+        relfile: s.relfile.0 as u64,
         def: s.def.clone(),
     }
 }
@@ -662,7 +664,7 @@ impl SeqAdapter {
         walnut_storage::catalog::SeqInfo {
             def: seq.def.clone(),
             oid: seq.oid as u64,
-            relfile: walnut_common::RelFileId(seq.version as u32),
+            relfile: walnut_common::RelFileId(seq.relfile as u32),
             catalog_tid: walnut_common::Tid::INVALID,
         }
     }
@@ -765,6 +767,27 @@ impl Transaction for TxnAdapter {
 
     fn sequence_exists(&mut self, name: &str) -> Result<bool> {
         Ok(self.t().sequence(name).is_some())
+    }
+
+    fn sequence_def(&mut self, name: &str) -> Result<Option<walnut_common::SequenceDef>> {
+        Ok(self.t().sequence(name).map(|s| (*s.def).clone()))
+    }
+
+    fn alter_sequence(
+        &mut self,
+        name: &str,
+        def: walnut_common::SequenceDef,
+        restart: Option<i64>,
+    ) -> Result<()> {
+        self.t().alter_sequence(name, def, restart)
+    }
+
+    fn alter_table_def(
+        &mut self,
+        name: &str,
+        change: &mut dyn FnMut(&mut TableDef) -> Result<()>,
+    ) -> Result<()> {
+        self.t().alter_table_def(name, change)
     }
 
     fn sequences(&mut self) -> Option<Arc<dyn crate::storage::SequenceAccess>> {

@@ -114,6 +114,42 @@ pub(crate) fn execute(
         Plan::AddPrimaryKey { table, columns } => {
             ddl::add_primary_key(txn, table, columns, ec.env.progress())?
         }
+        Plan::AlterSequence {
+            name,
+            if_exists,
+            options,
+            restart,
+            owned_by,
+        } => ddl::alter_sequence(txn, name, *if_exists, options, *restart, owned_by, notices)?,
+        Plan::AlterOwner {
+            name,
+            if_exists,
+            sequence,
+            role,
+        } => ddl::alter_owner(txn, name, *if_exists, *sequence, role, notices)?,
+        Plan::AddIdentity {
+            table,
+            if_exists,
+            column,
+            identity,
+            sequence,
+            options,
+        } => ddl::add_identity(
+            txn,
+            table,
+            *if_exists,
+            column,
+            *identity,
+            sequence.as_deref(),
+            options,
+            notices,
+        )?,
+        Plan::AlterColumnDefault {
+            table,
+            if_exists,
+            column,
+            default,
+        } => ddl::alter_column_default(txn, table, *if_exists, column, default, notices)?,
         other => {
             return Err(Error::internal(format!(
                 "unexpected plan in executor: {other:?}"

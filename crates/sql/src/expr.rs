@@ -92,6 +92,13 @@ pub(crate) enum Func {
     ReloadConf,
     /// `pg_backend_pid()`: the session's backend process id, integer.
     BackendPid,
+    /// `current_user`, `session_user`, `user`: the user the session connected as, text
+    /// (PostgreSQL's type is `name`).
+    CurrentUser,
+    /// `current_database()`: the database the session connected to, text (`name`).
+    CurrentDatabase,
+    /// `version()`: PostgreSQL's version string, with walnut's.
+    Version,
     /// `pg_current_wal_insert_lsn()`: the WAL's insert position, pg_lsn.
     WalInsertLsn,
     /// `pg_current_wal_lsn()`: the WAL's write position, pg_lsn.
@@ -130,6 +137,12 @@ pub(crate) enum Func {
     SetVal,
     /// `lastval()`: bigint.
     LastVal,
+    /// `current_setting(name [, missing_ok])`: text, as `SHOW` prints it; NULL for an unknown
+    /// name when `missing_ok`.
+    CurrentSetting,
+    /// `set_config(name, value, is_local)`: `SET [LOCAL] name = value` (a NULL value: `RESET`)
+    /// once the statement succeeds; returns the new value as text. Volatile.
+    SetConfig,
 }
 
 /// A compiled expression.
@@ -413,7 +426,15 @@ impl Expr {
             }
             // Volatile (or, for currval and lastval, changed by a nextval of the same
             // statement): a new value for each row, never an index key computed once.
-            Expr::Func(Func::NextVal | Func::SetVal | Func::CurrVal | Func::LastVal, _) => false,
+            Expr::Func(
+                Func::NextVal
+                | Func::SetVal
+                | Func::CurrVal
+                | Func::LastVal
+                | Func::CurrentSetting
+                | Func::SetConfig,
+                _,
+            ) => false,
             Expr::Func(_, args) => args.iter().all(Expr::is_row_independent),
             Expr::Case(arms, d) => {
                 d.is_row_independent()
@@ -585,6 +606,19 @@ fn eval_func(f: Func, args: &[Expr], row: &[Value], ctx: &Ctx<'_>) -> Result<Val
     if f == Func::BackendPid {
         return Ok(Value::Int4(ctx.env.backend_pid()));
     }
+    match f {
+        Func::CurrentUser => return Ok(Value::Text(ctx.env.session_user())),
+        Func::CurrentDatabase => return Ok(Value::Text(ctx.env.database())),
+        Func::Version => {
+            return Ok(Value::Text(format!(
+                "PostgreSQL {} on {}-{}, compiled by rustc, 64-bit",
+                crate::guc::SERVER_VERSION.default,
+                std::env::consts::ARCH,
+                std::env::consts::OS
+            )))
+        }
+        _ => {}
+    }
     if matches!(
         f,
         Func::WalInsertLsn | Func::WalWriteLsn | Func::WalFlushLsn
@@ -622,6 +656,39 @@ fn eval_func(f: Func, args: &[Expr], row: &[Value], ctx: &Ctx<'_>) -> Result<Val
             _ => return Err(Error::internal("sequence function arguments")),
         };
         return ctx.env.sequence(call);
+    }
+    if matches!(f, Func::CurrentSetting | Func::SetConfig) {
+        let mut v = Vec::with_capacity(args.len());
+        for a in args {
+            v.push(a.eval(row, ctx)?);
+        }
+        let Some(Value::Text(name)) = v.first() else {
+            if f == Func::SetConfig {
+                return Err(Error::user(
+                    SqlState::NULL_VALUE_NOT_ALLOWED,
+                    "SET requires parameter name",
+                ));
+            }
+            return Ok(Value::Null);
+        };
+        return Ok(if f == Func::CurrentSetting {
+            // Strict, as PostgreSQL's: a NULL missing_ok gives NULL.
+            if v.get(1).is_some_and(Value::is_null) {
+                return Ok(Value::Null);
+            }
+            let missing_ok = matches!(v.get(1), Some(Value::Bool(true)));
+            match ctx.env.setting(name, missing_ok)? {
+                Some(s) => Value::Text(s),
+                None => Value::Null,
+            }
+        } else {
+            let value = match v.get(1) {
+                Some(Value::Text(s)) => Some(s.as_str()),
+                _ => None,
+            };
+            let local = matches!(v.get(2), Some(Value::Bool(true)));
+            Value::Text(ctx.env.set_config(name, value, local)?)
+        });
     }
     if let Some(v) = eval_recovery_func(f, args, row, ctx)? {
         return Ok(v);

@@ -19,6 +19,10 @@
 //! | `search_path` | kept and reported; names resolve in `public`, then `pg_catalog` |
 //! | `standard_conforming_strings` | `on` only |
 //! | `statement_timeout` | enforced |
+//! | `lock_timeout`, `idle_in_transaction_session_timeout`, `transaction_timeout` | 0 (none) only: walnut does not time these out yet; pg_dump's scripts set all three to 0 |
+//! | `check_function_bodies`, `row_security`, `xmloption` | kept: walnut has no function bodies, row security policies or `xml` type for them to change |
+//! | `default_tablespace` | empty (or `pg_default`) only: walnut has no tablespaces, so any other name is 22023 as an unknown one is in PostgreSQL |
+//! | `default_table_access_method` | `heap` only |
 
 use crate::storage::Isolation;
 use std::sync::{Arc, OnceLock};
@@ -276,6 +280,118 @@ pub static STATEMENT_TIMEOUT: GucDef = GucDef {
     check: None,
 };
 
+/// A timeout walnut does not enforce yet: 0 only (PostgreSQL's default, none), so that a
+/// script that turns it off (pg_dump's) runs and one that asks for a limit is told.
+const fn zero_only_timeout(name: &'static str, description: &'static str) -> GucDef {
+    GucDef {
+        name,
+        kind: int(0, INT_MAX, Unit::Ms),
+        default: "0",
+        context: Context::User,
+        category: CLIENT,
+        description,
+        check: Some(|v| match v {
+            Val::Int(n) if n != 0 => Err(Error::user(
+                SqlState::FEATURE_NOT_SUPPORTED,
+                format!(
+                    "a timeout of {n} ms is not supported: walnut does not enforce lock_timeout, \
+                     idle_in_transaction_session_timeout or transaction_timeout yet (0, none, \
+                     is accepted)"
+                ),
+            )),
+            v => Ok(v),
+        }),
+    }
+}
+
+/// `lock_timeout`, ms: 0 only.
+pub static LOCK_TIMEOUT: GucDef = zero_only_timeout(
+    "lock_timeout",
+    "Sets the maximum allowed duration of any wait for a lock.",
+);
+
+/// `idle_in_transaction_session_timeout`, ms: 0 only.
+pub static IDLE_IN_TRANSACTION_SESSION_TIMEOUT: GucDef = zero_only_timeout(
+    "idle_in_transaction_session_timeout",
+    "Sets the maximum allowed idle time between queries, when in a transaction.",
+);
+
+/// `transaction_timeout`, ms: 0 only.
+pub static TRANSACTION_TIMEOUT: GucDef = zero_only_timeout(
+    "transaction_timeout",
+    "Sets the maximum allowed duration of any transaction within a session (not a prepared transaction).",
+);
+
+/// `check_function_bodies`: kept (walnut has no CREATE FUNCTION).
+pub static CHECK_FUNCTION_BODIES: GucDef = GucDef {
+    name: "check_function_bodies",
+    kind: Kind::Bool,
+    default: "on",
+    context: Context::User,
+    category: CLIENT,
+    description: "Check routine bodies during CREATE FUNCTION and CREATE PROCEDURE.",
+    check: None,
+};
+
+/// `row_security`: kept (walnut has no row security policies, so no query is subject to one
+/// either way).
+pub static ROW_SECURITY: GucDef = GucDef {
+    name: "row_security",
+    kind: Kind::Bool,
+    default: "on",
+    context: Context::User,
+    category: CLIENT,
+    description: "Enable row security.",
+    check: None,
+};
+
+/// `xmloption`: kept (walnut has no `xml` type).
+pub static XMLOPTION: GucDef = GucDef {
+    name: "xmloption",
+    kind: Kind::Enum(&["content", "document"]),
+    default: "content",
+    context: Context::User,
+    category: CLIENT,
+    description: "Sets whether XML data in implicit parsing and serialization operations is to be considered as documents or content fragments.",
+    check: None,
+};
+
+/// `default_tablespace`: empty (the database's) only.
+pub static DEFAULT_TABLESPACE: GucDef = GucDef {
+    name: "default_tablespace",
+    kind: Kind::Str,
+    default: "",
+    context: Context::User,
+    category: CLIENT,
+    description: "Sets the default tablespace to create tables and indexes in.",
+    check: Some(|v| match text(&v) {
+        "" | "pg_default" => Ok(Val::Str(text(&v).to_string())),
+        other => Err(Error::user(
+            SqlState::INVALID_PARAMETER_VALUE,
+            format!("invalid value for parameter \"default_tablespace\": \"{other}\""),
+        )
+        .with_detail(format!("Tablespace \"{other}\" does not exist."))),
+    }),
+};
+
+/// `default_table_access_method`: `heap` only.
+pub static DEFAULT_TABLE_ACCESS_METHOD: GucDef = GucDef {
+    name: "default_table_access_method",
+    kind: Kind::Str,
+    default: "heap",
+    context: Context::User,
+    category: CLIENT,
+    description: "Sets the default table access method for new tables.",
+    check: Some(|v| match text(&v) {
+        "heap" => Ok(v),
+        other => Err(Error::user(
+            SqlState::INVALID_PARAMETER_VALUE,
+            format!("invalid value for parameter \"default_table_access_method\": \"{other}\""),
+        )
+        .with_detail(format!("Table access method \"{other}\" does not exist."))),
+    }),
+};
+
 /// `TimeZone`.
 pub static TIMEZONE: GucDef = GucDef {
     name: "TimeZone",
@@ -350,15 +466,21 @@ pub static SESSION_AUTHORIZATION: GucDef = internal(
 /// Every parameter of this crate.
 pub static GUCS: &[&GucDef] = &[
     &APPLICATION_NAME,
+    &CHECK_FUNCTION_BODIES,
     &CLIENT_ENCODING,
     &CLIENT_MIN_MESSAGES,
     &DATESTYLE,
+    &DEFAULT_TABLE_ACCESS_METHOD,
+    &DEFAULT_TABLESPACE,
     &DEFAULT_TRANSACTION_ISOLATION,
     &DEFAULT_TRANSACTION_READ_ONLY,
     &EXTRA_FLOAT_DIGITS,
+    &IDLE_IN_TRANSACTION_SESSION_TIMEOUT,
     &INTEGER_DATETIMES,
     &INTERVALSTYLE,
     &IS_SUPERUSER,
+    &LOCK_TIMEOUT,
+    &ROW_SECURITY,
     &SEARCH_PATH,
     &SERVER_ENCODING,
     &SERVER_VERSION,
@@ -369,6 +491,8 @@ pub static GUCS: &[&GucDef] = &[
     &TIMEZONE,
     &TRANSACTION_ISOLATION,
     &TRANSACTION_READ_ONLY,
+    &TRANSACTION_TIMEOUT,
+    &XMLOPTION,
 ];
 
 /// The parameters reported to the client with ParameterStatus at start-up, as PostgreSQL's
@@ -441,7 +565,20 @@ mod tests {
             SqlState::INVALID_PARAMETER_VALUE
         );
         // Parameters nothing reads do not exist.
-        for gone in ["jit", "work_mem", "random_page_cost", "lock_timeout"] {
+        assert_eq!(
+            unsupported(&LOCK_TIMEOUT, "1s"),
+            SqlState::FEATURE_NOT_SUPPORTED
+        );
+        assert_eq!(LOCK_TIMEOUT.normalize("0").unwrap(), "0");
+        assert_eq!(
+            unsupported(&DEFAULT_TABLE_ACCESS_METHOD, "columnar"),
+            SqlState::INVALID_PARAMETER_VALUE
+        );
+        assert_eq!(
+            unsupported(&DEFAULT_TABLESPACE, "fast"),
+            SqlState::INVALID_PARAMETER_VALUE
+        );
+        for gone in ["jit", "work_mem", "random_page_cost"] {
             assert!(registry().find(gone).is_none(), "{gone}");
         }
     }

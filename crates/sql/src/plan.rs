@@ -56,6 +56,41 @@ pub(crate) enum Plan {
         table: String,
         columns: Vec<String>,
     },
+    /// `ALTER SEQUENCE [IF EXISTS] name options`: the options given (the rest keep their
+    /// values), `RESTART` (`Some(None)`: to START), `OWNED BY` (`Some(None)`: NONE).
+    AlterSequence {
+        name: String,
+        if_exists: bool,
+        options: crate::sequence::SeqOptions,
+        restart: Option<Option<i64>>,
+        owned_by: Option<Option<(String, String)>>,
+    },
+    /// `ALTER TABLE | SEQUENCE name OWNER TO role`: walnut has one role, the session's, so
+    /// this checks the relation and the role and changes nothing.
+    AlterOwner {
+        name: String,
+        if_exists: bool,
+        sequence: bool,
+        role: String,
+    },
+    /// `ALTER TABLE [IF EXISTS] table ALTER COLUMN column ADD GENERATED ... AS IDENTITY [(...)]`:
+    /// the sequence named `sequence` (or chosen as for serial) with `options`.
+    AddIdentity {
+        table: String,
+        if_exists: bool,
+        column: String,
+        identity: walnut_common::Identity,
+        sequence: Option<String>,
+        options: crate::sequence::SeqOptions,
+    },
+    /// `ALTER TABLE table ALTER COLUMN column SET DEFAULT expr | DROP DEFAULT` (`default`:
+    /// the expression's text, checked against the column's type; `None`: DROP).
+    AlterColumnDefault {
+        table: String,
+        if_exists: bool,
+        column: String,
+        default: Option<String>,
+    },
     /// `BEGIN` / `START TRANSACTION`, with the modes it names.
     Begin {
         modes: TxnModes,
@@ -74,6 +109,8 @@ pub(crate) enum Plan {
         modes: TxnModes,
     },
     /// `RESET name` / `RESET ALL` (None).
+    /// `DISCARD ALL | PLANS | SEQUENCES | TEMP`.
+    Discard(Discard),
     Reset {
         name: Option<String>,
     },
@@ -103,6 +140,20 @@ pub(crate) enum Plan {
     Empty,
 }
 
+/// What `DISCARD` drops (PostgreSQL's `DiscardMode`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Discard {
+    /// Everything below, and the session's settings (RESET ALL) and its prepared statements
+    /// and portals (the front end's).
+    All,
+    /// Cached plans.
+    Plans,
+    /// The session's sequence state: `currval`, `lastval` and values taken ahead.
+    Sequences,
+    /// Temporary tables (walnut has none).
+    Temp,
+}
+
 impl Plan {
     /// The command a read-only server (a standby in recovery) refuses, as PostgreSQL's
     /// `PreventCommandIfReadOnly` names it; `None` if the plan writes nothing.
@@ -116,7 +167,15 @@ impl Plan {
             Plan::CreateSequence { .. } => "CREATE SEQUENCE",
             Plan::DropSequences { .. } => "DROP SEQUENCE",
             Plan::Truncate { .. } => "TRUNCATE TABLE",
-            Plan::AddPrimaryKey { .. } => "ALTER TABLE",
+            Plan::AddPrimaryKey { .. }
+            | Plan::AddIdentity { .. }
+            | Plan::AlterColumnDefault { .. }
+            | Plan::AlterOwner {
+                sequence: false, ..
+            } => "ALTER TABLE",
+            Plan::AlterSequence { .. } | Plan::AlterOwner { sequence: true, .. } => {
+                "ALTER SEQUENCE"
+            }
             Plan::Copy(_) => "COPY FROM",
             _ => return None,
         })

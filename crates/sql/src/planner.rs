@@ -157,6 +157,18 @@ impl Planner<'_> {
                         table,
                         columns: index_columns(&pk.columns)?,
                     }),
+                    [ast::AlterTableOperation::OwnerTo { new_owner }] => Ok(Plan::AlterOwner {
+                        name: table,
+                        if_exists: at.if_exists,
+                        sequence: false,
+                        role: match new_owner {
+                            ast::Owner::Ident(i) => ident(i),
+                            other => other.to_string().to_ascii_lowercase(),
+                        },
+                    }),
+                    [ast::AlterTableOperation::AlterColumn { column_name, op }] => {
+                        self.plan_alter_column_default(table, at.if_exists, ident(column_name), op)
+                    }
                     _ => Err(Error::unsupported("this form of ALTER TABLE")),
                 }
             }
@@ -200,6 +212,36 @@ impl Planner<'_> {
                 Err(Error::unsupported(word))
             }
         }
+    }
+
+    /// ALTER TABLE ... ALTER COLUMN c SET DEFAULT e | DROP DEFAULT: the expression as text.
+    /// The table, the column and the expression are checked when it runs
+    /// (`ddl::alter_column_default`): a DDL plan is cached by its text and not planned again.
+    ///
+    /// # Errors
+    /// 0A000 for other ALTER COLUMN forms and an expression whose text does not read back.
+    fn plan_alter_column_default(
+        &mut self,
+        table: String,
+        if_exists: bool,
+        column: String,
+        op: &ast::AlterColumnOperation,
+    ) -> Result<Plan> {
+        let default = match op {
+            ast::AlterColumnOperation::SetDefault { value } => Some(expr_text(value)?),
+            ast::AlterColumnOperation::DropDefault => None,
+            other => {
+                return Err(Error::unsupported(format!(
+                    "ALTER TABLE ... ALTER COLUMN {other}"
+                )))
+            }
+        };
+        Ok(Plan::AlterColumnDefault {
+            table,
+            if_exists,
+            column,
+            default,
+        })
     }
 
     fn binder<'s>(&'s mut self, cols: &'s [ScopeCol], clause: &'static str) -> Binder<'s> {

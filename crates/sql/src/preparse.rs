@@ -250,6 +250,16 @@ pub(crate) fn preparse(stmt: &str) -> Result<Option<Plan>> {
             return Ok(None);
         }
     }
+    if w == "alter" {
+        // ALTER SYSTEM, ALTER SEQUENCE and ALTER TABLE ... ADD GENERATED are read here; a
+        // table's other forms go to sqlparser, also when this lexer cannot read them.
+        let rest = stmt.trim_start().get(5..).unwrap_or_default();
+        match first_word(rest).as_str() {
+            "system" | "sequence" => {}
+            "table" => return lex(stmt).map_or(Ok(None), |t| parse_add_identity(&t)),
+            _ => return Ok(None),
+        }
+    }
     let t = lex(stmt)?;
     if w == "create" {
         let seq = |i| is_word(t.get(i), "sequence");
@@ -264,10 +274,10 @@ pub(crate) fn preparse(stmt: &str) -> Result<Option<Plan>> {
         };
     }
     if w == "alter" {
-        if !is_word(t.get(1), "system") {
-            return Ok(None);
-        }
-        return parse_alter_system(&t).map(Some);
+        return match &t.get(1) {
+            Some(Tok::Word(w)) if w == "system" => parse_alter_system(&t).map(Some),
+            _ => parse_alter_sequence(&t).map(Some),
+        };
     }
     let at = |i: usize| t.get(i);
     let only_txn_words = |from: usize| {
@@ -314,7 +324,23 @@ pub(crate) fn preparse(stmt: &str) -> Result<Option<Plan>> {
             Plan::Rollback
         }
         "savepoint" | "release" => return Err(Error::unsupported("savepoints")),
-        "discard" => return Err(Error::unsupported("DISCARD")),
+        "discard" => {
+            use crate::plan::Discard;
+            let what = match at(1) {
+                Some(Tok::Word(w)) => match w.as_str() {
+                    "all" => Discard::All,
+                    "plans" => Discard::Plans,
+                    "sequences" => Discard::Sequences,
+                    "temp" | "temporary" => Discard::Temp,
+                    _ => return Err(syntax_near(at(1))),
+                },
+                other => return Err(syntax_near(other)),
+            };
+            if t.len() > 2 {
+                return Err(syntax_near(at(2)));
+            }
+            Plan::Discard(what)
+        }
         "set" => parse_set(&t)?,
         "reset" => match (at(1), at(2)) {
             (Some(Tok::Word(a)), None) if a == "all" => Plan::Reset { name: None },
@@ -542,19 +568,77 @@ fn parse_vacuum(t: &[Tok], analyze_only: bool) -> Result<Plan> {
 /// 42601 for a malformed statement or a repeated option; 22023 for options PostgreSQL refuses
 /// ([`crate::sequence::sequence_def`]); 0A000 for `OWNED BY` a column.
 fn parse_create_sequence(t: &[Tok]) -> Result<Plan> {
-    use walnut_common::DataType;
     let mut i = 2;
-    let if_not_exists = if is_word(t.get(2), "if") {
-        if !(is_word(t.get(3), "not") && is_word(t.get(4), "exists")) {
-            return Err(syntax_near(t.get(3)));
-        }
-        i = 5;
-        true
-    } else {
-        false
-    };
+    let if_not_exists = parse_if(t, &mut i, "not")?;
     let name = parse_relation_name(t, &mut i)?;
-    let mut o = crate::sequence::SeqOptions::default();
+    let c = parse_seq_clauses(t, &mut i, SeqClause::Create)?;
+    if let Some(tok) = t.get(i) {
+        return Err(syntax_near(Some(tok)));
+    }
+    if matches!(c.owned_by, Some(Some(_))) {
+        return Err(Error::unsupported("CREATE SEQUENCE ... OWNED BY a column"));
+    }
+    Ok(Plan::CreateSequence {
+        def: crate::sequence::sequence_def(name, &c.opts, None)?,
+        if_not_exists,
+    })
+}
+
+/// `IF [NOT] EXISTS` at `t[*i]` (`not`: "not" for IF NOT EXISTS, "" for IF EXISTS): whether it
+/// is there, advancing `i` past it.
+///
+/// # Errors
+/// 42601 for `IF` without the rest.
+fn parse_if(t: &[Tok], i: &mut usize, not: &str) -> Result<bool> {
+    if !is_word(t.get(*i), "if") {
+        return Ok(false);
+    }
+    *i += 1;
+    if !not.is_empty() {
+        if !is_word(t.get(*i), not) {
+            return Err(syntax_near(t.get(*i)));
+        }
+        *i += 1;
+    }
+    if !is_word(t.get(*i), "exists") {
+        return Err(syntax_near(t.get(*i)));
+    }
+    *i += 1;
+    Ok(true)
+}
+
+/// Where sequence options are written: which clauses besides the common ones are allowed.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum SeqClause {
+    /// CREATE SEQUENCE: `OWNED BY`.
+    Create,
+    /// ALTER SEQUENCE: `OWNED BY`, `RESTART [[WITH] n]`.
+    Alter,
+    /// An identity column's `( ... )`: `SEQUENCE NAME`, up to the closing parenthesis.
+    Identity,
+}
+
+/// Sequence clauses as written ([`parse_seq_clauses`]).
+#[derive(Default)]
+struct SeqClauses {
+    opts: crate::sequence::SeqOptions,
+    /// `RESTART` (`Some(None)`: without a value, to START).
+    restart: Option<Option<i64>>,
+    /// `OWNED BY table.column` (`Some(None)`: `OWNED BY NONE`).
+    owned_by: Option<Option<(String, String)>>,
+    /// `SEQUENCE NAME name`.
+    sequence_name: Option<String>,
+}
+
+/// Sequence options at `t[*i..]` in any order, as PostgreSQL's `SeqOptList`, up to the end
+/// of the statement or (for [`SeqClause::Identity`]) a `)`, where `i` is left.
+///
+/// # Errors
+/// 42601 for a malformed or repeated option, or one that `place` does not allow; 22003 for a
+/// number outside bigint.
+fn parse_seq_clauses(t: &[Tok], i: &mut usize, place: SeqClause) -> Result<SeqClauses> {
+    use walnut_common::DataType;
+    let mut c = SeqClauses::default();
     fn set<T>(slot: &mut Option<T>, v: T) -> Result<()> {
         if slot.replace(v).is_some() {
             return Err(Error::syntax("conflicting or redundant options"));
@@ -585,14 +669,19 @@ fn parse_create_sequence(t: &[Tok]) -> Result<Plan> {
             other => Err(syntax_near(other)),
         }
     };
-    while let Some(tok) = t.get(i) {
+    let starts_num = |i: usize| matches!(t.get(i), Some(Tok::Num(_) | Tok::Punct('-' | '+')));
+    while let Some(tok) = t.get(*i) {
+        if place == SeqClause::Identity && matches!(tok, Tok::Punct(')')) {
+            break;
+        }
         let Tok::Word(w) = tok else {
             return Err(syntax_near(Some(tok)));
         };
-        i += 1;
+        *i += 1;
+        let o = &mut c.opts;
         match w.as_str() {
             "as" => {
-                let ty = match t.get(i) {
+                let ty = match t.get(*i) {
                     Some(Tok::Word(ty)) => match ty.as_str() {
                         "smallint" | "int2" => DataType::Int2,
                         "integer" | "int" | "int4" => DataType::Int4,
@@ -602,47 +691,205 @@ fn parse_create_sequence(t: &[Tok]) -> Result<Plan> {
                     },
                     other => return Err(syntax_near(other)),
                 };
-                i += 1;
+                *i += 1;
                 set(&mut o.ty, ty)?;
             }
             "increment" => {
-                if is_word(t.get(i), "by") {
-                    i += 1;
+                if is_word(t.get(*i), "by") {
+                    *i += 1;
                 }
-                set(&mut o.increment, num(&mut i)?)?;
+                set(&mut o.increment, num(i)?)?;
             }
-            "minvalue" => set(&mut o.min, Some(num(&mut i)?))?,
-            "maxvalue" => set(&mut o.max, Some(num(&mut i)?))?,
+            "minvalue" => set(&mut o.min, Some(num(i)?))?,
+            "maxvalue" => set(&mut o.max, Some(num(i)?))?,
             "start" => {
-                if is_word(t.get(i), "with") {
-                    i += 1;
+                if is_word(t.get(*i), "with") {
+                    *i += 1;
                 }
-                set(&mut o.start, num(&mut i)?)?;
+                set(&mut o.start, num(i)?)?;
             }
-            "cache" => set(&mut o.cache, num(&mut i)?)?,
+            "restart" if place == SeqClause::Alter => {
+                let with = is_word(t.get(*i), "with");
+                if with {
+                    *i += 1;
+                }
+                let v = if with || starts_num(*i) {
+                    Some(num(i)?)
+                } else {
+                    None
+                };
+                set(&mut c.restart, v)?;
+            }
+            "cache" => set(&mut o.cache, num(i)?)?,
             "cycle" => set(&mut o.cycle, true)?,
             "no" => {
-                match t.get(i) {
+                match t.get(*i) {
                     Some(Tok::Word(x)) if x == "minvalue" => set(&mut o.min, None)?,
                     Some(Tok::Word(x)) if x == "maxvalue" => set(&mut o.max, None)?,
                     Some(Tok::Word(x)) if x == "cycle" => set(&mut o.cycle, false)?,
                     other => return Err(syntax_near(other)),
                 }
-                i += 1;
+                *i += 1;
             }
-            "owned" if is_word(t.get(i), "by") => {
-                if !is_word(t.get(i + 1), "none") {
-                    return Err(Error::unsupported("CREATE SEQUENCE ... OWNED BY a column"));
+            "owned" if place != SeqClause::Identity && is_word(t.get(*i), "by") => {
+                *i += 1;
+                if is_word(t.get(*i), "none") {
+                    *i += 1;
+                    set(&mut c.owned_by, None)?;
+                    continue;
                 }
-                i += 2;
+                // table.column or public.table.column.
+                let mut parts = vec![parse_relation_part(t.get(*i))?];
+                *i += 1;
+                while matches!(t.get(*i), Some(Tok::Punct('.'))) {
+                    parts.push(parse_relation_part(t.get(*i + 1))?);
+                    *i += 2;
+                }
+                let owner = match parts.as_slice() {
+                    [tab, col] => (tab.clone(), col.clone()),
+                    [schema, tab, col] if schema == "public" => (tab.clone(), col.clone()),
+                    [schema, _, _] => {
+                        return Err(Error::user(
+                            walnut_common::SqlState::INVALID_SCHEMA_NAME,
+                            format!("schema \"{schema}\" does not exist"),
+                        ))
+                    }
+                    _ => {
+                        return Err(Error::syntax("invalid OWNED BY option")
+                            .with_detail("Specify OWNED BY table.column or OWNED BY NONE."))
+                    }
+                };
+                set(&mut c.owned_by, Some(owner))?;
+            }
+            "sequence" if place == SeqClause::Identity && is_word(t.get(*i), "name") => {
+                *i += 1;
+                let name = parse_relation_name(t, i)?;
+                set(&mut c.sequence_name, name)?;
             }
             _ => return Err(syntax_near(Some(tok))),
         }
     }
-    Ok(Plan::CreateSequence {
-        def: crate::sequence::sequence_def(name, &o, None)?,
-        if_not_exists,
+    Ok(c)
+}
+
+/// `ALTER SEQUENCE [IF EXISTS] name` followed by options (those of CREATE SEQUENCE, `RESTART
+/// [[WITH] n]`, `OWNED BY table.column | NONE`) or by `OWNER TO role`.
+///
+/// # Errors
+/// 42601 for a malformed statement; 0A000 for `RENAME`, `SET SCHEMA` and the other forms.
+fn parse_alter_sequence(t: &[Tok]) -> Result<Plan> {
+    let mut i = 2;
+    let if_exists = parse_if(t, &mut i, "")?;
+    let name = parse_relation_name(t, &mut i)?;
+    if is_word(t.get(i), "owner") && is_word(t.get(i + 1), "to") {
+        let role = parse_role(t.get(i + 2))?;
+        if let Some(tok) = t.get(i + 3) {
+            return Err(syntax_near(Some(tok)));
+        }
+        return Ok(Plan::AlterOwner {
+            name,
+            if_exists,
+            sequence: true,
+            role,
+        });
+    }
+    if matches!(t.get(i), Some(Tok::Word(w)) if matches!(w.as_str(), "rename" | "set" | "reset")) {
+        return Err(Error::unsupported(format!(
+            "ALTER SEQUENCE ... {}",
+            tok_text(&t[i]).to_uppercase()
+        )));
+    }
+    if i == t.len() {
+        return Err(syntax_near(None));
+    }
+    let c = parse_seq_clauses(t, &mut i, SeqClause::Alter)?;
+    if let Some(tok) = t.get(i) {
+        return Err(syntax_near(Some(tok)));
+    }
+    Ok(Plan::AlterSequence {
+        name,
+        if_exists,
+        options: c.opts,
+        restart: c.restart,
+        owned_by: c.owned_by,
     })
+}
+
+/// A role name in `OWNER TO`: a name, or `CURRENT_USER`, `CURRENT_ROLE`, `SESSION_USER`
+/// (returned as written, lower-cased).
+fn parse_role(tok: Option<&Tok>) -> Result<String> {
+    match tok {
+        Some(Tok::Word(w) | Tok::QIdent(w)) => Ok(w.clone()),
+        Some(Tok::Str(s)) => Err(syntax_near(Some(&Tok::Str(s.clone())))),
+        other => Err(syntax_near(other)),
+    }
+}
+
+/// `ALTER TABLE [IF EXISTS] [ONLY] name ALTER [COLUMN] column ADD GENERATED {ALWAYS | BY
+/// DEFAULT} AS IDENTITY [( options )]`, which sqlparser cannot read with `SEQUENCE NAME` (as
+/// pg_dump writes it) or with options out of its order; `None` for any other ALTER TABLE.
+///
+/// # Errors
+/// 42601 for a malformed statement.
+fn parse_add_identity(t: &[Tok]) -> Result<Option<Plan>> {
+    let mut i = 2;
+    let if_exists = parse_if(t, &mut i, "")?;
+    if is_word(t.get(i), "only") {
+        i += 1;
+    }
+    let Ok(table) = parse_relation_name(t, &mut i) else {
+        return Ok(None);
+    };
+    if !is_word(t.get(i), "alter") {
+        return Ok(None);
+    }
+    i += 1;
+    if is_word(t.get(i), "column") {
+        i += 1;
+    }
+    let Ok(column) = parse_relation_part(t.get(i)) else {
+        return Ok(None);
+    };
+    if !(is_word(t.get(i + 1), "add") && is_word(t.get(i + 2), "generated")) {
+        return Ok(None);
+    }
+    i += 3;
+    let identity = if is_word(t.get(i), "always") {
+        i += 1;
+        walnut_common::Identity::Always
+    } else if is_word(t.get(i), "by") && is_word(t.get(i + 1), "default") {
+        i += 2;
+        walnut_common::Identity::ByDefault
+    } else {
+        return Err(syntax_near(t.get(i)));
+    };
+    if !(is_word(t.get(i), "as") && is_word(t.get(i + 1), "identity")) {
+        return Err(syntax_near(t.get(i)));
+    }
+    i += 2;
+    let mut c = SeqClauses::default();
+    if matches!(t.get(i), Some(Tok::Punct('('))) {
+        i += 1;
+        if matches!(t.get(i), Some(Tok::Punct(')'))) {
+            return Err(syntax_near(t.get(i)));
+        }
+        c = parse_seq_clauses(t, &mut i, SeqClause::Identity)?;
+        if !matches!(t.get(i), Some(Tok::Punct(')'))) {
+            return Err(syntax_near(t.get(i)));
+        }
+        i += 1;
+    }
+    if let Some(tok) = t.get(i) {
+        return Err(syntax_near(Some(tok)));
+    }
+    Ok(Some(Plan::AddIdentity {
+        table,
+        if_exists,
+        column,
+        identity,
+        sequence: c.sequence_name,
+        options: c.opts,
+    }))
 }
 
 /// A relation name at `t[*i]` (`name`, `"Name"`, or `public.name`), advancing `i` past it.
@@ -650,12 +897,7 @@ fn parse_create_sequence(t: &[Tok]) -> Result<Plan> {
 /// # Errors
 /// 42601 if there is none or it is empty; 3F000 for another schema.
 fn parse_relation_name(t: &[Tok], i: &mut usize) -> Result<String> {
-    let part = |tok: Option<&Tok>| match tok {
-        Some(Tok::Word(w)) => Ok(w.clone()),
-        Some(Tok::QIdent(q)) if !q.is_empty() => Ok(q.clone()),
-        Some(Tok::QIdent(_)) => Err(Error::syntax("zero-length delimited identifier")),
-        other => Err(syntax_near(other)),
-    };
+    let part = parse_relation_part;
     let mut name = part(t.get(*i))?;
     *i += 1;
     if matches!(t.get(*i), Some(Tok::Punct('.'))) {
@@ -669,6 +911,19 @@ fn parse_relation_name(t: &[Tok], i: &mut usize) -> Result<String> {
         *i += 2;
     }
     Ok(name)
+}
+
+/// One part of a name: a word or a quoted identifier.
+///
+/// # Errors
+/// 42601 for anything else, or `""`.
+fn parse_relation_part(tok: Option<&Tok>) -> Result<String> {
+    match tok {
+        Some(Tok::Word(w)) => Ok(w.clone()),
+        Some(Tok::QIdent(q)) if !q.is_empty() => Ok(q.clone()),
+        Some(Tok::QIdent(_)) => Err(Error::syntax("zero-length delimited identifier")),
+        other => Err(syntax_near(other)),
+    }
 }
 
 /// `ALTER SYSTEM SET name { = | TO } value | DEFAULT`, `ALTER SYSTEM RESET name | ALL`.

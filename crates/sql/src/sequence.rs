@@ -278,6 +278,39 @@ pub(crate) fn sequence_def(
     })
 }
 
+/// ALTER SEQUENCE's new definition of sequence `old` (PostgreSQL's `init_params` with
+/// `isInit` false): each option given replaces the old value; `NO MINVALUE` / `NO MAXVALUE`
+/// return to the defaults for the new increment and type; a new `AS` type moves a bound that
+/// was the old type's limit to the new type's. Then the checks of [`sequence_def`].
+///
+/// # Errors
+/// As [`sequence_def`].
+pub(crate) fn altered_def(old: &SequenceDef, o: &SeqOptions) -> Result<SequenceDef> {
+    let limits = |ty: &DataType| match ty {
+        DataType::Int2 => (i16::MIN as i64, i16::MAX as i64),
+        DataType::Int4 => (i32::MIN as i64, i32::MAX as i64),
+        _ => (i64::MIN, i64::MAX),
+    };
+    let ty = o.ty.clone().unwrap_or_else(|| old.ty.clone());
+    let retyped = ty != old.ty;
+    let (old_min, old_max) = limits(&old.ty);
+    let merged = SeqOptions {
+        ty: Some(ty),
+        increment: Some(o.increment.unwrap_or(old.increment)),
+        // A bound not given stays, unless it was the old type's limit and the type changes.
+        min: o
+            .min
+            .or(Some((!(retyped && old.min == old_min)).then_some(old.min))),
+        max: o
+            .max
+            .or(Some((!(retyped && old.max == old_max)).then_some(old.max))),
+        start: Some(o.start.unwrap_or(old.start)),
+        cache: Some(o.cache.unwrap_or(old.cache)),
+        cycle: Some(o.cycle.unwrap_or(old.cycle)),
+    };
+    sequence_def(old.name.clone(), &merged, old.owned_by.clone())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -298,6 +331,7 @@ mod tests {
                 "s" => SeqLookup::Sequence(SeqRef {
                     oid: 7,
                     version: 1,
+                    relfile: 1,
                     def: self.def.clone(),
                 }),
                 "t" => SeqLookup::Table,

@@ -253,6 +253,43 @@ pub trait Transaction: Send {
         Ok(false)
     }
 
+    /// The definition of sequence `name`, as this transaction sees it. The default: none.
+    ///
+    /// # Errors
+    /// As [`Transaction::table`].
+    fn sequence_def(&mut self, name: &str) -> Result<Option<SequenceDef>> {
+        let _ = name;
+        Ok(None)
+    }
+
+    /// ALTER SEQUENCE: `def` (checked by the caller) replaces sequence `name`'s definition;
+    /// with `restart`, the sequence restarts at that value. The default: 0A000.
+    ///
+    /// # Errors
+    /// 42P01 if there is no such sequence; 25006 on a hot standby.
+    fn alter_sequence(&mut self, name: &str, def: SequenceDef, restart: Option<i64>) -> Result<()> {
+        let _ = (name, def, restart);
+        Err(walnut_common::Error::unsupported(
+            "sequences in this engine",
+        ))
+    }
+
+    /// ALTER TABLE ... ALTER COLUMN: `change` (which checks what it changes) applied to table
+    /// `name`'s definition, as a new version of it. The default: 0A000.
+    ///
+    /// # Errors
+    /// 42P01 if there is no such table; `change`'s.
+    fn alter_table_def(
+        &mut self,
+        name: &str,
+        change: &mut dyn FnMut(&mut TableDef) -> Result<()>,
+    ) -> Result<()> {
+        let _ = (name, change);
+        Err(walnut_common::Error::unsupported(
+            "this form of ALTER TABLE in this engine",
+        ))
+    }
+
     /// What this statement's `nextval`, `currval`, `setval` and `lastval` reach sequences
     /// through (taken at the start of each statement); `None`: the engine has none.
     fn sequences(&mut self) -> Option<Arc<dyn SequenceAccess>> {
@@ -367,10 +404,13 @@ pub trait Transaction: Send {
 pub struct SeqRef {
     /// Its `pg_class` OID.
     pub oid: i64,
-    /// Changes when the sequence is re-created under the same OID's name (its relation file):
-    /// a session's cached values of an older version are dropped (PostgreSQL's
-    /// `SeqTable.filenumber`).
+    /// Changes with each new definition of the sequence (ALTER SEQUENCE): a session's cached
+    /// values of an older version are dropped, `currval` kept (PostgreSQL's
+    /// `SeqTable.filenumber`, which changes when ALTER SEQUENCE rewrites the sequence, and
+    /// `AlterSequence` dropping the altering session's cache).
     pub version: u64,
+    /// Its relation file (the engine's).
+    pub relfile: u64,
     /// Its definition.
     pub def: Arc<SequenceDef>,
 }

@@ -349,14 +349,22 @@ impl ExtendedQueryHandler for Conn {
             }
             Stmt::Prepared(p) => p,
         };
-        let (result, notices, status) = self
+        let (result, notices, status, discarded) = self
             .backend()?
             .call_expecting_more(move |s| {
                 let result = s.execute(&prepared, params);
-                (result, s.take_notices(), s.txn_status())
+                (
+                    result,
+                    s.take_notices(),
+                    s.txn_status(),
+                    s.take_discard_all(),
+                )
             })
             .await
             .map_err(Self::lost)?;
+        if discarded {
+            self.discard_all(Some(&name));
+        }
         self.set_status(client, status);
         feed_notices(client, &notices).await?;
         match result.map_err(|e| user_error(&e))? {

@@ -156,6 +156,16 @@ impl Conn {
         })
     }
 
+    /// After `DISCARD ALL`: deallocates every prepared statement and closes every portal but
+    /// `running`, the one whose Execute ran it (PostgreSQL's `PortalHashTableDeleteAll` skips
+    /// the active portal too).
+    fn discard_all(&self, running: Option<&str>) {
+        self.statements.lock().clear();
+        self.portals
+            .lock()
+            .retain(|name, _| Some(name.as_str()) == running);
+    }
+
     fn backend(&self) -> PgWireResult<&Backend> {
         self.backend.get().ok_or(PgWireError::NotReadyForQuery)
     }

@@ -304,13 +304,21 @@ impl SimpleQueryHandler for Conn {
                 .await?;
             status_from_u8(self.status.load(Ordering::Relaxed))
         } else {
-            let (results, notices, status) = backend
+            let (results, notices, status, discarded) = backend
                 .call(move |s| {
                     let results = s.simple_query(&sql);
-                    (results, s.take_notices(), s.txn_status())
+                    (
+                        results,
+                        s.take_notices(),
+                        s.txn_status(),
+                        s.take_discard_all(),
+                    )
                 })
                 .await
                 .map_err(Self::lost)?;
+            if discarded {
+                self.discard_all(None);
+            }
             let status = self.set_status(client, status);
             feed_notices(client, &notices).await?;
             for result in results {

@@ -155,7 +155,7 @@ impl Gucs {
     }
 
     /// The value `RESET` returns `def` to.
-    fn reset_value(&self, def: &'static GucDef) -> Val {
+    pub(crate) fn reset_value(&self, def: &'static GucDef) -> Val {
         self.startup
             .get(def.name)
             .cloned()

@@ -65,12 +65,17 @@ pub struct Session {
     deadline: Option<std::time::Instant>,
     /// The backend's process id; 0 until [`Session::set_backend`].
     pid: i32,
+    /// The user (from [`Session::set_client`]) and the database (from
+    /// [`Session::set_backend`]) of `current_user` and `current_database()`.
+    who: (String, String),
     /// Registers this session's COPYs and index builds in the engine's progress views.
     progress: Option<Reporter>,
     /// The session's row in `pg_stat_activity` (from [`Session::set_backend`] on).
     activity: Option<BackendEntry>,
     /// Sequence values taken ahead, `currval` and `lastval`.
     seqs: std::cell::RefCell<crate::sequence::SessionSeqs>,
+    /// A `DISCARD ALL` ran; the front end has not yet dropped its statements.
+    discarded_all: bool,
 }
 
 /// A statement of a simple query, parsed.
@@ -134,6 +139,8 @@ struct SessionEnv<'a> {
     engine: &'a dyn Engine,
     gucs: &'a Gucs,
     pid: i32,
+    /// The session's user and database.
+    who: &'a (String, String),
     progress: Option<&'a Reporter>,
     /// The session's sequence state.
     seqs: &'a std::cell::RefCell<crate::sequence::SessionSeqs>,
@@ -141,7 +148,19 @@ struct SessionEnv<'a> {
     txn_seqs: Option<Arc<dyn crate::storage::SequenceAccess>>,
     /// The transaction is READ ONLY.
     read_only: bool,
+    /// The open transaction's isolation level and READ ONLY mode, for `current_setting`.
+    modes: Option<(Isolation, bool)>,
+    /// `set_config` calls of the statement, checked, for the session to apply when it
+    /// succeeds ([`Session::apply_set_configs`]): parameter, value (`None`: RESET), local.
+    set_configs: std::cell::RefCell<Vec<PendingSet>>,
 }
+
+/// A `set_config` call waiting for its statement to succeed.
+type PendingSet = (
+    &'static walnut_common::guc::GucDef,
+    Option<walnut_common::guc::Val>,
+    bool,
+);
 
 /// The [`SessionEnv`] of session `$s` over `$engine` (a clone of its `Arc<dyn Engine>`). A
 /// macro, not a method, so that it borrows only the fields it names and the session's
@@ -152,10 +171,13 @@ macro_rules! session_env {
             engine: &*$engine,
             gucs: &$s.gucs,
             pid: $s.pid,
+            who: &$s.who,
             progress: $s.progress.as_ref(),
             seqs: &$s.seqs,
             txn_seqs: None,
             read_only: false,
+            modes: None,
+            set_configs: Default::default(),
         }
     };
 }
@@ -191,6 +213,14 @@ impl Env for SessionEnv<'_> {
         self.pid
     }
 
+    fn session_user(&self) -> String {
+        self.who.0.clone()
+    }
+
+    fn database(&self) -> String {
+        self.who.1.clone()
+    }
+
     fn relation_size(&self, oid: i64, which: crate::storage::RelationSize) -> Option<i64> {
         self.engine.relation_size(oid, which)
     }
@@ -221,6 +251,37 @@ impl Env for SessionEnv<'_> {
 
     fn progress(&self) -> Option<&Reporter> {
         self.progress
+    }
+
+    fn setting(&self, name: &str, missing_ok: bool) -> Result<Option<String>> {
+        let def = match self.gucs.registry().lookup(name) {
+            Ok(d) => d,
+            Err(_) if missing_ok => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        let pending = self.set_configs.borrow();
+        if let Some((_, v, _)) = pending.iter().rev().find(|(d, _, _)| d.name == def.name) {
+            let v = v.clone().unwrap_or_else(|| self.gucs.reset_value(def));
+            return Ok(Some(def.show(&v)));
+        }
+        Ok(Some(show_setting(self.gucs, def, self.modes)))
+    }
+
+    fn set_config(&self, name: &str, value: Option<&str>, local: bool) -> Result<String> {
+        let def = self.gucs.registry().lookup(name)?;
+        if def.name == crate::guc::TRANSACTION_ISOLATION.name
+            || def.name == crate::guc::TRANSACTION_READ_ONLY.name
+        {
+            return Err(Error::unsupported(format!(
+                "set_config of {} (use SET TRANSACTION)",
+                def.name
+            )));
+        }
+        check_settable(def)?;
+        let value = value.map(|v| def.parse(v)).transpose()?;
+        let shown = def.show(&value.clone().unwrap_or_else(|| self.gucs.reset_value(def)));
+        self.set_configs.borrow_mut().push((def, value, local));
+        Ok(shown)
     }
 
     fn sequence(&self, call: crate::sequence::SeqCall) -> Result<Value> {
@@ -263,6 +324,7 @@ impl Session {
         Ok(Session {
             engine,
             pid: 0,
+            who: ("postgres".into(), DEFAULT_DATABASE.into()),
             progress,
             activity: None,
             blk: TxnBlock::new(),
@@ -274,6 +336,7 @@ impl Session {
             copy: None,
             deadline: None,
             seqs: Default::default(),
+            discarded_all: false,
         })
     }
 
@@ -283,6 +346,7 @@ impl Session {
     /// in the progress views. Until called: 0 and `postgres`.
     pub fn set_backend(&mut self, pid: i32, database: &str) {
         self.pid = pid;
+        self.who.1 = database.to_string();
         let client = crate::activity::ClientIdentity {
             application_name: self.application_name(),
             ..Default::default()
@@ -297,6 +361,9 @@ impl Session {
     /// in `pg_stat_activity`; call after [`Session::set_backend`]. The row's
     /// `application_name` is the session's setting, whatever `client` says.
     pub fn set_client(&mut self, client: crate::activity::ClientIdentity) {
+        if !client.user.is_empty() {
+            self.who.0 = client.user.clone();
+        }
         if let Some(a) = &self.activity {
             // The setting, which startup options (`-c application_name=...`) may have set.
             let client = crate::activity::ClientIdentity {
@@ -625,6 +692,47 @@ impl Session {
         self.blk.status()
     }
 
+    /// Whether a `DISCARD ALL` ran since the last call: the front end then deallocates its
+    /// prepared statements and closes its portals (PostgreSQL's `DropAllPreparedStatements`
+    /// and `PortalHashTableDeleteAll`), but the one running.
+    pub fn take_discard_all(&mut self) -> bool {
+        std::mem::take(&mut self.discarded_all)
+    }
+
+    /// `DISCARD` (PostgreSQL's `DiscardCommand`). ALL: RESET ALL, the plans and the sequence
+    /// state; the front end then drops its statements and portals ([`Session::take_discard_all`]).
+    /// walnut has no temporary tables, advisory locks or LISTEN, so TEMP and those parts of ALL
+    /// have nothing to do.
+    ///
+    /// # Errors
+    /// 25001 for `DISCARD ALL` in a transaction block.
+    fn do_discard(&mut self, what: crate::plan::Discard) -> Result<Output> {
+        use crate::plan::Discard;
+        if what == Discard::All {
+            if self.blk.in_block() {
+                let e = Error::user(
+                    SqlState::ACTIVE_SQL_TRANSACTION,
+                    "DISCARD ALL cannot run inside a transaction block",
+                );
+                return self.finish_statement(Err(e), false);
+            }
+            self.do_reset(None)?;
+            self.discarded_all = true;
+        }
+        if matches!(what, Discard::All | Discard::Plans) {
+            self.cache.clear();
+        }
+        if matches!(what, Discard::All | Discard::Sequences) {
+            *self.seqs.borrow_mut() = Default::default();
+        }
+        Ok(command(match what {
+            Discard::All => "DISCARD ALL",
+            Discard::Plans => "DISCARD PLANS",
+            Discard::Sequences => "DISCARD SEQUENCES",
+            Discard::Temp => "DISCARD TEMP",
+        }))
+    }
+
     /// Notices produced since the last call, those below `client_min_messages` left out.
     pub fn take_notices(&mut self) -> Vec<Notice> {
         let mut notices = std::mem::take(&mut self.notices);
@@ -705,6 +813,7 @@ impl Session {
             Plan::Set { name, value, local } => self.do_set(name, value.as_deref(), *local),
             Plan::SetTransaction { modes } => self.set_transaction(*modes, true),
             Plan::Reset { name } => self.do_reset(name.as_deref()),
+            Plan::Discard(what) => self.do_discard(*what),
             Plan::Show { name } => self.do_show(name.as_deref()),
             Plan::AlterSystem { name, value } => self.do_alter_system(name, value.as_deref()),
             Plan::Checkpoint => {
@@ -870,20 +979,7 @@ impl Session {
                     name: def.name.to_string(),
                     ty: DataType::Text,
                 }]);
-                // The open transaction's modes, else the ones the next will have.
-                let d = self.gucs.txn_defaults;
-                let (level, ro) = self.blk.modes().unwrap_or((d.isolation, d.read_only));
-                let value = if def.name == crate::guc::TRANSACTION_ISOLATION.name {
-                    match level {
-                        Isolation::ReadCommitted => "read committed",
-                        Isolation::RepeatableRead => "repeatable read",
-                    }
-                    .to_string()
-                } else if def.name == crate::guc::TRANSACTION_READ_ONLY.name {
-                    (if ro { "on" } else { "off" }).to_string()
-                } else {
-                    self.gucs.show(def)
-                };
+                let value = show_setting(&self.gucs, def, self.blk.modes());
                 Ok(Output::Rows {
                     columns,
                     rows: vec![vec![Value::Text(value)]],
@@ -998,6 +1094,7 @@ impl Session {
         let mut env = session_env!(self, engine);
         env.txn_seqs = txn.sequences();
         env.read_only = self.blk.read_only();
+        env.modes = Some((txn.isolation(), self.blk.read_only()));
         let planned;
         let plan: &Plan = match work {
             Work::Ast(stmt) => {
@@ -1030,7 +1127,48 @@ impl Session {
             deadline: self.deadline,
         };
         check_writable(&*engine, self.blk.read_only(), plan.write_command())?;
-        exec::execute(txn, plan, &ec, &mut self.notices)
+        let out = exec::execute(txn, plan, &ec, &mut self.notices)?;
+        let sets = env.set_configs.take();
+        drop(env);
+        self.apply_set_configs(sets);
+        Ok(out)
+    }
+
+    /// Applies the `set_config` calls of a statement that succeeded, as `SET [LOCAL]`; a local
+    /// one outside a transaction block ended with its statement (PostgreSQL's implicit
+    /// transaction), so it is dropped.
+    fn apply_set_configs(&mut self, sets: Vec<PendingSet>) {
+        let in_txn = self.blk.in_block();
+        for (def, value, local) in sets {
+            if local && !in_txn {
+                continue;
+            }
+            self.gucs.set(def, value, local, in_txn);
+            self.report_application_name(def.name);
+        }
+    }
+}
+
+/// Parameter `def` as `SHOW` and `current_setting` print it: `transaction_isolation` and
+/// `transaction_read_only` are the open transaction's modes (`modes`), else the ones the next
+/// will have.
+fn show_setting(
+    gucs: &Gucs,
+    def: &'static walnut_common::guc::GucDef,
+    modes: Option<(Isolation, bool)>,
+) -> String {
+    let d = gucs.txn_defaults;
+    let (level, ro) = modes.unwrap_or((d.isolation, d.read_only));
+    if def.name == crate::guc::TRANSACTION_ISOLATION.name {
+        match level {
+            Isolation::ReadCommitted => "read committed",
+            Isolation::RepeatableRead => "repeatable read",
+        }
+        .to_string()
+    } else if def.name == crate::guc::TRANSACTION_READ_ONLY.name {
+        (if ro { "on" } else { "off" }).to_string()
+    } else {
+        gucs.show(def)
     }
 }
 

@@ -50,6 +50,11 @@ impl PlanCache {
         Some(entry.1.clone())
     }
 
+    /// Drops every cached statement (`DISCARD PLANS`).
+    pub(crate) fn clear(&mut self) {
+        *self = PlanCache::default();
+    }
+
     /// Caches `p` (keyed by its text and `oids`).
     pub(crate) fn put(&mut self, oids: &[u32], p: Arc<Prepared>) {
         if self.len >= PLAN_CACHE_CAPACITY {
