@@ -105,3 +105,22 @@ pub struct SequenceDef {
     /// it too.
     pub owned_by: Option<(String, String)>,
 }
+
+impl SequenceDef {
+    /// `CREATE SEQUENCE name` with no options (PostgreSQL's `init_params` defaults): AS
+    /// bigint, INCREMENT 1, MINVALUE 1, MAXVALUE 2^63 - 1, START 1, CACHE 1, NO CYCLE, owned by
+    /// no column.
+    pub fn with_defaults(name: &str) -> SequenceDef {
+        SequenceDef {
+            name: name.to_string(),
+            ty: DataType::Int8,
+            start: 1,
+            increment: 1,
+            min: 1,
+            max: i64::MAX,
+            cache: 1,
+            cycle: false,
+            owned_by: None,
+        }
+    }
+}

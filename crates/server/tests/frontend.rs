@@ -235,6 +235,17 @@ impl Raw {
         }
     }
 
+    /// Sends `messages` and a Sync; the replies up to and including ReadyForQuery.
+    async fn round(&mut self, messages: &[BytesMut]) -> Vec<Msg> {
+        let mut batch = BytesMut::new();
+        for m in messages {
+            batch.put_slice(m);
+        }
+        batch.put_slice(&sync());
+        self.send(&batch).await;
+        self.until_ready().await
+    }
+
     /// Messages up to and including the next ReadyForQuery.
     async fn until_ready(&mut self) -> Vec<Msg> {
         let mut out = Vec::new();
@@ -315,48 +326,39 @@ async fn extended_protocol_skips_to_sync_after_error() {
     let mut raw = Raw::connect(&server, &[]).await.expect("startup");
 
     // Parse fails; Bind/Describe/Execute must be skipped; Sync answers ReadyForQuery.
-    let mut batch = BytesMut::new();
-    batch.put_slice(&parse("s1", "SELEC 1"));
-    batch.put_slice(&bind("", "s1"));
-    batch.put_slice(&describe(b'P', ""));
-    batch.put_slice(&execute(""));
-    batch.put_slice(&sync());
-    raw.send(&batch).await;
-    let msgs = raw.until_ready().await;
+    let msgs = raw
+        .round(&[
+            parse("s1", "SELEC 1"),
+            bind("", "s1"),
+            describe(b'P', ""),
+            execute(""),
+        ])
+        .await;
     assert_eq!(tags(&msgs), "EZ", "{msgs:?}");
     assert_eq!(msgs[1].body, b"I");
 
     // Bind of a statement that does not exist: 26000, then skip to Sync.
-    let mut batch = BytesMut::new();
-    batch.put_slice(&bind("", "nope"));
-    batch.put_slice(&execute(""));
-    batch.put_slice(&sync());
-    raw.send(&batch).await;
-    let msgs = raw.until_ready().await;
+    let msgs = raw.round(&[bind("", "nope"), execute("")]).await;
     assert_eq!(tags(&msgs), "EZ");
     assert_eq!(msgs[0].field(b'C').as_deref(), Some("26000"));
 
     // Empty statement through the whole extended cycle, unnamed and named.
-    let mut batch = BytesMut::new();
-    batch.put_slice(&parse("", ""));
-    batch.put_slice(&describe(b'S', ""));
-    batch.put_slice(&bind("", ""));
-    batch.put_slice(&describe(b'P', ""));
-    batch.put_slice(&execute(""));
-    batch.put_slice(&parse("e", "  "));
-    batch.put_slice(&bind("p", "e"));
-    batch.put_slice(&execute("p"));
-    batch.put_slice(&sync());
-    raw.send(&batch).await;
-    let msgs = raw.until_ready().await;
+    let msgs = raw
+        .round(&[
+            parse("", ""),
+            describe(b'S', ""),
+            bind("", ""),
+            describe(b'P', ""),
+            execute(""),
+            parse("e", "  "),
+            bind("p", "e"),
+            execute("p"),
+        ])
+        .await;
     assert_eq!(tags(&msgs), "1tn2nI12IZ", "{msgs:?}");
 
     // A second Parse of the same statement name is an error (42P05).
-    let mut batch = BytesMut::new();
-    batch.put_slice(&parse("e", ""));
-    batch.put_slice(&sync());
-    raw.send(&batch).await;
-    let msgs = raw.until_ready().await;
+    let msgs = raw.round(&[parse("e", "")]).await;
     assert_eq!(tags(&msgs), "EZ");
     assert_eq!(msgs[0].field(b'C').as_deref(), Some("42P05"));
 
@@ -395,34 +397,20 @@ async fn extended_protocol_skips_to_sync_after_error() {
 async fn discard_all_deallocates_prepared_statements() {
     let server = start(10).await;
     let mut raw = Raw::connect(&server, &[]).await.expect("startup");
-    let mut batch = BytesMut::new();
-    batch.put_slice(&parse("e", ""));
-    batch.put_slice(&bind("p", "e"));
-    batch.put_slice(&sync());
-    raw.send(&batch).await;
-    assert_eq!(tags(&raw.until_ready().await), "12Z");
+    assert_eq!(
+        tags(&raw.round(&[parse("e", ""), bind("p", "e")]).await),
+        "12Z"
+    );
 
     raw.send(&query("DISCARD ALL")).await;
     let msgs = raw.until_ready().await;
     assert_eq!(tags(&msgs), "CZ", "{msgs:?}");
-    let mut batch = BytesMut::new();
-    batch.put_slice(&bind("", "e"));
-    batch.put_slice(&sync());
-    raw.send(&batch).await;
-    let msgs = raw.until_ready().await;
+    let msgs = raw.round(&[bind("", "e")]).await;
     assert_eq!(tags(&msgs), "EZ");
     assert_eq!(msgs[0].field(b'C').as_deref(), Some("26000"));
-    let mut batch = BytesMut::new();
-    batch.put_slice(&execute("p"));
-    batch.put_slice(&sync());
-    raw.send(&batch).await;
-    let msgs = raw.until_ready().await;
+    let msgs = raw.round(&[execute("p")]).await;
     assert_eq!(tags(&msgs), "EZ", "the portal is closed: {msgs:?}");
-    let mut batch = BytesMut::new();
-    batch.put_slice(&parse("e", ""));
-    batch.put_slice(&sync());
-    raw.send(&batch).await;
-    assert_eq!(tags(&raw.until_ready().await), "1Z");
+    assert_eq!(tags(&raw.round(&[parse("e", "")]).await), "1Z");
     server.shutdown(Duration::from_secs(5)).await;
 }
 

@@ -416,17 +416,7 @@ mod tests {
         write_state(&mut p, &s, None);
         assert_eq!(read_state(&p, RelFileId(1)).unwrap(), s);
         // The options log_cnt was counted under: none, then exactly these.
-        let def = SequenceDef {
-            name: "s".into(),
-            ty: walnut_common::DataType::Int8,
-            start: 1,
-            increment: 1,
-            min: 1,
-            max: i64::MAX,
-            cache: 1,
-            cycle: false,
-            owned_by: None,
-        };
+        let def = SequenceDef::with_defaults("s");
         assert!(!counted_under(&p, &def));
         write_state(&mut p, &s, Some(&def));
         assert_eq!(read_state(&p, RelFileId(1)).unwrap(), s);

@@ -177,18 +177,8 @@ fn next_id(t: &mut Txn) -> walnut_common::Result<i64> {
 
 fn setup(st: &Arc<Storage>) {
     let mut t = Txn::begin(st.clone(), Arc::new(AtomicBool::new(false)));
-    t.create_sequence(walnut_common::SequenceDef {
-        name: "ids".into(),
-        ty: DataType::Int8,
-        start: 1,
-        increment: 1,
-        min: 1,
-        max: i64::MAX,
-        cache: 1,
-        cycle: false,
-        owned_by: None,
-    })
-    .unwrap();
+    t.create_sequence(walnut_common::SequenceDef::with_defaults("ids"))
+        .unwrap();
     t.create_table(TableDef {
         name: "accounts".into(),
         columns: vec![col("aid", DataType::Int4), col("balance", DataType::Int8)],

@@ -1788,15 +1788,11 @@ fn a_read_prunes_a_nearly_full_page_once_its_deleter_committed() {
 
 fn sequence(name: &str, cache: i64, increment: i64) -> walnut_common::SequenceDef {
     walnut_common::SequenceDef {
-        name: name.into(),
-        ty: DataType::Int8,
-        start: 1,
         increment,
         min: if increment > 0 { 1 } else { i64::MIN },
         max: if increment > 0 { i64::MAX } else { -1 },
         cache,
-        cycle: false,
-        owned_by: None,
+        ..walnut_common::SequenceDef::with_defaults(name)
     }
 }
 
