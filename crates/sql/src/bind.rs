@@ -795,14 +795,16 @@ impl Binder<'_> {
                 Expr::Const(Value::Text("public".into())),
                 Ty::Known(DataType::Text),
             ),
-            ("current_setting", 1 | 2) | ("set_config", 3) => {
-                let (f, types): (Func, &[DataType]) = if name == "set_config" {
-                    (
+            ("current_setting", 1 | 2) | ("set_config", 3) | ("pg_get_serial_sequence", 2) => {
+                let (f, types): (Func, &[DataType]) = match name.as_str() {
+                    "set_config" => (
                         Func::SetConfig,
                         &[DataType::Text, DataType::Text, DataType::Bool],
-                    )
-                } else {
-                    (Func::CurrentSetting, &[DataType::Text, DataType::Bool])
+                    ),
+                    "pg_get_serial_sequence" => {
+                        (Func::SerialSequence, &[DataType::Text, DataType::Text])
+                    }
+                    _ => (Func::CurrentSetting, &[DataType::Text, DataType::Bool]),
                 };
                 let mut bound = Vec::with_capacity(nargs);
                 for (a, ty) in args.iter().zip(types) {

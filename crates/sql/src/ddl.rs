@@ -26,7 +26,7 @@ fn already_exists(name: &str) -> Notice {
 
 /// `name` as SQL text: an identifier quoted unless it is lower case letters, digits and `_`
 /// (PostgreSQL's `quote_identifier`, without its keyword check).
-fn quote_ident(name: &str) -> String {
+pub(crate) fn quote_ident(name: &str) -> String {
     let plain = name
         .chars()
         .next()

@@ -694,6 +694,10 @@ impl crate::storage::SequenceAccess for SeqAdapter {
     fn set(&self, seq: &crate::storage::SeqRef, value: i64, is_called: bool) -> Result<()> {
         self.0.set(&Self::info(seq), value, is_called)
     }
+
+    fn owned_sequence(&self, table: &str, column: &str) -> Result<Option<String>> {
+        self.0.owned_sequence(table, column)
+    }
 }
 
 impl TxnAdapter {

@@ -137,6 +137,8 @@ pub(crate) enum Func {
     SetVal,
     /// `lastval()`: bigint.
     LastVal,
+    /// `pg_get_serial_sequence(table text, column text)`: text, `public.name`, or NULL.
+    SerialSequence,
     /// `current_setting(name [, missing_ok])`: text, as `SHOW` prints it; NULL for an unknown
     /// name when `missing_ok`.
     CurrentSetting,
@@ -629,6 +631,16 @@ fn eval_func(f: Func, args: &[Expr], row: &[Value], ctx: &Ctx<'_>) -> Result<Val
             Func::WalWriteLsn => p.write,
             _ => p.flush,
         }));
+    }
+    if f == Func::SerialSequence {
+        let table = args[0].eval(row, ctx)?;
+        let column = args[1].eval(row, ctx)?;
+        return match (table, column) {
+            (Value::Text(t), Value::Text(c)) => ctx
+                .env
+                .sequence(crate::sequence::SeqCall::SerialSequence(t, c)),
+            _ => Ok(Value::Null),
+        };
     }
     if matches!(
         f,

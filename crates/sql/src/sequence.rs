@@ -21,6 +21,9 @@ pub(crate) enum SeqCall {
     SetVal(Value, i64, bool),
     /// `lastval()`.
     LastVal,
+    /// `pg_get_serial_sequence(table, column)`: the table as `regclass` reads a name, the
+    /// column as written.
+    SerialSequence(String, String),
 }
 
 /// One sequence's state in this session (PostgreSQL's `SeqTableData`).
@@ -156,6 +159,13 @@ impl SessionSeqs {
                 }
                 e.cached = e.last;
                 Ok(Value::Int8(value))
+            }
+            SeqCall::SerialSequence(table, column) => {
+                let table = crate::expr::relation_name(&table)?;
+                Ok(match acc.owned_sequence(&table, &column)? {
+                    Some(name) => Value::Text(format!("public.{}", crate::ddl::quote_ident(&name))),
+                    None => Value::Null,
+                })
             }
             SeqCall::LastVal => {
                 let undefined = || {

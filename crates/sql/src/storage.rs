@@ -454,6 +454,16 @@ pub trait SequenceAccess: Send + Sync {
     /// # Errors
     /// 22003 out of bounds; as [`SequenceAccess::fetch`].
     fn set(&self, seq: &SeqRef, value: i64, is_called: bool) -> Result<()>;
+
+    /// The name of the sequence that column `column` of table `table` owns
+    /// (`pg_get_serial_sequence`); `None` if it owns none. The default: none.
+    ///
+    /// # Errors
+    /// 42P01 no such table; 42703 no such column.
+    fn owned_sequence(&self, table: &str, column: &str) -> Result<Option<String>> {
+        let _ = (table, column);
+        Ok(None)
+    }
 }
 
 /// What of a relation [`Engine::relation_size`] measures.

@@ -153,6 +153,42 @@ impl Sequences {
         }
     }
 
+    /// `pg_get_serial_sequence(table, column)`: the sequence that column `column` of table
+    /// `table` owns (a serial or identity column's, or one made `OWNED BY` it), as this
+    /// transaction sees them; `None` if it owns none.
+    ///
+    /// # Errors
+    /// 42P01 no such table; 42703 no such column.
+    pub fn owned_sequence(&self, table: &str, column: &str) -> Result<Option<String>> {
+        let t = match self.tables.get(table) {
+            Some(t) => t.clone(),
+            None => self.st.catalog.get(table),
+        }
+        .ok_or_else(|| no_table(table))?;
+        if t.def.column_index(column).is_none() {
+            return Err(Error::user(
+                SqlState::UNDEFINED_COLUMN,
+                format!("column \"{column}\" of relation \"{table}\" does not exist"),
+            ));
+        }
+        let owner = Some((table.to_string(), column.to_string()));
+        let mine = self
+            .overlay
+            .values()
+            .flatten()
+            .find(|s| s.def.owned_by == owner);
+        if let Some(s) = mine {
+            return Ok(Some(s.def.name.clone()));
+        }
+        Ok(self
+            .st
+            .catalog
+            .all_sequences()
+            .into_iter()
+            .find(|s| s.def.owned_by == owner && !self.overlay.contains_key(&s.def.name))
+            .map(|s| s.def.name.clone()))
+    }
+
     /// Notes that this transaction handed out values that the record ending at `end` covers
     /// (values a session took ahead and hands out later, `CACHE`): its commit flushes to it.
     pub fn note(&self, end: Lsn) {
