@@ -642,8 +642,12 @@ struct SeqAdapter(Arc<walnut_storage::txn::Sequences>);
 fn seq_ref(s: &walnut_storage::catalog::SeqInfo) -> crate::storage::SeqRef {
     crate::storage::SeqRef {
         oid: s.oid as i64,
-        // The catalog row version's TID: new at each ALTER SEQUENCE.
-        version: (s.catalog_tid.block.0 as u64) << 16 | s.catalog_tid.slot as u64,
+        // The relation file and the catalog row version's TID: new at each ALTER SEQUENCE.
+        // A TID can come back (pruning frees the slot of an old version), so the file, never
+        // reused, is part of it: a RESTART always makes a new version.
+        version: (s.relfile.0 as u128) << 64
+            | (s.catalog_tid.block.0 as u128) << 16
+            | s.catalog_tid.slot as u128,
         relfile: s.relfile.0 as u64,
         def: s.def.clone(),
     }

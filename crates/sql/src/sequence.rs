@@ -30,7 +30,7 @@ pub(crate) enum SeqCall {
 #[derive(Clone, Copy, Debug, Default)]
 struct Cached {
     /// The relation file version the cached values came from.
-    version: u64,
+    version: u128,
     /// The value `currval` returns (valid if `last_valid`).
     last: i64,
     /// The last value this session may hand out without fetching; `last == cached`: none.

@@ -408,7 +408,7 @@ pub struct SeqRef {
     /// values of an older version are dropped, `currval` kept (PostgreSQL's
     /// `SeqTable.filenumber`, which changes when ALTER SEQUENCE rewrites the sequence, and
     /// `AlterSequence` dropping the altering session's cache).
-    pub version: u64,
+    pub version: u128,
     /// Its relation file (the engine's).
     pub relfile: u64,
     /// Its definition.

@@ -201,9 +201,32 @@ impl Sequences {
     /// # Errors
     /// As [`crate::seq::fetch`]; 42P01 if the sequence was dropped (its file is gone).
     pub fn fetch(&self, s: &SeqInfo) -> Result<crate::seq::Fetched> {
-        let f = crate::seq::fetch(&self.st, s.relfile, &s.def).map_err(|e| self.gone(e, s))?;
+        let f = match crate::seq::fetch(&self.st, s.relfile, &s.def) {
+            Ok(f) => f,
+            Err(e) => match self.replaced(s) {
+                Some(c) => {
+                    crate::seq::fetch(&self.st, c.relfile, &c.def).map_err(|e| self.gone(e, &c))?
+                }
+                None => return Err(self.gone(e, s)),
+            },
+        };
         self.note(f.covered_by);
         Ok(f)
+    }
+
+    /// The sequence `s` as the catalog has it now, if a committed ALTER SEQUENCE ... RESTART
+    /// replaced its relation file (and removed the old one) since the caller looked it up:
+    /// the caller goes on with the new file, as PostgreSQL's `nextval` does after waiting for
+    /// the ALTER's lock.
+    fn replaced(&self, s: &SeqInfo) -> Option<Arc<SeqInfo>> {
+        if self.st.smgr.exists(s.relfile) {
+            return None;
+        }
+        self.st
+            .catalog
+            .all_sequences()
+            .into_iter()
+            .find(|c| c.oid == s.oid && c.relfile != s.relfile)
     }
 
     /// `setval`: see [`crate::seq::set`]; the record is noted for the commit.
@@ -211,8 +234,14 @@ impl Sequences {
     /// # Errors
     /// As [`crate::seq::set`]; 42P01 if the sequence was dropped.
     pub fn set(&self, s: &SeqInfo, value: i64, is_called: bool) -> Result<()> {
-        let end = crate::seq::set(&self.st, s.relfile, &s.def, value, is_called)
-            .map_err(|e| self.gone(e, s))?;
+        let end = match crate::seq::set(&self.st, s.relfile, &s.def, value, is_called) {
+            Ok(end) => end,
+            Err(e) => match self.replaced(s) {
+                Some(c) => crate::seq::set(&self.st, c.relfile, &c.def, value, is_called)
+                    .map_err(|e| self.gone(e, &c))?,
+                None => return Err(self.gone(e, s)),
+            },
+        };
         self.note(end);
         Ok(())
     }
@@ -234,6 +263,37 @@ impl Sequences {
             no_table(&s.def.name)
         }
     }
+}
+
+/// The relation names that the string literals of SQL text `sql` (a column default, such as
+/// `nextval('public."Foo_seq"'::regclass)`) spell, read as `regclass` reads a name: an
+/// optional `public.`, a part in double quotes as written, any other part lower-cased.
+/// Approximate (it reads every literal, not only `nextval`'s argument): a literal that is not
+/// a name just yields a name nothing has.
+fn names_in_literals(sql: &str) -> impl Iterator<Item = String> + '_ {
+    sql.split('\'').skip(1).step_by(2).filter_map(|lit| {
+        let mut parts = Vec::new();
+        let mut rest = lit;
+        while !rest.is_empty() {
+            let (part, tail) = match rest.strip_prefix('"') {
+                Some(q) => {
+                    let end = q.find('"')?;
+                    (q[..end].to_string(), &q[end + 1..])
+                }
+                None => {
+                    let end = rest.find('.').unwrap_or(rest.len());
+                    (rest[..end].to_ascii_lowercase(), &rest[end..])
+                }
+            };
+            parts.push(part);
+            rest = tail.strip_prefix('.').unwrap_or(tail);
+        }
+        match parts.as_slice() {
+            [n] => Some(n.clone()),
+            [s, n] if s == "public" => Some(n.clone()),
+            _ => None,
+        }
+    })
 }
 
 /// 40001, for a REPEATABLE READ write that meets a version committed after its snapshot
@@ -588,15 +648,7 @@ impl Txn {
             // The owning column's default uses the sequence (a serial or identity column, or
             // `SET DEFAULT nextval(...)`): PostgreSQL's dependency of the default. An `OWNED
             // BY` alone does not keep the sequence.
-            let uses = |d: &str| {
-                [
-                    format!("'{name}'"),
-                    format!("'public.{name}'"),
-                    format!("'\"{name}\"'"),
-                ]
-                .iter()
-                .any(|p| d.contains(p.as_str()))
-            };
+            let uses = |d: &str| names_in_literals(d).any(|n| n == *name);
             let used = self.table(t).is_some_and(|info| {
                 info.def
                     .columns
@@ -1372,17 +1424,19 @@ impl Txn {
             }
         }
         st.xact.publish_commit(xid);
-        for rel in self.drop_at_commit.drain(..) {
-            if let Err(e) = st.remove_relation(rel) {
-                tracing::warn!("{e}; the next checkpoint removes the file");
-                st.remove_relation_later(rel);
-                warnings.push(e);
-            }
-        }
+        // The catalog first: a session that meets a removed file (a sequence's, replaced by
+        // RESTART) then finds the new one in it (`Sequences::replaced`).
         if !self.overlay.is_empty() || !self.seq_overlay.is_empty() {
             if let Err(e) = st.catalog.reload(&st) {
                 tracing::warn!("could not reload the catalog after a commit: {e}");
                 st.catalog.invalidate();
+                warnings.push(e);
+            }
+        }
+        for rel in self.drop_at_commit.drain(..) {
+            if let Err(e) = st.remove_relation(rel) {
+                tracing::warn!("{e}; the next checkpoint removes the file");
+                st.remove_relation_later(rel);
                 warnings.push(e);
             }
         }

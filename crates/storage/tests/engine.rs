@@ -1967,5 +1967,17 @@ fn an_altered_sequence_logs_again_and_a_restart_is_undone_by_rollback() {
     let (after, _) = nextvals(&st3, "s", 1);
     assert!(after[0] > 1002, "after a RESTART and a crash: {after:?}");
     st3.shutdown().unwrap();
+
+    // A transaction that looked the sequence up before a RESTART committed (and removed the
+    // old file) goes on with the new file, not 42P01.
+    let mut t = Txn::begin(st.clone(), Arc::new(AtomicBool::new(false)));
+    let seqs = t.sequences();
+    let walnut_storage::txn::RelKind::Sequence(s) = seqs.lookup("s") else {
+        panic!("no sequence s");
+    };
+    alter(&st, 2, Some(5000), true);
+    assert_eq!(seqs.fetch(&s).unwrap().first, 5000);
+    assert_eq!(seqs.fetch(&s).unwrap().first, 5002);
+    drop(t);
     st.shutdown().unwrap();
 }
