@@ -68,12 +68,8 @@ impl CopyState {
             Some(cols) => cols
                 .iter()
                 .map(|c| {
-                    def.column_index(c).ok_or_else(|| {
-                        Error::user(
-                            SqlState::UNDEFINED_COLUMN,
-                            format!("column \"{c}\" of relation \"{}\" does not exist", def.name),
-                        )
-                    })
+                    def.column_index(c)
+                        .ok_or_else(|| crate::errors::undefined_column_of(&def.name, c))
                 })
                 .collect::<Result<Vec<_>>>()?,
         };

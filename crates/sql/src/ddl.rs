@@ -1,7 +1,7 @@
 //! Execution of the DDL walnut's fast path runs: CREATE TABLE, DROP TABLE, TRUNCATE and ALTER
 //! TABLE ... ADD PRIMARY KEY, with PostgreSQL's notices for `IF [NOT] EXISTS`.
 
-use crate::errors::undefined_table;
+use crate::errors::{undefined_column_of, undefined_table};
 use crate::progress::Reporter;
 use crate::storage::Transaction;
 use crate::types::{Notice, Output};
@@ -115,14 +115,6 @@ fn create_owned_sequence(
     ))
 }
 
-/// 42703 `column "c" of relation "t" does not exist`.
-fn undefined_column(table: &str, c: &str) -> Error {
-    Error::user(
-        SqlState::UNDEFINED_COLUMN,
-        format!("column \"{c}\" of relation \"{table}\" does not exist"),
-    )
-}
-
 /// The NOTICE of an ALTER ... IF EXISTS of a missing relation.
 fn skipping(name: &str) -> Notice {
     Notice::new(
@@ -190,7 +182,7 @@ pub(crate) fn alter_sequence(
             }
             let table = txn.table(t)?.ok_or_else(|| undefined_table(t))?;
             if table.column_index(c).is_none() {
-                return Err(undefined_column(t, c));
+                return Err(undefined_column_of(t, c));
             }
         }
         def.owned_by = owner.clone();
@@ -272,7 +264,7 @@ pub(crate) fn add_identity(
     };
     let i = def
         .column_index(column)
-        .ok_or_else(|| undefined_column(table, column))?;
+        .ok_or_else(|| undefined_column_of(table, column))?;
     let col = &def.columns[i];
     let prereq = |what: &str| {
         Err(Error::user(
@@ -336,7 +328,7 @@ pub(crate) fn alter_column_default(
     txn.alter_table_def(table, &mut |d| {
         let i = d
             .column_index(column)
-            .ok_or_else(|| undefined_column(table, column))?;
+            .ok_or_else(|| undefined_column_of(table, column))?;
         let col = &mut d.columns[i];
         if col.identity.is_some() {
             // (PostgreSQL adds the HINT "Use ALTER TABLE ... ALTER COLUMN ... DROP IDENTITY
@@ -465,12 +457,10 @@ pub(crate) fn add_primary_key(
     let def = txn.table(table)?.ok_or_else(|| undefined_table(table))?;
     let mut idx = Vec::with_capacity(columns.len());
     for c in columns {
-        idx.push(def.column_index(c).ok_or_else(|| {
-            Error::user(
-                SqlState::UNDEFINED_COLUMN,
-                format!("column \"{c}\" of relation \"{table}\" does not exist"),
-            )
-        })?);
+        idx.push(
+            def.column_index(c)
+                .ok_or_else(|| undefined_column_of(table, c))?,
+        );
     }
     let entry = match progress {
         Some(p) => Some(p.create_index(txn.table_oid(table)?.unwrap_or(0))),

@@ -244,13 +244,13 @@ pub trait Transaction: Send {
         ))
     }
 
-    /// Whether a sequence is named `name`, as this transaction sees it. The default: none.
+    /// Whether a sequence is named `name`, as this transaction sees it. The default asks
+    /// [`Transaction::sequence_def`]; an engine may answer without copying the definition.
     ///
     /// # Errors
     /// As [`Transaction::table`].
     fn sequence_exists(&mut self, name: &str) -> Result<bool> {
-        let _ = name;
-        Ok(false)
+        Ok(self.sequence_def(name)?.is_some())
     }
 
     /// The definition of sequence `name`, as this transaction sees it. The default: none.
